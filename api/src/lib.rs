@@ -1,0 +1,1 @@
+//! Nave custom resources.
