@@ -1,1 +1,6 @@
-//! nave-sim.
+//! nave-sim: a Kubernetes API emulator with simulated nodes and pods.
+
+#![forbid(unsafe_code)]
+
+pub mod config;
+pub mod controllers;
