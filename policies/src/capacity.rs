@@ -1,0 +1,306 @@
+//! The capacity model of one cluster and how many replicas of a demand fit in it.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use crate::demand::{Demand, Limit, NodeMatch};
+use crate::ledger::Reservation;
+use crate::resources::Resources;
+use crate::selector::Labels;
+use crate::taints::Taint;
+
+#[cfg(test)]
+mod tests;
+
+/// One node's amounts, as its agent reports them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct Node {
+    /// `status.allocatable`.
+    pub allocatable: Resources,
+    /// Sum of the requests of the pods bound to the node, and the number of those pods.
+    pub requested: Resources,
+}
+
+impl Node {
+    /// A node from its allocatable and requested amounts.
+    pub const fn new(allocatable: Resources, requested: Resources) -> Self {
+        Node {
+            allocatable,
+            requested,
+        }
+    }
+
+    /// Room left for new pods: allocatable - requested, never negative.
+    pub fn free(&self) -> Resources {
+        self.allocatable.saturating_sub(self.requested)
+    }
+}
+
+/// Nodes that share labels and taints, so selectors and tolerations are checked once per group.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+pub struct NodeGroup {
+    /// Labels every node of the group carries.
+    pub labels: Labels,
+    /// Taints every node of the group carries.
+    pub taints: Vec<Taint>,
+    /// The nodes, each with its own amounts.
+    pub nodes: Vec<Node>,
+}
+
+impl NodeGroup {
+    /// A group of nodes with the given labels and no taints.
+    pub fn new(labels: Labels, nodes: Vec<Node>) -> Self {
+        NodeGroup {
+            labels,
+            taints: Vec::new(),
+            nodes,
+        }
+    }
+}
+
+/// What a cluster's agent reported about its nodes.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+pub struct CapacityModel {
+    /// Node groups.
+    pub groups: Vec<NodeGroup>,
+    /// Measured usage of the whole cluster (from metrics), when known. It replaces `requested`
+    /// in [`Utilization`]; room for new replicas is always counted from requests, because that
+    /// is what the Kubernetes scheduler admits pods by.
+    pub usage: Option<Resources>,
+}
+
+/// A cluster's capacity: known from an agent report, or not yet.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+pub enum Capacity {
+    /// No report yet (an agent that just joined, or a cluster registered by hand). Such a cluster
+    /// gets no new replicas: placing blind would be the overcommit the ledger exists to prevent.
+    #[default]
+    Unknown,
+    /// The latest report.
+    Known(CapacityModel),
+}
+
+/// How many more replicas of a demand a cluster can take.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Room {
+    /// Replicas that fit, summed over eligible nodes.
+    pub replicas: u64,
+    /// What runs out first, or why no node is eligible.
+    pub limit: Limit,
+    /// Nodes whose labels and taints admit the pod.
+    pub nodes_eligible: usize,
+    /// All nodes of the cluster.
+    pub nodes_total: usize,
+}
+
+impl fmt::Display for Room {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.replicas {
+            0 => write!(f, "no room ({}", self.limit)?,
+            1 => write!(f, "room for 1 replica ({}", self.limit)?,
+            n => write!(f, "room for {n} replicas ({}", self.limit)?,
+        }
+        if self.nodes_eligible > 0 && self.nodes_eligible < self.nodes_total {
+            write!(
+                f,
+                ", {} of {} nodes eligible",
+                self.nodes_eligible, self.nodes_total
+            )?;
+        }
+        f.write_str(")")
+    }
+}
+
+/// How full a cluster is: used (requested, or measured usage when present, plus reservations)
+/// against allocatable.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct Utilization {
+    /// Requested or measured usage, plus reserved replicas.
+    pub used: Resources,
+    /// Allocatable, summed over nodes.
+    pub allocatable: Resources,
+}
+
+impl Utilization {
+    /// CPU utilization in whole percent, rounded down.
+    pub fn cpu_percent(&self) -> u64 {
+        percent(self.used.cpu_millis, self.allocatable.cpu_millis)
+    }
+
+    /// Memory utilization in whole percent, rounded down.
+    pub fn memory_percent(&self) -> u64 {
+        percent(self.used.memory_bytes, self.allocatable.memory_bytes)
+    }
+
+    /// The higher of CPU and memory utilization, in whole percent.
+    pub fn percent(&self) -> u64 {
+        self.cpu_percent().max(self.memory_percent())
+    }
+
+    /// Whether CPU or memory utilization is strictly above `threshold_percent`, computed exactly
+    /// (no rounding), so a cluster exactly at the ceiling is not above it.
+    pub fn exceeds(&self, threshold_percent: u32) -> bool {
+        let above = |used: u64, alloc: u64| {
+            u128::from(used) * 100 > u128::from(threshold_percent) * u128::from(alloc)
+        };
+        above(self.used.cpu_millis, self.allocatable.cpu_millis)
+            || above(self.used.memory_bytes, self.allocatable.memory_bytes)
+    }
+}
+
+fn percent(used: u64, allocatable: u64) -> u64 {
+    match allocatable {
+        0 if used == 0 => 0,
+        // Something used on nothing allocatable is full, not a division by zero.
+        0 => 100,
+        a => (u128::from(used) * 100 / u128::from(a)) as u64,
+    }
+}
+
+impl fmt::Display for Utilization {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "cpu {}%, memory {}%",
+            self.cpu_percent(),
+            self.memory_percent()
+        )
+    }
+}
+
+impl CapacityModel {
+    /// A model with one group per distinct (labels, taints) among `nodes`, in a stable order.
+    pub fn from_nodes(nodes: impl IntoIterator<Item = (Labels, Vec<Taint>, Node)>) -> Self {
+        let mut groups: BTreeMap<(Labels, Vec<Taint>), Vec<Node>> = BTreeMap::new();
+        for (labels, mut taints, node) in nodes {
+            taints.sort();
+            groups.entry((labels, taints)).or_default().push(node);
+        }
+        let groups = groups
+            .into_iter()
+            .map(|((labels, taints), nodes)| NodeGroup {
+                labels,
+                taints,
+                nodes,
+            })
+            .collect();
+        CapacityModel { groups, usage: None }
+    }
+
+    /// Number of nodes.
+    pub fn node_count(&self) -> usize {
+        self.groups.iter().map(|g| g.nodes.len()).sum()
+    }
+
+    /// How many replicas of `demand` fit once `reservations` have taken their room.
+    ///
+    /// Per eligible node: min(free cpu / cpu request, free memory / memory request, free pods).
+    /// Reserved replicas are laid on their own eligible nodes first-fit in group order; the
+    /// scheduler may choose other nodes, but the ledger only bridges the time until the agent
+    /// reports real requests, and first-fit never counts the same room twice.
+    pub fn room(&self, demand: &Demand, reservations: &[Reservation]) -> Room {
+        if reservations.iter().all(|r| r.replicas == 0) {
+            return self.room_with(demand, |g, n| self.groups[g].nodes[n].free());
+        }
+        let free = self.free_after(reservations);
+        self.room_with(demand, |g, n| free[g][n])
+    }
+
+    /// Utilization counting `reservations` as used.
+    pub fn utilization(&self, reservations: &[Reservation]) -> Utilization {
+        let mut allocatable = Resources::ZERO;
+        let mut requested = Resources::ZERO;
+        for node in self.groups.iter().flat_map(|g| &g.nodes) {
+            allocatable = allocatable.saturating_add(node.allocatable);
+            requested = requested.saturating_add(node.requested);
+        }
+        let reserved = reservations.iter().fold(Resources::ZERO, |acc, r| {
+            acc.saturating_add(r.demand.per_replica().saturating_mul(u64::from(r.replicas)))
+        });
+        let used = self.usage.unwrap_or(requested).saturating_add(reserved);
+        Utilization { used, allocatable }
+    }
+
+    fn free_after(&self, reservations: &[Reservation]) -> Vec<Vec<Resources>> {
+        let mut free: Vec<Vec<Resources>> = self
+            .groups
+            .iter()
+            .map(|g| g.nodes.iter().map(Node::free).collect())
+            .collect();
+        for reservation in reservations {
+            let mut left = u64::from(reservation.replicas);
+            let per = reservation.demand.per_replica();
+            for (group, free) in self.groups.iter().zip(free.iter_mut()) {
+                if left == 0 {
+                    break;
+                }
+                if !reservation.demand.admits(&group.labels, &group.taints) {
+                    continue;
+                }
+                for room in free.iter_mut() {
+                    let take = reservation.demand.fit_in(*room).0.min(left);
+                    *room = room.saturating_sub(per.saturating_mul(take));
+                    left -= take;
+                    if left == 0 {
+                        break;
+                    }
+                }
+            }
+        }
+        free
+    }
+
+    fn room_with(&self, demand: &Demand, free: impl Fn(usize, usize) -> Resources) -> Room {
+        let mut replicas = 0u64;
+        let mut bound_counts = [0usize; 3];
+        let mut nodes_eligible = 0;
+        let mut nodes_total = 0;
+        let mut selected_any = false;
+        let mut first_taint: Option<&Taint> = None;
+        for (g, group) in self.groups.iter().enumerate() {
+            nodes_total += group.nodes.len();
+            match demand.node_match(&group.labels, &group.taints) {
+                NodeMatch::Selector => continue,
+                NodeMatch::Taint(taint) => {
+                    selected_any |= !group.nodes.is_empty();
+                    if first_taint.is_none() && !group.nodes.is_empty() {
+                        first_taint = Some(taint);
+                    }
+                    continue;
+                }
+                NodeMatch::Yes => {}
+            }
+            nodes_eligible += group.nodes.len();
+            for n in 0..group.nodes.len() {
+                let (fit, limit) = demand.fit_in(free(g, n));
+                replicas = replicas.saturating_add(fit);
+                bound_counts[match limit {
+                    Limit::Cpu => 0,
+                    Limit::Memory => 1,
+                    _ => 2,
+                }] += 1;
+            }
+        }
+        let limit = if nodes_eligible > 0 {
+            // The resource that bounds the most nodes; on a tie the earlier of cpu, memory, pods.
+            let most = bound_counts.iter().copied().max().unwrap_or(0);
+            match bound_counts.iter().position(|&c| c == most) {
+                Some(0) => Limit::Cpu,
+                Some(1) => Limit::Memory,
+                _ => Limit::Pods,
+            }
+        } else if nodes_total == 0 {
+            Limit::NoNodes
+        } else if let (true, Some(taint)) = (selected_any, first_taint) {
+            Limit::Taint(taint.clone())
+        } else {
+            Limit::NoMatchingNode
+        };
+        Room {
+            replicas,
+            limit,
+            nodes_eligible,
+            nodes_total,
+        }
+    }
+}

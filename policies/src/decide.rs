@@ -1,0 +1,560 @@
+//! The placement algorithm: filter, rank, divide, overflow, burst; or shrink.
+
+use std::collections::BTreeSet;
+
+use crate::capacity::Capacity;
+use crate::decision::{
+    Addition, Change, ClusterDecision, Decision, Filter, Idle, Note, Rank, Removal, Role, Score,
+};
+use crate::divide::{Slot, remove_proportional, water_fill, webster};
+use crate::fleet::{Cluster, Fleet};
+use crate::ledger::Ledger;
+use crate::policy::{Request, Strategy};
+use crate::proximity::{Point, Proximity};
+
+#[cfg(test)]
+mod properties;
+#[cfg(test)]
+mod tests;
+
+/// Decides where `request`'s replicas go on `fleet`, with room already promised in `ledger`
+/// taken out.
+///
+/// Steady: replicas in `request.current` stay unless their cluster was dropped from the
+/// placement (allow-list, selector, gone from the fleet) or is evacuated. A scale-up places only
+/// the missing replicas; a scale-down empties burst clusters first, then removes proportionally,
+/// and adds nowhere. What fits nowhere is reported in [`Decision::unplaced`]. The same inputs
+/// always give the same decision; ties go to the earlier cluster name.
+pub fn decide(fleet: &Fleet, ledger: &Ledger, request: &Request) -> Decision {
+    let mut cands = evaluate(fleet, ledger, request);
+    let ranked = rank(&mut cands, fleet, request);
+    let kept: u64 = cands.iter().map(|c| c.kept).sum();
+    let asked = u64::from(request.replicas);
+    let mut notes = Vec::new();
+    let unplaced = if asked >= kept {
+        grow(&mut cands, &ranked, request, asked - kept, &mut notes)
+    } else {
+        shrink(&mut cands, request, kept - asked);
+        0
+    };
+    finish(cands, request, unplaced, notes)
+}
+
+/// A cluster while the decision is being made.
+#[derive(Debug)]
+struct Cand<'a> {
+    cluster: Option<&'a Cluster>,
+    out: ClusterDecision,
+    /// Replicas staying from the current assignment (after moves, before scale-down).
+    kept: u64,
+    /// Room left for new replicas; zero when filtered.
+    free: u64,
+    added: u64,
+    eligible: bool,
+}
+
+impl Cand<'_> {
+    fn holds(&self) -> u64 {
+        self.kept + self.added
+    }
+
+    fn add(&mut self, replicas: u64, why: Addition) {
+        if replicas == 0 {
+            return;
+        }
+        self.added += replicas;
+        self.free -= replicas;
+        self.out.changes.push(Change::Added {
+            replicas: to_u32(replicas),
+            why,
+        });
+    }
+
+    fn remove(&mut self, replicas: u64, why: Removal) {
+        if replicas == 0 {
+            return;
+        }
+        self.kept -= replicas;
+        self.out.changes.push(Change::Removed {
+            replicas: to_u32(replicas),
+            why,
+        });
+    }
+}
+
+fn to_u32(n: u64) -> u32 {
+    u32::try_from(n).unwrap_or(u32::MAX)
+}
+
+fn evaluate<'a>(fleet: &'a Fleet, ledger: &Ledger, request: &Request) -> Vec<Cand<'a>> {
+    let policy = &request.policy;
+    let allow: BTreeSet<&str> = policy.clusters.iter().map(String::as_str).collect();
+    let mut cands: Vec<Cand<'a>> = Vec::with_capacity(fleet.len());
+    for cluster in fleet.iter() {
+        let name = cluster.name.as_str();
+        let burst = cluster.burst_only
+            || policy
+                .bursting
+                .targets
+                .as_ref()
+                .is_some_and(|t| t.matches(&cluster.labels));
+        let role = if burst { Role::Burst } else { Role::Regular };
+        let mut filter = if !allow.is_empty() && !allow.contains(name) {
+            Some(Filter::NotAllowed)
+        } else {
+            policy
+                .cluster_selector
+                .as_ref()
+                .and_then(|s| s.first_mismatch(&cluster.labels))
+                .map(Filter::SelectorMismatch)
+        };
+        // Room is not worth computing for a cluster the workload may not use at all.
+        let (room, utilization) = match (&cluster.capacity, &filter) {
+            (Capacity::Known(model), None) => {
+                let reservations = ledger.reservations(name);
+                (
+                    Some(model.room(&request.demand, reservations)),
+                    Some(model.utilization(reservations)),
+                )
+            }
+            _ => (None, None),
+        };
+        let evacuating = request.evacuate.get(name).copied().unwrap_or(0);
+        if filter.is_none() {
+            filter = if !cluster.ready {
+                Some(Filter::NotReady)
+            } else if cluster.unschedulable {
+                Some(Filter::Cordoned)
+            } else if room.is_none() {
+                Some(Filter::CapacityUnknown)
+            } else if request.evacuate.contains_key(name) {
+                Some(Filter::Evacuating)
+            } else {
+                match (role, policy.bursting.threshold_percent, utilization) {
+                    (Role::Regular, Some(threshold), Some(u)) if u.exceeds(threshold) => {
+                        Some(Filter::AboveThreshold {
+                            utilization_percent: u.percent(),
+                            threshold_percent: threshold,
+                        })
+                    }
+                    _ => None,
+                }
+            };
+        }
+        let previous = request.current.get(name).copied().unwrap_or(0);
+        let eligible = filter.is_none();
+        let free = if eligible {
+            room.as_ref().map_or(0, |r| r.replicas)
+        } else {
+            0
+        };
+        let mut cand = Cand {
+            cluster: Some(cluster),
+            out: ClusterDecision {
+                cluster: cluster.name.clone(),
+                role,
+                filter,
+                room,
+                utilization,
+                rank: None,
+                burst_rank: None,
+                weight: (!policy.weights.is_empty()).then(|| policy.weights.get(name).copied().unwrap_or(0)),
+                previous,
+                replicas: 0,
+                changes: Vec::new(),
+                idle: None,
+            },
+            kept: u64::from(previous),
+            free,
+            added: 0,
+            eligible,
+        };
+        move_away(&mut cand, evacuating);
+        cands.push(cand);
+    }
+    let mut absent = false;
+    for (name, &previous) in &request.current {
+        if previous > 0 && fleet.get(name).is_none() {
+            absent = true;
+            let mut cand = Cand {
+                cluster: None,
+                out: ClusterDecision {
+                    cluster: name.clone(),
+                    role: Role::Regular,
+                    filter: Some(Filter::NotInFleet),
+                    room: None,
+                    utilization: None,
+                    rank: None,
+                    burst_rank: None,
+                    weight: None,
+                    previous,
+                    replicas: 0,
+                    changes: Vec::new(),
+                    idle: None,
+                },
+                kept: u64::from(previous),
+                free: 0,
+                added: 0,
+                eligible: false,
+            };
+            move_away(&mut cand, 0);
+            cands.push(cand);
+        }
+    }
+    if absent {
+        cands.sort_by(|a, b| a.out.cluster.cmp(&b.out.cluster));
+    }
+    cands
+}
+
+fn move_away(cand: &mut Cand<'_>, evacuating: u32) {
+    if cand.out.filter.as_ref().is_some_and(Filter::moves_replicas_away) {
+        cand.remove(cand.kept, Removal::MovedAway);
+    } else {
+        cand.remove(cand.kept.min(u64::from(evacuating)), Removal::Evacuated);
+    }
+}
+
+/// Eligible regular clusters in strategy order (indices into `cands`, which are in name order,
+/// so an index comparison is the name tie-break). Records each one's rank.
+fn rank(cands: &mut [Cand<'_>], fleet: &Fleet, request: &Request) -> Vec<usize> {
+    let mut ranked: Vec<usize> = (0..cands.len())
+        .filter(|&i| cands[i].eligible && cands[i].out.role == Role::Regular)
+        .collect();
+    let strategy = &request.policy.strategy;
+    let mut proximity: Vec<Option<Proximity>> = Vec::new();
+    match strategy {
+        Strategy::WorstFit | Strategy::Spread => {
+            ranked.sort_by(|&a, &b| cands[b].free.cmp(&cands[a].free).then(a.cmp(&b)));
+        }
+        Strategy::BestFit => {
+            let need = u64::from(request.replicas)
+                .saturating_sub(cands.iter().map(|c| c.kept).sum::<u64>())
+                .max(1);
+            // Smallest room that takes everything, then the largest of those that do not (fewest
+            // clusters), then the full ones.
+            let key = |free: u64| match free {
+                f if f >= need => (0, f),
+                0 => (2, 0),
+                f => (1, u64::MAX - f),
+            };
+            ranked.sort_by(|&a, &b| key(cands[a].free).cmp(&key(cands[b].free)).then(a.cmp(&b)));
+        }
+        Strategy::Proximity(origin) => {
+            let point = Point::of_origin(origin, fleet);
+            proximity = cands
+                .iter()
+                .map(|c| c.cluster.map(|cl| point.proximity(cl)))
+                .collect();
+            let near = |i: usize| proximity[i].unwrap_or(FAR);
+            ranked.sort_by(|&a, &b| near(a).nearness_cmp(&near(b)).then(a.cmp(&b)));
+        }
+    }
+    let of = ranked.len();
+    for (position, &i) in ranked.iter().enumerate() {
+        let score = match proximity.get(i).copied().flatten() {
+            Some(p) => Score::Proximity(p),
+            None => Score::Room(cands[i].free),
+        };
+        cands[i].out.rank = Some(Rank {
+            order: strategy.name(),
+            position: position + 1,
+            of,
+            score,
+        });
+    }
+    ranked
+}
+
+const FAR: Proximity = Proximity {
+    latency: None,
+    distance_km: None,
+    topology: crate::proximity::Topology::Elsewhere,
+};
+
+/// Places `need` new replicas; returns how many fit nowhere.
+fn grow(
+    cands: &mut [Cand<'_>],
+    ranked: &[usize],
+    request: &Request,
+    need: u64,
+    notes: &mut Vec<Note>,
+) -> u64 {
+    let policy = &request.policy;
+    let weighted = !policy.weights.is_empty();
+    let weight = |c: &Cand<'_>| u64::from(c.out.weight.unwrap_or(0));
+    let in_use = cands
+        .iter()
+        .filter(|c| c.out.role == Role::Regular && c.kept > 0)
+        .count();
+    if let Some(max) = policy.max_clusters
+        && in_use > max as usize
+    {
+        notes.push(Note::MaxClustersExceeded {
+            max,
+            in_use: in_use as u32,
+        });
+    }
+
+    // The preferred clusters: those already holding replicas, then the best-ranked others up to
+    // maxClusters.
+    let mut slots_left = policy.max_clusters.map(|m| (m as usize).saturating_sub(in_use));
+    let mut preferred = Vec::new();
+    let mut beyond = BTreeSet::new();
+    for &i in ranked.iter().filter(|&&i| !weighted || weight(&cands[i]) > 0) {
+        if cands[i].kept > 0 {
+            preferred.push(i);
+        } else if cands[i].free > 0 {
+            match &mut slots_left {
+                Some(0) => {
+                    beyond.insert(i);
+                }
+                Some(n) => {
+                    *n -= 1;
+                    preferred.push(i);
+                }
+                None => preferred.push(i),
+            }
+        }
+    }
+
+    let mut left = need;
+    let slots = |cands: &[Cand<'_>], set: &[usize]| -> Vec<Slot> {
+        set.iter()
+            .map(|&i| Slot {
+                base: cands[i].kept,
+                room: cands[i].free,
+            })
+            .collect()
+    };
+    if weighted {
+        let weights: Vec<u64> = preferred.iter().map(|&i| weight(&cands[i])).collect();
+        let given = webster(&slots(cands, &preferred), &weights, left);
+        left -= apply(cands, &preferred, &given, || Addition::Weight);
+    } else if policy.strategy == Strategy::Spread {
+        let given = water_fill(&slots(cands, &preferred), left);
+        left -= apply(cands, &preferred, &given, || Addition::Spread);
+    } else {
+        if let Some(min) = policy.min_clusters
+            && (in_use as u64) < u64::from(min)
+        {
+            let mut first = Vec::new();
+            let mut newcomers = in_use as u64;
+            for &i in &preferred {
+                if cands[i].kept > 0 {
+                    first.push(i);
+                } else if newcomers < u64::from(min) {
+                    newcomers += 1;
+                    first.push(i);
+                }
+            }
+            let given = water_fill(&slots(cands, &first), left);
+            left -= apply(cands, &first, &given, || Addition::MinClusters(min));
+        }
+        for &i in &preferred {
+            let give = left.min(cands[i].free);
+            cands[i].add(give, Addition::Policy);
+            left -= give;
+        }
+    }
+
+    // Overflow beyond the preferred set, nearest to what is already chosen.
+    if left > 0 && (policy.max_clusters.is_some() || weighted) {
+        let chosen: BTreeSet<usize> = preferred.iter().copied().collect();
+        let pool: Vec<usize> = ranked
+            .iter()
+            .copied()
+            .filter(|i| !chosen.contains(i) && cands[*i].free > 0)
+            .collect();
+        let order = by_nearness(cands, &pool, &anchors(cands, &preferred), false);
+        for (i, near) in order.into_iter().map(|(i, near, _)| (i, near)) {
+            let give = left.min(cands[i].free);
+            if give > 0
+                && !weighted
+                && let Some(max) = policy.max_clusters
+                && !notes.contains(&Note::OverflowBeyondMaxClusters { max })
+            {
+                notes.push(Note::OverflowBeyondMaxClusters { max });
+            }
+            cands[i].add(give, Addition::Overflow { near });
+            left -= give;
+        }
+    }
+
+    // Burst clusters last, nearest to what is already chosen.
+    if left > 0 {
+        let pool: Vec<usize> = (0..cands.len())
+            .filter(|&i| cands[i].eligible && cands[i].out.role == Role::Burst)
+            .collect();
+        let order = by_nearness(cands, &pool, &anchors(cands, &preferred), false);
+        let of = order.len();
+        for (position, (i, near, score)) in order.into_iter().enumerate() {
+            cands[i].out.burst_rank = Some(Rank {
+                order: "burst",
+                position: position + 1,
+                of,
+                score,
+            });
+            let give = left.min(cands[i].free);
+            cands[i].add(give, Addition::Burst { near });
+            left -= give;
+        }
+    }
+
+    for c in cands.iter_mut().filter(|c| c.eligible && c.added == 0) {
+        c.out.idle = Some(if need == 0 {
+            Idle::NothingToPlace
+        } else if c.free == 0 {
+            Idle::NoRoom
+        } else if c.out.role == Role::Burst {
+            Idle::BurstNotNeeded
+        } else if weighted && weight(c) == 0 {
+            Idle::NoWeight
+        } else {
+            Idle::NotNeeded
+        });
+    }
+    for &i in &beyond {
+        if cands[i].added == 0
+            && let Some(max) = policy.max_clusters
+        {
+            cands[i].out.idle = Some(Idle::BeyondMaxClusters(max));
+        }
+    }
+    left
+}
+
+/// Adds `given[k]` to `set[k]`; returns the total.
+fn apply(cands: &mut [Cand<'_>], set: &[usize], given: &[u64], why: impl Fn() -> Addition) -> u64 {
+    set.iter()
+        .zip(given)
+        .map(|(&i, &n)| {
+            cands[i].add(n, why());
+            n
+        })
+        .sum()
+}
+
+/// The clusters new replicas should be near: those holding replicas, or else the preferred ones.
+fn anchors<'a>(cands: &[Cand<'a>], preferred: &[usize]) -> Vec<&'a Cluster> {
+    let holding: Vec<&Cluster> = cands
+        .iter()
+        .filter(|c| c.holds() > 0)
+        .filter_map(|c| c.cluster)
+        .collect();
+    if holding.is_empty() {
+        preferred.iter().filter_map(|&i| cands[i].cluster).collect()
+    } else {
+        holding
+    }
+}
+
+/// `pool` ordered by nearness to the nearest anchor (farthest first when `farthest`), each with
+/// the name of that anchor and its score. Ties keep name order.
+fn by_nearness(
+    cands: &[Cand<'_>],
+    pool: &[usize],
+    anchors: &[&Cluster],
+    farthest: bool,
+) -> Vec<(usize, Option<String>, Score)> {
+    let points: Vec<Point<'_>> = anchors.iter().map(|a| Point::of_cluster(a)).collect();
+    let mut scored: Vec<(usize, Option<&str>, Proximity)> = pool
+        .iter()
+        .map(|&i| {
+            let Some(cluster) = cands[i].cluster else {
+                return (i, None, FAR);
+            };
+            points
+                .iter()
+                .zip(anchors)
+                .map(|(p, a)| (i, Some(a.name.as_str()), p.proximity(cluster)))
+                .min_by(|x, y| x.2.nearness_cmp(&y.2))
+                .unwrap_or((i, None, FAR))
+        })
+        .collect();
+    scored.sort_by(|a, b| {
+        let near = a.2.nearness_cmp(&b.2);
+        if farthest { near.reverse() } else { near }.then(a.0.cmp(&b.0))
+    });
+    // "Nearest to X" is only worth saying when something was measured or labelled.
+    scored
+        .into_iter()
+        .map(|(i, near, p)| {
+            (
+                i,
+                near.filter(|_| p != FAR).map(str::to_owned),
+                Score::Proximity(p),
+            )
+        })
+        .collect()
+}
+
+/// Removes `surplus` replicas: burst clusters first (farthest from the regular ones first), then
+/// proportionally over the rest.
+fn shrink(cands: &mut [Cand<'_>], request: &Request, surplus: u64) {
+    let mut left = surplus;
+    let burst: Vec<usize> = (0..cands.len())
+        .filter(|&i| cands[i].out.role == Role::Burst && cands[i].kept > 0)
+        .collect();
+    let regular_anchors: Vec<&Cluster> = cands
+        .iter()
+        .filter(|c| c.out.role == Role::Regular && c.kept > 0)
+        .filter_map(|c| c.cluster)
+        .collect();
+    for (i, _, _) in by_nearness(cands, &burst, &regular_anchors, true) {
+        let take = left.min(cands[i].kept);
+        cands[i].remove(take, Removal::BurstFirst);
+        left -= take;
+    }
+    if left > 0 {
+        let holders: Vec<usize> = (0..cands.len()).filter(|&i| cands[i].kept > 0).collect();
+        let seats: Vec<u64> = holders.iter().map(|&i| cands[i].kept).collect();
+        // Proportional to weight when weights are set, else to what each holds now.
+        let weights: Vec<u64> = if request.policy.weights.is_empty() {
+            seats.clone()
+        } else {
+            holders
+                .iter()
+                .map(|&i| u64::from(cands[i].out.weight.unwrap_or(0)))
+                .collect()
+        };
+        let removed = remove_proportional(&seats, &weights, left);
+        for (&i, &n) in holders.iter().zip(&removed) {
+            cands[i].remove(n, Removal::Proportional);
+        }
+    }
+    for c in cands
+        .iter_mut()
+        .filter(|c| c.eligible && c.out.changes.is_empty())
+    {
+        c.out.idle = Some(Idle::ScaleDown);
+    }
+}
+
+fn finish(cands: Vec<Cand<'_>>, request: &Request, unplaced: u64, mut notes: Vec<Note>) -> Decision {
+    let mut assignment = std::collections::BTreeMap::new();
+    let mut clusters = Vec::with_capacity(cands.len());
+    for mut c in cands {
+        c.out.replicas = to_u32(c.holds());
+        if c.out.replicas > 0 {
+            assignment.insert(c.out.cluster.clone(), c.out.replicas);
+        }
+        clusters.push(c.out);
+    }
+    if let Some(min) = request.policy.min_clusters
+        && assignment.len() < min.min(request.replicas) as usize
+    {
+        notes.push(Note::MinClustersNotMet {
+            min,
+            reached: assignment.len() as u32,
+        });
+    }
+    Decision {
+        strategy: request.policy.strategy.clone(),
+        replicas: request.replicas,
+        assignment,
+        unplaced: to_u32(unplaced),
+        clusters,
+        notes,
+    }
+}

@@ -1,0 +1,694 @@
+//! Each placement rule on a small fleet, then the worked examples.
+
+use super::*;
+use crate::fixtures::*;
+use crate::{
+    Bursting, Demand, LabelSelector, LabelSelectorOperator, Limit, Origin, Resources, Taint, TaintEffect,
+    Toleration, TolerationOperator,
+};
+
+/// Replicas per cluster, clusters with none left out.
+fn placed(decision: &Decision) -> Vec<(&str, u32)> {
+    decision
+        .assignment
+        .iter()
+        .map(|(k, v)| (k.as_str(), *v))
+        .collect()
+}
+
+fn line(decision: &Decision, cluster: &str) -> String {
+    decision
+        .cluster(cluster)
+        .map(ToString::to_string)
+        .unwrap_or_else(|| panic!("no explanation for {cluster}"))
+}
+
+fn rank_of(decision: &Decision, cluster: &str) -> usize {
+    decision
+        .cluster(cluster)
+        .and_then(|c| c.rank)
+        .map_or(0, |r| r.position)
+}
+
+fn three_sizes() -> Fleet {
+    // Room for 1-core replicas: big 16, mid 6, small 4.
+    fleet([
+        mk_cluster("big").cpu(16),
+        mk_cluster("mid").cpu(6),
+        mk_cluster("small").cpu(4),
+    ])
+}
+
+// ---- Worked examples -------------------------------------------------------------------------
+
+#[test]
+fn worked_example_worst_fit_and_best_fit_differ_on_the_same_fleet() {
+    let fleet = three_sizes();
+    let worst = ask(5).on(&fleet);
+    let best = ask(5).best_fit().on(&fleet);
+    assert_eq!(
+        placed(&worst),
+        [("big", 5)],
+        "worst-fit should pick the most room; seen\n{worst}"
+    );
+    assert_eq!(
+        placed(&best),
+        [("mid", 5)],
+        "best-fit should pick the least room that takes 5; seen\n{best}"
+    );
+    assert_eq!(
+        line(&best, "small"),
+        "small: best-fit rank 3 of 3, room for 4 replicas (cpu-bound), given 0 \
+         (not needed, earlier clusters took every replica)"
+    );
+}
+
+#[test]
+fn worked_example_node_selector_matches_nodes_in_one_cluster_only() {
+    let fleet = fleet([
+        mk_cluster("eu-1").group(node_group(&[("accelerator", "gpu")], 2, 8, 32)),
+        mk_cluster("eu-2").cpu(32),
+        mk_cluster("us-1").cpu(32),
+    ]);
+    let mut demand = Demand::new(2000, 4 * GIB);
+    demand.node_selector = labels(&[("accelerator", "gpu")]);
+    let decision = ask(6).demand(demand).on(&fleet);
+    assert_eq!(
+        placed(&decision),
+        [("eu-1", 6)],
+        "only eu-1 has gpu nodes; seen\n{decision}"
+    );
+    assert_eq!(
+        line(&decision, "eu-1"),
+        "eu-1: worst-fit rank 1 of 3, room for 8 replicas (cpu-bound, 2 of 3 nodes eligible), given 6 \
+         (+6 in policy order)"
+    );
+    assert_eq!(
+        decision
+            .cluster("us-1")
+            .and_then(|c| c.room.clone())
+            .map(|r| r.limit),
+        Some(Limit::NoMatchingNode),
+        "us-1 should be explained by the selector; seen\n{decision}"
+    );
+}
+
+#[test]
+fn worked_example_nothing_fits_places_nothing_and_reports_every_replica_unplaced() {
+    let fleet = fleet([mk_cluster("eu-1").cpu(2), mk_cluster("eu-2").cpu(3).mem_gib(64)]);
+    let decision = ask(3).each(4000, 1024).on(&fleet);
+    assert!(
+        decision.assignment.is_empty(),
+        "nothing should be placed; seen\n{decision}"
+    );
+    assert_eq!(decision.unplaced, 3, "all 3 unplaced; seen\n{decision}");
+    assert_eq!(
+        line(&decision, "eu-2"),
+        "eu-2: worst-fit rank 2 of 2, no room (cpu-bound), given 0 (no room)"
+    );
+    assert!(
+        decision
+            .to_string()
+            .starts_with("worst-fit: 3 replica(s) asked, 0 placed on 0 cluster(s), 3 unplaced"),
+        "summary should say what was not placed; seen\n{decision}"
+    );
+}
+
+#[test]
+fn worked_example_webster_division_with_weights() {
+    let fleet = fleet([
+        mk_cluster("ap").cpu(64),
+        mk_cluster("eu").cpu(64),
+        mk_cluster("us").cpu(64),
+    ]);
+    let exact = ask(12).weights(&[("eu", 3), ("us", 2), ("ap", 1)]).on(&fleet);
+    assert_eq!(
+        placed(&exact),
+        [("ap", 2), ("eu", 6), ("us", 4)],
+        "12 in 3:2:1; seen\n{exact}"
+    );
+    // 53:24:23 for 7 replicas: largest-remainder and D'Hondt give 4:2:1, Sainte-Laguë 3:2:2.
+    let uneven = ask(7).weights(&[("eu", 53), ("us", 24), ("ap", 23)]).on(&fleet);
+    assert_eq!(
+        placed(&uneven),
+        [("ap", 2), ("eu", 3), ("us", 2)],
+        "Sainte-Laguë 3:2:2; seen\n{uneven}"
+    );
+    let tie = ask(4).weights(&[("eu", 1), ("us", 1), ("ap", 1)]).on(&fleet);
+    assert_eq!(
+        placed(&tie),
+        [("ap", 2), ("eu", 1), ("us", 1)],
+        "a tie goes to the earlier name; seen\n{tie}"
+    );
+    assert_eq!(
+        line(&exact, "us"),
+        "us: weight 2, worst-fit rank 3 of 3, room for 64 replicas (cpu-bound), given 4 (+4 by weight (Webster))"
+    );
+}
+
+#[test]
+fn explanation_reads_as_a_sentence() {
+    let fleet = fleet([
+        mk_cluster("eu-1").cpu(12),
+        mk_cluster("eu-2").cpu(8),
+        mk_cluster("eu-3").cpu(4),
+    ]);
+    let decision = ask(4).current(&[("eu-1", 4)]).on(&fleet);
+    assert_eq!(
+        line(&decision, "eu-1"),
+        "eu-1: worst-fit rank 1 of 3, room for 12 replicas (cpu-bound), given 4 (kept 4 existing, nothing new to place)"
+    );
+}
+
+// ---- Filters ---------------------------------------------------------------------------------
+
+#[test]
+fn allow_list_keeps_other_clusters_out() {
+    let decision = ask(5).allow(&["small"]).on(&three_sizes());
+    assert_eq!(
+        placed(&decision),
+        [("small", 4)],
+        "only small is allowed and it fits 4; seen\n{decision}"
+    );
+    assert_eq!(decision.unplaced, 1);
+    assert_eq!(
+        line(&decision, "big"),
+        "big: filtered out: not in the clusters allow-list, given 0"
+    );
+}
+
+#[test]
+fn cluster_selector_filters_by_labels_and_expressions() {
+    let fleet = fleet([
+        mk_cluster("eu-1").region("eu").label("tier", "gold"),
+        mk_cluster("eu-2").region("eu").label("tier", "bronze"),
+        mk_cluster("eu-3").region("eu").label("pci", "yes"),
+        mk_cluster("us-1").region("us").label("tier", "gold"),
+    ]);
+    let selector = LabelSelector {
+        match_labels: labels(&[(crate::REGION_LABEL, "eu")]),
+        match_expressions: vec![
+            label_req("tier", LabelSelectorOperator::NotIn, &["bronze"]),
+            label_req("pci", LabelSelectorOperator::DoesNotExist, &[]),
+        ],
+    };
+    let decision = ask(3).selector(selector).on(&fleet);
+    assert_eq!(
+        placed(&decision),
+        [("eu-1", 3)],
+        "only eu-1 matches; seen\n{decision}"
+    );
+    assert_eq!(
+        line(&decision, "us-1"),
+        "us-1: filtered out: clusterSelector needs topology.kubernetes.io/region=eu (is us), given 0"
+    );
+    assert_eq!(
+        line(&decision, "eu-2"),
+        "eu-2: filtered out: clusterSelector needs tier notin (bronze) (is bronze), given 0"
+    );
+    assert_eq!(
+        line(&decision, "eu-3"),
+        "eu-3: filtered out: clusterSelector needs !pci (is yes), given 0"
+    );
+}
+
+#[test]
+fn cordoned_cluster_keeps_its_replicas_and_gets_no_new_ones() {
+    let fleet = fleet([mk_cluster("eu-1").cpu(16).cordoned(), mk_cluster("eu-2").cpu(4)]);
+    let decision = ask(6).current(&[("eu-1", 2)]).on(&fleet);
+    assert_eq!(
+        placed(&decision),
+        [("eu-1", 2), ("eu-2", 4)],
+        "eu-1 keeps 2, eu-2 takes the rest; seen\n{decision}"
+    );
+    assert_eq!(
+        line(&decision, "eu-1"),
+        "eu-1: filtered out: cordoned (unschedulable), room for 16 replicas (cpu-bound), given 2 (kept 2 existing)"
+    );
+}
+
+#[test]
+fn not_ready_cluster_keeps_its_replicas_and_gets_no_new_ones() {
+    let fleet = fleet([mk_cluster("eu-1").cpu(16).not_ready(), mk_cluster("eu-2").cpu(8)]);
+    let decision = ask(5).current(&[("eu-1", 3)]).on(&fleet);
+    assert_eq!(placed(&decision), [("eu-1", 3), ("eu-2", 2)], "seen\n{decision}");
+    assert_eq!(
+        decision.cluster("eu-1").and_then(|c| c.filter.clone()),
+        Some(Filter::NotReady)
+    );
+}
+
+#[test]
+fn capacity_unknown_is_filtered_with_a_reason() {
+    let fleet = fleet([mk_cluster("new").unknown_capacity(), mk_cluster("old").cpu(2)]);
+    let decision = ask(3).on(&fleet);
+    assert_eq!(placed(&decision), [("old", 2)], "seen\n{decision}");
+    assert_eq!(decision.unplaced, 1);
+    assert_eq!(
+        line(&decision, "new"),
+        "new: filtered out: capacity unknown (no agent report yet), given 0"
+    );
+}
+
+#[test]
+fn burst_only_cluster_is_used_only_for_overflow() {
+    let fleet = fleet([
+        mk_cluster("burst").cpu(64).burst_only(),
+        mk_cluster("eu-1").cpu(4),
+    ]);
+    let fits = ask(4).on(&fleet);
+    assert_eq!(
+        placed(&fits),
+        [("eu-1", 4)],
+        "the regular cluster has room; seen\n{fits}"
+    );
+    assert_eq!(
+        line(&fits, "burst"),
+        "burst: burst-only, room for 64 replicas (cpu-bound), given 0 (not needed, regular clusters had room)"
+    );
+    let overflows = ask(6).on(&fleet);
+    assert_eq!(
+        placed(&overflows),
+        [("burst", 2), ("eu-1", 4)],
+        "2 overflow to burst; seen\n{overflows}"
+    );
+    assert_eq!(
+        line(&overflows, "burst"),
+        "burst: burst-only, burst rank 1 of 1 (no proximity data), room for 64 replicas (cpu-bound), given 2 \
+         (+2 burst)"
+    );
+}
+
+#[test]
+fn bursting_targets_selector_makes_matching_clusters_burst_targets() {
+    let fleet = fleet([
+        mk_cluster("cloud").cpu(64).label("cost", "high"),
+        mk_cluster("onprem").cpu(4),
+    ]);
+    let targets = LabelSelector {
+        match_labels: labels(&[("cost", "high")]),
+        ..LabelSelector::default()
+    };
+    let decision = ask(6)
+        .bursting(Bursting {
+            threshold_percent: None,
+            targets: Some(targets),
+        })
+        .on(&fleet);
+    assert_eq!(
+        placed(&decision),
+        [("cloud", 2), ("onprem", 4)],
+        "cloud only takes overflow; seen\n{decision}"
+    );
+}
+
+#[test]
+fn cluster_above_the_bursting_threshold_overflows_to_burst_targets() {
+    let fleet = fleet([
+        mk_cluster("busy").cpu(10).requested(9000, 0, 9),
+        mk_cluster("burst").cpu(64).burst_only(),
+    ]);
+    let decision = ask(1)
+        .bursting(Bursting {
+            threshold_percent: Some(80),
+            targets: None,
+        })
+        .on(&fleet);
+    assert_eq!(
+        placed(&decision),
+        [("burst", 1)],
+        "busy is at 90% > 80%; seen\n{decision}"
+    );
+    assert_eq!(
+        line(&decision, "busy"),
+        "busy: filtered out: utilization 90% above the bursting threshold 80%, room for 1 replica (cpu-bound), \
+         utilization cpu 90%, memory 0%, given 0"
+    );
+    let measured = fleet_with_usage();
+    let by_usage = ask(1)
+        .bursting(Bursting {
+            threshold_percent: Some(80),
+            targets: None,
+        })
+        .on(&measured);
+    assert_eq!(
+        placed(&by_usage),
+        [("burst", 1)],
+        "measured usage should count over requests; seen\n{by_usage}"
+    );
+}
+
+fn fleet_with_usage() -> Fleet {
+    fleet([
+        mk_cluster("busy").cpu(10).usage(Resources::new(8500, 0, 0)),
+        mk_cluster("burst").cpu(64).burst_only(),
+    ])
+}
+
+#[test]
+fn clusters_dropped_from_the_placement_have_their_replicas_moved() {
+    let fleet = fleet([mk_cluster("eu-1").cpu(8), mk_cluster("eu-2").cpu(8)]);
+    let decision = ask(5)
+        .allow(&["eu-2"])
+        .current(&[("eu-1", 3), ("eu-2", 2), ("gone", 1)])
+        .on(&fleet);
+    assert_eq!(
+        placed(&decision),
+        [("eu-2", 5)],
+        "eu-1 and gone's replicas move to eu-2; seen\n{decision}"
+    );
+    assert_eq!(
+        line(&decision, "eu-1"),
+        "eu-1: filtered out: not in the clusters allow-list, given 0 (-3 moved away)"
+    );
+    assert_eq!(
+        line(&decision, "gone"),
+        "gone: filtered out: not in the fleet, given 0 (-1 moved away)"
+    );
+}
+
+// ---- Strategies --------------------------------------------------------------------------------
+
+#[test]
+fn best_fit_with_no_cluster_big_enough_fills_the_largest_first() {
+    let decision = ask(20).best_fit().on(&three_sizes());
+    assert_eq!(
+        placed(&decision),
+        [("big", 16), ("mid", 4)],
+        "fewest clusters; seen\n{decision}"
+    );
+}
+
+#[test]
+fn proximity_ranks_by_latency_then_distance_then_region() {
+    let fleet = fleet([
+        mk_cluster("origin").region("eu").zone("eu-a").at(50.1, 8.7),
+        mk_cluster("slow").latency("origin", 30).at(50.1, 8.7),
+        mk_cluster("fast").latency("origin", 10).at(-33.9, 151.2),
+        mk_cluster("close").at(48.9, 2.4),
+        mk_cluster("far").at(40.7, -74.0).region("eu"),
+        mk_cluster("zone").region("eu").zone("eu-a"),
+        mk_cluster("region").region("eu"),
+        mk_cluster("none"),
+    ]);
+    let decision = ask(1).near(Origin::Cluster("origin".into())).on(&fleet);
+    let order: Vec<usize> = ["origin", "fast", "slow", "close", "far", "zone", "region", "none"]
+        .iter()
+        .map(|c| rank_of(&decision, c))
+        .collect();
+    assert_eq!(
+        order,
+        [1, 2, 3, 4, 5, 6, 7, 8],
+        "expected latency, then distance, then labels; seen\n{decision}"
+    );
+    assert_eq!(placed(&decision), [("origin", 1)]);
+    assert_eq!(
+        line(&decision, "fast"),
+        "fast: proximity rank 2 of 8 (10.0 ms, 16484 km), room for 8 replicas (cpu-bound), given 0 \
+         (not needed, earlier clusters took every replica)"
+    );
+}
+
+#[test]
+fn proximity_to_a_region_prefers_its_zone_then_the_region() {
+    let fleet = fleet([
+        mk_cluster("a-other").region("us").cpu(64),
+        mk_cluster("b-region").region("eu").zone("eu-b").cpu(2),
+        mk_cluster("c-zone").region("eu").zone("eu-a").cpu(2),
+    ]);
+    let origin = Origin::Region {
+        region: "eu".into(),
+        zone: Some("eu-a".into()),
+    };
+    let decision = ask(5).near(origin).on(&fleet);
+    assert_eq!(
+        placed(&decision),
+        [("a-other", 1), ("b-region", 2), ("c-zone", 2)],
+        "seen\n{decision}"
+    );
+}
+
+#[test]
+fn proximity_to_coordinates_prefers_the_nearest() {
+    let fleet = fleet([
+        mk_cluster("frankfurt").at(50.1, 8.7),
+        mk_cluster("sydney").at(-33.9, 151.2),
+    ]);
+    let decision = ask(2)
+        .near(Origin::Coordinates(crate::Coordinates::new(48.9, 2.4)))
+        .on(&fleet);
+    assert_eq!(
+        placed(&decision),
+        [("frankfurt", 2)],
+        "Paris is nearer Frankfurt; seen\n{decision}"
+    );
+}
+
+#[test]
+fn spread_divides_as_evenly_as_capacity_allows() {
+    let fleet = fleet([
+        mk_cluster("a").cpu(2),
+        mk_cluster("b").cpu(16),
+        mk_cluster("c").cpu(16),
+    ]);
+    let decision = ask(10).spread().on(&fleet);
+    assert_eq!(
+        placed(&decision),
+        [("a", 2), ("b", 4), ("c", 4)],
+        "a is capped at 2; seen\n{decision}"
+    );
+}
+
+#[test]
+fn spread_with_max_clusters_uses_the_roomiest() {
+    let fleet = fleet([
+        mk_cluster("a").cpu(2),
+        mk_cluster("b").cpu(16),
+        mk_cluster("c").cpu(16),
+    ]);
+    let decision = ask(5).spread().max(2).on(&fleet);
+    assert_eq!(
+        placed(&decision),
+        [("b", 3), ("c", 2)],
+        "remainder to the earlier name; seen\n{decision}"
+    );
+    assert_eq!(
+        decision.cluster("a").and_then(|c| c.idle),
+        Some(Idle::BeyondMaxClusters(2))
+    );
+}
+
+#[test]
+fn max_clusters_fills_the_chosen_then_overflows_to_the_nearest() {
+    let fleet = fleet([
+        mk_cluster("eu-1").cpu(8).region("eu"),
+        mk_cluster("eu-2").cpu(4).region("eu"),
+        mk_cluster("us-1").cpu(6).region("us"),
+    ]);
+    let decision = ask(10).max(1).on(&fleet);
+    assert_eq!(
+        placed(&decision),
+        [("eu-1", 8), ("eu-2", 2)],
+        "overflow near eu-1, not the roomier us-1; seen\n{decision}"
+    );
+    assert!(
+        decision
+            .notes
+            .contains(&Note::OverflowBeyondMaxClusters { max: 1 }),
+        "the overflow should be noted; seen\n{decision}"
+    );
+    let within = ask(8).max(1).on(&fleet);
+    assert_eq!(placed(&within), [("eu-1", 8)], "seen\n{within}");
+    assert_eq!(
+        within.cluster("us-1").and_then(|c| c.idle),
+        Some(Idle::BeyondMaxClusters(1))
+    );
+}
+
+#[test]
+fn min_clusters_shares_replicas_among_the_first_clusters() {
+    let fleet = fleet([
+        mk_cluster("a").cpu(32),
+        mk_cluster("b").cpu(16),
+        mk_cluster("c").cpu(8),
+    ]);
+    let decision = ask(10).min(3).on(&fleet);
+    assert_eq!(
+        placed(&decision),
+        [("a", 4), ("b", 3), ("c", 3)],
+        "seen\n{decision}"
+    );
+    let few = ask(2).min(3).on(&fleet);
+    assert_eq!(placed(&few), [("a", 1), ("b", 1)], "seen\n{few}");
+    assert!(
+        few.notes.is_empty(),
+        "2 replicas cannot be on 3 clusters; no note expected; seen\n{few}"
+    );
+    let small = fleet_of_one();
+    let unmet = ask(4).min(2).on(&small);
+    assert!(
+        unmet
+            .notes
+            .contains(&Note::MinClustersNotMet { min: 2, reached: 1 }),
+        "expected a note; seen\n{unmet}"
+    );
+}
+
+fn fleet_of_one() -> Fleet {
+    fleet([mk_cluster("only").cpu(8)])
+}
+
+#[test]
+fn weights_cap_at_room_and_overflow_to_unweighted_clusters() {
+    let fleet = fleet([
+        mk_cluster("a").cpu(2),
+        mk_cluster("b").cpu(8),
+        mk_cluster("c").cpu(8),
+    ]);
+    let decision = ask(12).weights(&[("a", 1), ("b", 1)]).on(&fleet);
+    assert_eq!(
+        placed(&decision),
+        [("a", 2), ("b", 8), ("c", 2)],
+        "seen\n{decision}"
+    );
+    assert_eq!(
+        decision.cluster("c").map(|c| c.changes.clone()),
+        Some(vec![Change::Added {
+            replicas: 2,
+            why: Addition::Overflow { near: None }
+        }])
+    );
+}
+
+// ---- Steady changes ----------------------------------------------------------------------------
+
+#[test]
+fn scale_up_places_only_the_new_replicas() {
+    let decision = ask(9).current(&[("small", 3), ("mid", 2)]).on(&three_sizes());
+    assert_eq!(
+        placed(&decision),
+        [("big", 4), ("mid", 2), ("small", 3)],
+        "seen\n{decision}"
+    );
+}
+
+#[test]
+fn unchanged_request_changes_nothing() {
+    let decision = ask(5).current(&[("small", 3), ("mid", 2)]).on(&three_sizes());
+    assert_eq!(placed(&decision), [("mid", 2), ("small", 3)], "seen\n{decision}");
+    assert!(
+        decision.clusters.iter().all(|c| c.changes.is_empty()),
+        "no change expected; seen\n{decision}"
+    );
+}
+
+#[test]
+fn scale_down_empties_burst_clusters_first_then_removes_proportionally() {
+    let fleet = fleet([
+        mk_cluster("eu-1"),
+        mk_cluster("eu-2"),
+        mk_cluster("burst").burst_only(),
+    ]);
+    let decision = ask(8)
+        .current(&[("eu-1", 6), ("eu-2", 3), ("burst", 2)])
+        .on(&fleet);
+    assert_eq!(placed(&decision), [("eu-1", 5), ("eu-2", 3)], "seen\n{decision}");
+    assert_eq!(
+        line(&decision, "burst"),
+        "burst: burst-only, room for 8 replicas (cpu-bound), given 0 (-2 scale-down, burst clusters first)"
+    );
+    let half = ask(3).current(&[("eu-1", 6), ("eu-2", 3)]).on(&fleet);
+    assert_eq!(
+        placed(&half),
+        [("eu-1", 2), ("eu-2", 1)],
+        "6:3 becomes 2:1; seen\n{half}"
+    );
+}
+
+#[test]
+fn scale_down_with_weights_restores_the_weighted_ratio() {
+    let fleet = fleet([mk_cluster("a"), mk_cluster("b"), mk_cluster("c")]);
+    let decision = ask(4)
+        .weights(&[("a", 1), ("b", 1)])
+        .current(&[("a", 2), ("b", 4), ("c", 2)])
+        .on(&fleet);
+    assert_eq!(
+        placed(&decision),
+        [("a", 2), ("b", 2)],
+        "unweighted c first, then b; seen\n{decision}"
+    );
+}
+
+#[test]
+fn evacuate_moves_stuck_replicas_to_other_clusters() {
+    let fleet = fleet([mk_cluster("eu-1").cpu(16), mk_cluster("eu-2").cpu(8)]);
+    let decision = ask(6)
+        .current(&[("eu-1", 4), ("eu-2", 2)])
+        .evacuate("eu-1", 3)
+        .on(&fleet);
+    assert_eq!(
+        placed(&decision),
+        [("eu-1", 1), ("eu-2", 5)],
+        "3 leave eu-1 for eu-2; seen\n{decision}"
+    );
+    assert_eq!(
+        line(&decision, "eu-1"),
+        "eu-1: filtered out: evacuating, room for 16 replicas (cpu-bound), given 1 (kept 1 existing, -3 evacuated)"
+    );
+}
+
+#[test]
+fn what_does_not_fit_is_placed_partly_and_counted() {
+    let decision = ask(30).on(&three_sizes());
+    assert_eq!(
+        placed(&decision),
+        [("big", 16), ("mid", 6), ("small", 4)],
+        "seen\n{decision}"
+    );
+    assert_eq!(decision.unplaced, 4, "26 fit, 4 do not; seen\n{decision}");
+}
+
+// ---- Capacity in a decision ----------------------------------------------------------------------
+
+#[test]
+fn ledger_keeps_two_decisions_in_a_row_from_sharing_room() {
+    let fleet = fleet([mk_cluster("eu-1").cpu(8)]);
+    let mut ledger = Ledger::new();
+    let first = ask(5).0;
+    let a = decide(&fleet, &ledger, &first);
+    ledger.record("default/a", &first.demand, &a);
+    let b = decide(&fleet, &ledger, &ask(5).0);
+    assert_eq!(
+        (a.placed(), b.placed(), b.unplaced),
+        (5, 3, 2),
+        "8 cores shared by two decisions; seen\n{a}\n{b}"
+    );
+}
+
+#[test]
+fn tolerations_open_tainted_nodes() {
+    let fleet = fleet([
+        mk_cluster("spot").node_taint(Taint::new("spot", "true", TaintEffect::NoSchedule)),
+        mk_cluster("soft")
+            .cpu(2)
+            .node_taint(Taint::new("busy", "", TaintEffect::PreferNoSchedule)),
+    ]);
+    let blocked = ask(4).on(&fleet);
+    assert_eq!(
+        placed(&blocked),
+        [("soft", 2)],
+        "only the PreferNoSchedule cluster; seen\n{blocked}"
+    );
+    assert_eq!(
+        line(&blocked, "spot"),
+        "spot: worst-fit rank 2 of 2, no room (taint spot=true:NoSchedule not tolerated), given 0 (no room)"
+    );
+    let mut demand = Demand::new(1000, GIB);
+    demand.tolerations.push(Toleration {
+        key: "spot".into(),
+        operator: TolerationOperator::Exists,
+        ..Toleration::default()
+    });
+    let tolerated = ask(4).demand(demand).on(&fleet);
+    assert_eq!(placed(&tolerated), [("spot", 4)], "seen\n{tolerated}");
+}

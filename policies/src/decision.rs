@@ -1,0 +1,441 @@
+//! The outcome of a placement and its explanation, per cluster, in words a user can read as is.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use crate::capacity::{Room, Utilization};
+use crate::policy::Strategy;
+use crate::proximity::Proximity;
+
+/// How a cluster may be used.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Role {
+    /// Chosen by the strategy, or through overflow.
+    Regular,
+    /// Used only when regular clusters are full, and emptied first on scale-down (`burstOnly`,
+    /// or matched by the bursting targets).
+    Burst,
+}
+
+/// Why a cluster takes no new replicas. The first three also move its replicas away.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Filter {
+    /// The current assignment names a cluster the fleet no longer has.
+    NotInFleet,
+    /// Not in the `clusters` allow-list.
+    NotAllowed,
+    /// `clusterSelector` does not match; the first unmet part, with the value seen.
+    SelectorMismatch(String),
+    /// Condition `Ready` is not true.
+    NotReady,
+    /// Cordoned (`unschedulable`).
+    Cordoned,
+    /// No capacity report yet.
+    CapacityUnknown,
+    /// Replicas are being evacuated from it in this decision.
+    Evacuating,
+    /// Utilization is above the bursting threshold.
+    AboveThreshold {
+        /// Utilization in percent (the higher of CPU and memory).
+        utilization_percent: u64,
+        /// The threshold in percent.
+        threshold_percent: u32,
+    },
+}
+
+impl Filter {
+    /// Whether the cluster's current replicas move elsewhere (it is no longer a place for this
+    /// workload at all), rather than stay while it only takes nothing new.
+    pub fn moves_replicas_away(&self) -> bool {
+        matches!(
+            self,
+            Filter::NotInFleet | Filter::NotAllowed | Filter::SelectorMismatch(_)
+        )
+    }
+}
+
+impl fmt::Display for Filter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Filter::NotInFleet => f.write_str("not in the fleet"),
+            Filter::NotAllowed => f.write_str("not in the clusters allow-list"),
+            Filter::SelectorMismatch(why) => write!(f, "clusterSelector needs {why}"),
+            Filter::NotReady => f.write_str("not Ready"),
+            Filter::Cordoned => f.write_str("cordoned (unschedulable)"),
+            Filter::CapacityUnknown => f.write_str("capacity unknown (no agent report yet)"),
+            Filter::Evacuating => f.write_str("evacuating"),
+            Filter::AboveThreshold {
+                utilization_percent,
+                threshold_percent,
+            } => {
+                write!(
+                    f,
+                    "utilization {utilization_percent}% above the bursting threshold {threshold_percent}%"
+                )
+            }
+        }
+    }
+}
+
+/// How a cluster compared in the order it was considered in.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Score {
+    /// Replicas of this demand that fit (worst-fit, best-fit, spread rank by it).
+    Room(u64),
+    /// Nearness to the origin, or to the clusters already chosen.
+    Proximity(Proximity),
+}
+
+/// A cluster's position in an order.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Rank {
+    /// Which order: the strategy's name, or `burst`.
+    pub order: &'static str,
+    /// 1-based position.
+    pub position: usize,
+    /// Clusters in the order.
+    pub of: usize,
+    /// What the cluster was ranked by.
+    pub score: Score,
+}
+
+impl fmt::Display for Rank {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} rank {} of {}", self.order, self.position, self.of)?;
+        match self.score {
+            // Room is printed beside the rank anyway.
+            Score::Room(_) => Ok(()),
+            Score::Proximity(p) => write!(f, " ({p})"),
+        }
+    }
+}
+
+/// Why replicas were added to a cluster.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Addition {
+    /// Filled in strategy order, up to its room.
+    Policy,
+    /// Shared evenly among the first clusters to reach `minClusters`.
+    MinClusters(u32),
+    /// Spread evenly.
+    Spread,
+    /// Its share by static weight (Webster).
+    Weight,
+    /// The chosen clusters were full; nearest to the named one.
+    Overflow {
+        /// The chosen cluster it is nearest to.
+        near: Option<String>,
+    },
+    /// Regular clusters were full; nearest to the named one.
+    Burst {
+        /// The cluster already holding replicas it is nearest to.
+        near: Option<String>,
+    },
+}
+
+impl fmt::Display for Addition {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Addition::Policy => f.write_str("in policy order"),
+            Addition::MinClusters(min) => write!(f, "shared evenly to reach minClusters={min}"),
+            Addition::Spread => f.write_str("spread evenly"),
+            Addition::Weight => f.write_str("by weight (Webster)"),
+            Addition::Overflow { near: Some(near) } => write!(f, "overflow, nearest to {near}"),
+            Addition::Overflow { near: None } => f.write_str("overflow"),
+            Addition::Burst { near: Some(near) } => write!(f, "burst, nearest to {near}"),
+            Addition::Burst { near: None } => f.write_str("burst"),
+        }
+    }
+}
+
+/// Why replicas were removed from a cluster.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Removal {
+    /// The cluster is filtered out in a way that moves replicas away; they are placed anew.
+    MovedAway,
+    /// Evacuated on request; they are placed anew.
+    Evacuated,
+    /// Scale-down, burst clusters first.
+    BurstFirst,
+    /// Scale-down, proportionally to what each cluster holds (or to its weight).
+    Proportional,
+}
+
+impl fmt::Display for Removal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Removal::MovedAway => "moved away",
+            Removal::Evacuated => "evacuated",
+            Removal::BurstFirst => "scale-down, burst clusters first",
+            Removal::Proportional => "scale-down, proportionally",
+        })
+    }
+}
+
+/// One change to a cluster's replica count.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Change {
+    /// Replicas added.
+    Added {
+        /// How many.
+        replicas: u32,
+        /// Why.
+        why: Addition,
+    },
+    /// Replicas removed.
+    Removed {
+        /// How many.
+        replicas: u32,
+        /// Why.
+        why: Removal,
+    },
+}
+
+/// Why an eligible cluster was given nothing new.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Idle {
+    /// The request needed no new replicas.
+    NothingToPlace,
+    /// Scale-down never adds.
+    ScaleDown,
+    /// Nothing fits.
+    NoRoom,
+    /// `maxClusters` clusters were chosen before it.
+    BeyondMaxClusters(u32),
+    /// Weights are set and it has none: it only takes overflow.
+    NoWeight,
+    /// Clusters before it took every replica.
+    NotNeeded,
+    /// A burst cluster, and regular clusters had room.
+    BurstNotNeeded,
+}
+
+impl fmt::Display for Idle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Idle::NothingToPlace => f.write_str("nothing new to place"),
+            Idle::ScaleDown => f.write_str("scale-down adds nowhere"),
+            Idle::NoRoom => f.write_str("no room"),
+            Idle::BeyondMaxClusters(max) => write!(f, "beyond maxClusters={max}"),
+            Idle::NoWeight => f.write_str("no weight, overflow only"),
+            Idle::NotNeeded => f.write_str("not needed, earlier clusters took every replica"),
+            Idle::BurstNotNeeded => f.write_str("not needed, regular clusters had room"),
+        }
+    }
+}
+
+/// Everything decided about one cluster, and why.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClusterDecision {
+    /// Cluster name.
+    pub cluster: String,
+    /// Regular or burst.
+    pub role: Role,
+    /// Why it takes no new replicas, if it does not.
+    pub filter: Option<Filter>,
+    /// Room for more replicas of this demand, when its capacity is known and it is a candidate.
+    pub room: Option<Room>,
+    /// Its utilization, when its capacity is known.
+    pub utilization: Option<Utilization>,
+    /// Position in the strategy's order (eligible regular clusters).
+    pub rank: Option<Rank>,
+    /// Position in the burst order, when burst clusters were needed.
+    pub burst_rank: Option<Rank>,
+    /// Static weight, when weights are set.
+    pub weight: Option<u32>,
+    /// Replicas before the decision.
+    pub previous: u32,
+    /// Replicas after the decision.
+    pub replicas: u32,
+    /// What changed, in order.
+    pub changes: Vec<Change>,
+    /// Why it got nothing new, when it was eligible and did not.
+    pub idle: Option<Idle>,
+}
+
+impl ClusterDecision {
+    /// Replicas added by this decision.
+    pub fn added(&self) -> u32 {
+        self.changes
+            .iter()
+            .map(|c| match c {
+                Change::Added { replicas, .. } => *replicas,
+                Change::Removed { .. } => 0,
+            })
+            .sum()
+    }
+
+    /// Replicas removed by this decision.
+    pub fn removed(&self) -> u32 {
+        self.changes
+            .iter()
+            .map(|c| match c {
+                Change::Removed { replicas, .. } => *replicas,
+                Change::Added { .. } => 0,
+            })
+            .sum()
+    }
+}
+
+impl fmt::Display for ClusterDecision {
+    /// One line, for example
+    /// `eu-1: worst-fit rank 1 of 3, room for 12 replicas (cpu-bound), given 4 (kept 4 existing)`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: ", self.cluster)?;
+        let mut head = Vec::new();
+        if let Some(filter) = &self.filter {
+            head.push(format!("filtered out: {filter}"));
+        }
+        if self.role == Role::Burst {
+            head.push("burst-only".to_owned());
+        }
+        if let Some(weight) = self.weight {
+            head.push(format!("weight {weight}"));
+        }
+        if let Some(rank) = self.rank.iter().chain(&self.burst_rank).next() {
+            head.push(rank.to_string());
+        }
+        if let Some(room) = &self.room {
+            head.push(room.to_string());
+        }
+        if let Some(utilization) = &self.utilization
+            && matches!(self.filter, Some(Filter::AboveThreshold { .. }))
+        {
+            head.push(format!("utilization {utilization}"));
+        }
+        for part in &head {
+            write!(f, "{part}, ")?;
+        }
+        write!(f, "given {}", self.replicas)?;
+        let mut why = Vec::new();
+        let kept = self.previous - self.removed();
+        if kept > 0 {
+            why.push(format!("kept {kept} existing"));
+        }
+        for change in &self.changes {
+            why.push(match change {
+                Change::Added { replicas, why } => format!("+{replicas} {why}"),
+                Change::Removed { replicas, why } => format!("-{replicas} {why}"),
+            });
+        }
+        if let Some(idle) = self.idle {
+            why.push(idle.to_string());
+        }
+        if !why.is_empty() {
+            write!(f, " ({})", why.join(", "))?;
+        }
+        Ok(())
+    }
+}
+
+/// Something about the decision as a whole that a user should know.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Note {
+    /// Fewer clusters hold replicas than `minClusters` asks.
+    MinClustersNotMet {
+        /// `minClusters`.
+        min: u32,
+        /// Clusters holding replicas after the decision.
+        reached: u32,
+    },
+    /// More clusters already hold replicas than `maxClusters`; steady placement does not move
+    /// them, but adds no further clusters by policy.
+    MaxClustersExceeded {
+        /// `maxClusters`.
+        max: u32,
+        /// Regular clusters holding replicas before the decision.
+        in_use: u32,
+    },
+    /// The chosen clusters were full, so replicas overflowed to clusters beyond `maxClusters`.
+    OverflowBeyondMaxClusters {
+        /// `maxClusters`.
+        max: u32,
+    },
+}
+
+impl fmt::Display for Note {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Note::MinClustersNotMet { min, reached } => {
+                write!(f, "minClusters={min} not met: {reached} cluster(s) hold replicas")
+            }
+            Note::MaxClustersExceeded { max, in_use } => write!(
+                f,
+                "maxClusters={max} but {in_use} clusters already hold replicas; they stay (steady placement)"
+            ),
+            Note::OverflowBeyondMaxClusters { max } => {
+                write!(
+                    f,
+                    "the {max} chosen cluster(s) were full; overflow went beyond maxClusters={max}"
+                )
+            }
+        }
+    }
+}
+
+/// A placement: replicas per cluster, what could not be placed, and why, for every cluster.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Decision {
+    /// The strategy used.
+    pub strategy: Strategy,
+    /// Replicas asked for.
+    pub replicas: u32,
+    /// Replicas per cluster, clusters with none left out.
+    pub assignment: BTreeMap<String, u32>,
+    /// Replicas that fit nowhere; the caller reports them (`Degraded`) and asks again when
+    /// capacity changes.
+    pub unplaced: u32,
+    /// Every cluster of the fleet and of the current assignment, by name.
+    pub clusters: Vec<ClusterDecision>,
+    /// Remarks about the decision as a whole.
+    pub notes: Vec<Note>,
+}
+
+impl Decision {
+    /// Replicas placed (`replicas - unplaced`).
+    pub fn placed(&self) -> u32 {
+        self.assignment.values().sum()
+    }
+
+    /// The explanation for one cluster.
+    pub fn cluster(&self, name: &str) -> Option<&ClusterDecision> {
+        self.clusters
+            .binary_search_by(|c| c.cluster.as_str().cmp(name))
+            .ok()
+            .map(|i| &self.clusters[i])
+    }
+
+    /// Replicas assigned to `name` (zero when none).
+    pub fn replicas_in(&self, name: &str) -> u32 {
+        self.assignment.get(name).copied().unwrap_or(0)
+    }
+}
+
+impl fmt::Display for Decision {
+    /// A summary line, one line per cluster (by name), then the notes.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let placed = self.placed();
+        write!(
+            f,
+            "{}: {} replica(s) asked, {} placed on {} cluster(s)",
+            self.strategy,
+            self.replicas,
+            placed,
+            self.assignment.len()
+        )?;
+        if self.unplaced > 0 {
+            write!(
+                f,
+                ", {} unplaced (no room left in any eligible cluster)",
+                self.unplaced
+            )?;
+        }
+        for cluster in &self.clusters {
+            write!(f, "\n  {cluster}")?;
+        }
+        for note in &self.notes {
+            write!(f, "\n  note: {note}")?;
+        }
+        Ok(())
+    }
+}
