@@ -67,6 +67,23 @@ const CONTAINER: &[Entry] = &[
     ("resources.claims", Ssa::Map(&["name"]), Smp::Replace),
 ];
 
+/// Atomic structs and maps of a `PodSpec` (`+structType=atomic`, `+mapType=atomic`), relative to it.
+const POD_SPEC_ATOMIC: &[&str] = &[
+    "nodeSelector",
+    "affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution",
+];
+
+/// Atomic structs of a `Container`, relative to it.
+const CONTAINER_ATOMIC: &[&str] = &[
+    "env[].valueFrom.configMapKeyRef",
+    "env[].valueFrom.secretKeyRef",
+    "env[].valueFrom.fieldRef",
+    "env[].valueFrom.resourceFieldRef",
+];
+
+/// Field names that are `LabelSelector`s (`+structType=atomic`) wherever they occur in a pod spec.
+const SELECTOR_NAMES: &[&str] = &["labelSelector", "namespaceSelector"];
+
 const CONTAINER_LISTS: &[&str] = &["containers", "initContainers", "ephemeralContainers"];
 
 const WORKLOAD_STATUS: &[Entry] = &[("status.conditions", Ssa::Map(&["type"]), Smp::Key("type"))];
@@ -142,6 +159,8 @@ pub struct BuiltinListTypes {
     table: &'static [Entry],
     /// Top-level fields an empty object of this kind already has.
     preexisting: &'static [&'static str],
+    /// Kind-specific atomic maps (full paths).
+    atomic_maps: &'static [&'static str],
 }
 
 impl BuiltinListTypes {
@@ -149,6 +168,7 @@ impl BuiltinListTypes {
     /// `metadata` lists.
     pub fn new(group: &str, kind: &str) -> Self {
         const SPEC_STATUS: &[&str] = &["spec", "status"];
+        const SELECTOR: &[&str] = &["spec.selector"];
         let (pod_spec_roots, table, preexisting): (&[&str], &[Entry], &[&str]) = match (group, kind) {
             ("", "Pod") => (&["spec"], POD, SPEC_STATUS),
             ("", "PodTemplate") => (&["template.spec"], &[], &["template"]),
@@ -170,11 +190,48 @@ impl BuiltinListTypes {
             ("apiextensions.k8s.io", "CustomResourceDefinition") => (&[], CRD, SPEC_STATUS),
             _ => (&[], &[], &[]),
         };
+        let atomic_maps: &[&str] = match (group, kind) {
+            ("apps", "Deployment" | "ReplicaSet" | "DaemonSet" | "StatefulSet") | ("batch", "Job") => {
+                SELECTOR
+            }
+            // `ServiceSpec.selector` is `+mapType=atomic`.
+            ("", "Service") => SELECTOR,
+            // `ObjectReference` is `+structType=atomic`.
+            ("", "Event") => &["involvedObject", "related"],
+            _ => &[],
+        };
         BuiltinListTypes {
             pod_spec_roots,
             table,
             preexisting,
+            atomic_maps,
         }
+    }
+
+    fn is_atomic_map(&self, path: &[Step]) -> bool {
+        if self.atomic_maps.iter().any(|p| matches(p, path)) {
+            return true;
+        }
+        for root in self.pod_spec_roots {
+            let Some(rest) = strip_pattern(root, path) else {
+                continue;
+            };
+            if POD_SPEC_ATOMIC.iter().any(|p| matches(p, rest)) {
+                return true;
+            }
+            if matches!(rest.last(), Some(Step::Field(f)) if SELECTOR_NAMES.contains(&f.as_str())) {
+                return true;
+            }
+            for list in CONTAINER_LISTS {
+                if let Some(in_container) =
+                    strip_pattern(list, rest).and_then(|r| r.strip_prefix(&[Step::Item]))
+                    && CONTAINER_ATOMIC.iter().any(|p| matches(p, in_container))
+                {
+                    return true;
+                }
+            }
+        }
+        false
     }
 
     fn lookup(&self, path: &[Step]) -> Option<(Ssa, Smp)> {
@@ -251,6 +308,10 @@ fn strip_pattern<'s>(pattern: &str, steps: &'s [Step]) -> Option<&'s [Step]> {
 }
 
 impl ListTypes for BuiltinListTypes {
+    fn map_is_atomic(&self, path: &[Step]) -> bool {
+        self.is_atomic_map(path)
+    }
+
     fn list_type(&self, path: &[Step]) -> Option<ListType> {
         self.lookup(path).map(|(ssa, _)| match ssa {
             Ssa::Atomic => ListType::Atomic,
