@@ -88,3 +88,6 @@ pub trait ListTypes: Send + Sync {
 pub fn builtin(group: &str, kind: &str) -> Box<dyn ListTypes> {
     crate::patch::builtin_list_types(group, kind)
 }
+
+#[cfg(test)]
+mod tests;

@@ -1039,3 +1039,110 @@ fn conflict_display_for_one_and_several_conflicts_matches_upstream() {
         "Apply failed with 2 conflicts: conflicts with \"kubectl\" using apps/v1:\n- .spec.replicas\n- .spec.paused"
     );
 }
+
+// ---------------------------------------------------------------------------------------------
+// Custom-resource style list types
+
+/// `spec.items` is a map list keyed by `name` and `ns`; `spec.tags` a set; `spec.blob` an atomic
+/// map; other lists atomic (the CRD defaults).
+#[derive(Debug)]
+struct WidgetTypes;
+
+impl crate::fieldpath::ListTypes for WidgetTypes {
+    fn list_type(&self, path: &[crate::fieldpath::Step]) -> Option<crate::fieldpath::ListType> {
+        use crate::fieldpath::{ListType, Step};
+        match path {
+            [Step::Field(a), Step::Field(b)] if a == "spec" && b == "items" => {
+                Some(ListType::Map(vec!["name".to_owned(), "ns".to_owned()]))
+            }
+            [Step::Field(a), Step::Field(b)] if a == "spec" && b == "tags" => Some(ListType::Set),
+            _ => None,
+        }
+    }
+
+    fn map_is_atomic(&self, path: &[crate::fieldpath::Step]) -> bool {
+        use crate::fieldpath::Step;
+        matches!(path, [Step::Field(a), Step::Field(b)] if a == "spec" && b == "blob")
+    }
+
+    fn smp_merge_key(&self, _path: &[crate::fieldpath::Step]) -> Option<String> {
+        None
+    }
+}
+
+fn widget(spec: Value) -> Value {
+    json!({"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w"}, "spec": spec})
+}
+
+fn apply_widget(live: Option<&Value>, config: &Value, manager: &str, now: &str) -> Result<Value, ApplyError> {
+    let req = Apply {
+        live,
+        applied: config,
+        manager,
+        force: false,
+        subresource: None,
+        now,
+    };
+    apply(&req, &WidgetTypes)
+}
+
+#[test]
+fn apply_custom_resource_multi_key_map_list_set_and_atomic_map() {
+    let config = widget(json!({
+        "items": [{"name": "a", "ns": "x", "v": 1}],
+        "tags": ["t1"],
+        "blob": {"k": {"deep": true}},
+        "plain": [1, 2]
+    }));
+    let obj = apply_widget(None, &config, "m", T0).unwrap_or_else(|e| panic!("apply failed: {e}"));
+    assert_json(
+        &entry(&obj, "m", "Apply")["fieldsV1"],
+        &json!({"f:spec": {
+            "f:blob": {},
+            "f:items": {"k:{\"name\":\"a\",\"ns\":\"x\"}": {".": {}, "f:name": {}, "f:ns": {}, "f:v": {}}},
+            "f:plain": {},
+            "f:tags": {"v:\"t1\"": {}}
+        }}),
+        "custom resource field set",
+    );
+    // Another manager adds an element with the same name in another ns, and a tag.
+    let other = widget(json!({"items": [{"name": "a", "ns": "y"}], "tags": ["t2"]}));
+    let obj2 = apply_widget(Some(&obj), &other, "n", T1).unwrap_or_else(|e| panic!("apply failed: {e}"));
+    assert_json(
+        &obj2["spec"]["items"],
+        &json!([{"name": "a", "ns": "x", "v": 1}, {"name": "a", "ns": "y"}]),
+        "elements are distinct by both keys",
+    );
+    assert_json(&obj2["spec"]["tags"], &json!(["t1", "t2"]), "set union");
+    // An atomic map conflicts as a whole.
+    let err = apply_widget(
+        Some(&obj2),
+        &widget(json!({"blob": {"k": {"deep": false}}})),
+        "n",
+        T2,
+    )
+    .err()
+    .unwrap_or_else(|| panic!("expected a conflict on spec.blob"));
+    assert_eq!(
+        err.to_string(),
+        "Apply failed with 1 conflict: conflict with \"m\": .spec.blob"
+    );
+}
+
+#[test]
+fn record_update_on_create_of_a_custom_resource_marks_spec_as_added() {
+    let mut obj = widget(json!({"size": 3}));
+    record_update(
+        None,
+        &mut obj,
+        "kubectl-client-side-apply",
+        None,
+        T0,
+        &WidgetTypes,
+    );
+    assert_json(
+        &entry(&obj, "kubectl-client-side-apply", "Update")["fieldsV1"],
+        &json!({"f:spec": {".": {}, "f:size": {}}}),
+        "unstructured objects start empty",
+    );
+}
