@@ -1,0 +1,129 @@
+//! Condition types and reasons of Nave's resources.
+//!
+//! Conditions are `meta/v1` [`Condition`]s (type, status, reason, message, lastTransitionTime,
+//! observedGeneration), so `kubectl wait --for=condition=...` works. Reasons are the constants in
+//! [`reasons`]; messages are free text for people.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+
+/// `status` of a condition that holds.
+pub const TRUE: &str = "True";
+/// `status` of a condition that does not hold.
+pub const FALSE: &str = "False";
+/// `status` of a condition that cannot be determined.
+pub const UNKNOWN: &str = "Unknown";
+
+/// Condition types.
+pub mod types {
+    /// MultiClusterDeployment: every replica of `spec.replicas` is assigned to a cluster.
+    pub const SCHEDULED: &str = "Scheduled";
+    /// MultiClusterDeployment: at least the minimum of replicas is available, as for a Deployment.
+    pub const AVAILABLE: &str = "Available";
+    /// MultiClusterDeployment: a rollout, placement change or move is under way.
+    pub const PROGRESSING: &str = "Progressing";
+    /// MultiClusterDeployment: something keeps it from its desired state (unplaced replicas,
+    /// Pending pods, an unreachable cluster, an invalid template).
+    pub const DEGRADED: &str = "Degraded";
+    /// MultiClusterDeployment: some replicas run in burst clusters.
+    pub const BURSTING: &str = "Bursting";
+    /// WorkloadCluster: an agent has registered for it. MultiClusterService: see [`READY`].
+    pub const JOINED: &str = "Joined";
+    /// WorkloadCluster: its agent sends heartbeats. MultiClusterService: the Service exists in
+    /// every cluster that runs the workload.
+    pub const READY: &str = "Ready";
+}
+
+/// Condition reasons (CamelCase, as Kubernetes requires).
+pub mod reasons {
+    // Scheduled
+    /// Every replica is assigned to a cluster.
+    pub const ALL_REPLICAS_PLACED: &str = "AllReplicasPlaced";
+    /// Some replicas are assigned, the others have no room anywhere.
+    pub const PARTIALLY_PLACED: &str = "PartiallyPlaced";
+    /// No cluster passes the placement's filters (allow-list, selector, readiness, cordon).
+    pub const NO_ELIGIBLE_CLUSTERS: &str = "NoEligibleClusters";
+    /// Eligible clusters exist but none has room for a replica.
+    pub const INSUFFICIENT_CAPACITY: &str = "InsufficientCapacity";
+    /// The spec cannot be acted on (e.g. `spec.template.spec` is not a valid DeploymentSpec).
+    pub const INVALID_SPEC: &str = "InvalidSpec";
+
+    // Available
+    /// At least the minimum of replicas is available.
+    pub const MINIMUM_REPLICAS_AVAILABLE: &str = "MinimumReplicasAvailable";
+    /// Fewer replicas than the minimum are available.
+    pub const MINIMUM_REPLICAS_UNAVAILABLE: &str = "MinimumReplicasUnavailable";
+
+    // Progressing
+    /// Clusters are rolling out a new template or new replica counts.
+    pub const ROLLOUT_IN_PROGRESS: &str = "RolloutInProgress";
+    /// Every cluster runs the latest template with its assigned replicas.
+    pub const ROLLOUT_COMPLETE: &str = "RolloutComplete";
+    /// Replicas are being moved between clusters (rescheduling, failover, burst retraction).
+    pub const MOVING_REPLICAS: &str = "MovingReplicas";
+
+    // Degraded
+    /// Nothing is wrong.
+    pub const AS_EXPECTED: &str = "AsExpected";
+    /// Some replicas have no cluster; the message gives the numbers.
+    pub const REPLICAS_UNPLACED: &str = "ReplicasUnplaced";
+    /// Replicas stay Pending in some cluster.
+    pub const PODS_PENDING: &str = "PodsPending";
+    /// A cluster with replicas stopped sending heartbeats.
+    pub const CLUSTER_NOT_READY: &str = "ClusterNotReady";
+    /// A per-cluster override could not be applied to the Deployment.
+    pub const OVERRIDE_FAILED: &str = "OverrideFailed";
+
+    // Bursting
+    /// The preferred clusters passed the utilization threshold; some replicas run in burst clusters.
+    pub const THRESHOLD_EXCEEDED: &str = "ThresholdExceeded";
+    /// Replicas that did not fit elsewhere run in burstOnly clusters.
+    pub const OVERFLOW: &str = "Overflow";
+    /// No replica runs in a burst cluster.
+    pub const NOT_BURSTING: &str = "NotBursting";
+
+    // Joined (WorkloadCluster)
+    /// An agent registered with a valid bootstrap token.
+    pub const AGENT_REGISTERED: &str = "AgentRegistered";
+    /// The WorkloadCluster was created beforehand and no agent has registered yet.
+    pub const AWAITING_AGENT: &str = "AwaitingAgent";
+
+    // Ready (WorkloadCluster)
+    /// Heartbeats arrive on time.
+    pub const HEARTBEAT_RECEIVED: &str = "HeartbeatReceived";
+    /// No heartbeat within the grace period; the cluster's replicas are placed elsewhere.
+    pub const HEARTBEAT_MISSED: &str = "HeartbeatMissed";
+
+    // Ready (MultiClusterService)
+    /// The Service exists in every cluster that runs the workload.
+    pub const SERVICES_READY: &str = "ServicesReady";
+    /// The Service is not yet created or reported in some clusters.
+    pub const SERVICES_PENDING: &str = "ServicesPending";
+    /// `spec.deployment` names a MultiClusterDeployment that does not exist.
+    pub const DEPLOYMENT_NOT_FOUND: &str = "DeploymentNotFound";
+}
+
+/// The condition of this type in a list, if present.
+pub fn find<'a>(conditions: &'a [Condition], type_: &str) -> Option<&'a Condition> {
+    conditions.iter().find(|c| c.type_ == type_)
+}
+
+/// Whether the condition of this type is present with status `True`.
+pub fn is_true(conditions: &[Condition], type_: &str) -> bool {
+    find(conditions, type_).is_some_and(|c| c.status == TRUE)
+}
+
+/// Sets a condition, replacing the one of the same type.
+///
+/// `lastTransitionTime` is kept from the old condition when the status did not change, so it
+/// records when the status last changed, as Kubernetes conventions require.
+pub fn upsert(conditions: &mut Vec<Condition>, mut condition: Condition) {
+    match conditions.iter_mut().find(|c| c.type_ == condition.type_) {
+        Some(old) => {
+            if old.status == condition.status {
+                condition.last_transition_time = old.last_transition_time.clone();
+            }
+            *old = condition;
+        }
+        None => conditions.push(condition),
+    }
+}
