@@ -1269,13 +1269,19 @@ pub(crate) fn validate_cel(
     match value {
         Value::Array(items) => {
             let Some(item_node) = &node.items else { return };
-            let old_items = old.and_then(Value::as_array);
+            // Only list-type map items correlate with old items, by their keys.
+            let old_by_key: HashMap<String, &Value> = match (node.list_type, old.and_then(Value::as_array)) {
+                (Some(ListKind::Map), Some(olds)) if !node.list_map_keys.is_empty() => olds
+                    .iter()
+                    .map(|o| (map_key(&node.list_map_keys, o), o))
+                    .collect(),
+                _ => HashMap::new(),
+            };
             for (i, item) in items.iter().enumerate() {
-                let old_item = match (node.list_type, old_items) {
-                    (Some(ListKind::Map), Some(olds)) => {
-                        olds.iter().find(|o| same_map_keys(&node.list_map_keys, item, o))
-                    }
-                    _ => None,
+                let old_item = if old_by_key.is_empty() {
+                    None
+                } else {
+                    old_by_key.get(&map_key(&node.list_map_keys, item)).copied()
                 };
                 let p = format!("{}[{i}]", path.unwrap_or(""));
                 validate_cel(
@@ -1337,8 +1343,12 @@ pub(crate) fn validate_cel(
     }
 }
 
-fn same_map_keys(keys: &[String], a: &Value, b: &Value) -> bool {
-    !keys.is_empty() && keys.iter().all(|k| a.get(k) == b.get(k))
+fn map_key(keys: &[String], item: &Value) -> String {
+    let key: Vec<Value> = keys
+        .iter()
+        .map(|k| item.get(k).cloned().unwrap_or(Value::Null))
+        .collect();
+    super::validate::canonical_json(&Value::Array(key))
 }
 
 fn eval_rules(

@@ -1227,3 +1227,115 @@ fn validation_never_panics_on_odd_objects() {
         let _ = s.validate(&v, None);
     }
 }
+
+#[test]
+fn formats_do_not_panic_on_multibyte_input() {
+    for s in [
+        "2025-01-01T00:00:0é+00:00",
+        "2025-01-0éT00:00:00Z",
+        "éééééééééééééééééééééééé",
+        "2025-01-01Té0:00:00Z",
+    ] {
+        for f in [
+            "datetime", "date", "uuid", "mac", "duration", "cidr", "hostname", "byte",
+        ] {
+            let _ = validate::format_ok_for_tests(f, s);
+        }
+    }
+}
+
+#[test]
+fn large_set_lists_are_checked_in_linear_time() {
+    let s = compile(spec_schema(json!({"type": "object", "properties": {
+        "tags": {"type": "array", "items": {"type": "string"}, "x-kubernetes-list-type": "set"},
+        "objs": {"type": "array", "x-kubernetes-list-type": "set", "items": {"type": "object", "x-kubernetes-map-type": "atomic", "x-kubernetes-preserve-unknown-fields": true}}
+    }})));
+    let tags: Vec<String> = (0..100_000).map(|i| format!("t{i}")).collect();
+    let started = std::time::Instant::now();
+    let errs = s.validate(
+        &obj(json!({"tags": tags, "objs": [{"a": 1, "b": 2}, {"b": 2, "a": 1}]})),
+        None,
+    );
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(5),
+        "took {:?}",
+        started.elapsed()
+    );
+    assert_messages(
+        &errs,
+        &["spec.objs[1]: Duplicate value: map[string]interface {}{\"a\":1, \"b\":2}"],
+    );
+}
+
+/// Every version of Nave's own CRDs (`crds/`) compiles, and every example manifest (`examples/`)
+/// of those kinds survives pruning unchanged and validates.
+#[test]
+fn nave_crds_compile_and_their_examples_validate() {
+    let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .join("..");
+    let read_docs = |path: &std::path::Path| -> Vec<Value> {
+        let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        serde_saphyr::from_multiple::<Value>(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+    };
+    let yaml_files = |dir: &str| -> Vec<std::path::PathBuf> {
+        let mut files: Vec<_> = std::fs::read_dir(repo.join(dir))
+            .unwrap_or_else(|e| panic!("{dir}/: {e}"))
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
+            .collect();
+        files.sort();
+        files
+    };
+    let mut schemas: Vec<(String, Schema)> = Vec::new();
+    for file in yaml_files("crds") {
+        for crd in read_docs(&file) {
+            let kind = crd["spec"]["names"]["kind"].as_str().unwrap_or("").to_owned();
+            for (i, version) in crd["spec"]["versions"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .enumerate()
+            {
+                let path = format!("spec.versions[{i}].schema.openAPIV3Schema");
+                match Schema::compile_at(&version["schema"]["openAPIV3Schema"], &path) {
+                    Ok(s) => schemas.push((kind.clone(), s)),
+                    Err(errs) => panic!(
+                        "{}: {kind} does not compile:\n  {}",
+                        file.display(),
+                        messages(&errs).join("\n  ")
+                    ),
+                }
+            }
+        }
+    }
+    assert!(
+        schemas.len() >= 3,
+        "expected Nave's CRDs in crds/, found {}",
+        schemas.len()
+    );
+    let mut checked = 0;
+    for file in yaml_files("examples") {
+        for doc in read_docs(&file) {
+            let kind = doc["kind"].as_str().unwrap_or("");
+            for (_, schema) in schemas.iter().filter(|(k, _)| k == kind) {
+                let mut o = doc.clone();
+                let unknown = schema.prune_unknown(&mut o);
+                assert!(
+                    unknown.is_empty(),
+                    "{}: {kind} has fields its CRD drops: {unknown:?}",
+                    file.display()
+                );
+                schema.default(&mut o);
+                assert_messages(&schema.validate(&o, None), &[]);
+                assert_messages(&schema.validate(&o, Some(&o)), &[]);
+                checked += 1;
+            }
+        }
+    }
+    assert!(
+        checked > 0,
+        "expected example manifests of Nave kinds in examples/"
+    );
+}

@@ -2,6 +2,7 @@
 //! paths and the conversion to field errors of apiextensions), plus the list-type uniqueness and
 //! embedded-resource checks of the apiextensions strategy.
 
+use std::collections::HashMap;
 use std::net::{Ipv4Addr, Ipv6Addr};
 
 use serde_json::{Map, Number, Value};
@@ -588,19 +589,58 @@ pub(crate) fn list_errors(node: &Node, data: &Value, path: &str, out: &mut Vec<F
 
 /// Indices of second occurrences, as upstream reports duplicates once per value.
 fn non_unique(items: &[Value]) -> Vec<usize> {
-    let mut seen: Vec<(&Value, u32)> = Vec::new();
+    let mut seen: HashMap<String, u32> = HashMap::with_capacity(items.len());
     let mut out = Vec::new();
     for (i, x) in items.iter().enumerate() {
-        match seen.iter_mut().find(|(v, _)| json_equal(v, x)) {
-            Some((_, times)) => {
-                if *times == 1 {
-                    out.push(i);
+        let times = seen.entry(canonical_json(x)).or_insert(0);
+        if *times == 1 {
+            out.push(i);
+        }
+        *times += 1;
+    }
+    out
+}
+
+/// JSON text with object keys sorted (what Go's `json.Marshal` of a map produces), so equal values
+/// have equal text whatever the key order of the input.
+pub(crate) fn canonical_json(v: &Value) -> String {
+    fn inner(v: &Value, out: &mut String, depth: usize) {
+        if depth > 256 {
+            out.push_str("null");
+            return;
+        }
+        match v {
+            Value::Array(items) => {
+                out.push('[');
+                for (i, item) in items.iter().enumerate() {
+                    if i > 0 {
+                        out.push(',');
+                    }
+                    inner(item, out, depth + 1);
                 }
-                *times += 1;
+                out.push(']');
             }
-            None => seen.push((x, 1)),
+            Value::Object(map) => {
+                let mut keys: Vec<&String> = map.keys().collect();
+                keys.sort();
+                out.push('{');
+                for (i, k) in keys.into_iter().enumerate() {
+                    if i > 0 {
+                        out.push(',');
+                    }
+                    out.push_str(&Value::String(k.clone()).to_string());
+                    out.push(':');
+                    if let Some(item) = map.get(k) {
+                        inner(item, out, depth + 1);
+                    }
+                }
+                out.push('}');
+            }
+            scalar => out.push_str(&scalar.to_string()),
         }
     }
+    let mut out = String::new();
+    inner(v, &mut out, 0);
     out
 }
 
@@ -745,7 +785,7 @@ fn digits(s: &str) -> bool {
 
 fn is_date(s: &str) -> bool {
     let b = s.as_bytes();
-    if b.len() != 10 || b[4] != b'-' || b[7] != b'-' {
+    if !s.is_ascii() || b.len() != 10 || b[4] != b'-' || b[7] != b'-' {
         return false;
     }
     let (Ok(m), Ok(d)) = (s[5..7].parse::<u32>(), s[8..10].parse::<u32>()) else {
@@ -768,6 +808,7 @@ fn is_date_time(s: &str) -> bool {
     let rest = &s[11..];
     let b = rest.as_bytes();
     if b.len() < 9
+        || !b[..8].is_ascii()
         || b[2] != b':'
         || b[5] != b':'
         || !digits(&rest[0..2])
