@@ -214,11 +214,17 @@ pub const JSON_POINTER_PATTERN: &str = "^(/([^~]|~[01])*)*$";
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum PatchOp {
+    /// Add a value (or insert into a list).
     Add,
+    /// Remove the value at `path`.
     Remove,
+    /// Replace the value at `path`.
     Replace,
+    /// Move the value at `from` to `path`.
     Move,
+    /// Copy the value at `from` to `path`.
     Copy,
+    /// Fail the whole patch unless the value at `path` equals `value`.
     Test,
 }
 
@@ -272,7 +278,9 @@ pub struct DependencyRef {
 /// Kinds of objects that follow a workload.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, JsonSchema)]
 pub enum DependencyKind {
+    /// A core/v1 ConfigMap.
     ConfigMap,
+    /// A core/v1 Secret.
     Secret,
 }
 

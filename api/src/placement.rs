@@ -96,10 +96,14 @@ pub struct Placement {
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash, JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum PlacementPolicy {
+    /// The clusters with the most free room first: spreads load.
     #[default]
     WorstFit,
+    /// The clusters with the least room that still fits first: packs.
     BestFit,
+    /// The clusters nearest to `proximity.origin` first.
     Proximity,
+    /// As even as capacity allows over at least `minClusters` clusters.
     Spread,
 }
 

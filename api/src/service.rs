@@ -181,9 +181,12 @@ pub struct ServicePlacement {
 /// How a Service is exposed.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash, JsonSchema)]
 pub enum ServiceType {
+    /// A virtual IP inside each cluster.
     #[default]
     ClusterIP,
+    /// A port on every node of each cluster, plus a cluster IP.
     NodePort,
+    /// An external load balancer in each cluster, plus node port and cluster IP.
     LoadBalancer,
 }
 
@@ -201,13 +204,18 @@ impl ServiceType {
 /// Session affinity of a Service.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash, JsonSchema)]
 pub enum SessionAffinity {
+    /// Each connection may go to any pod.
     #[default]
     None,
+    /// A client's connections go to the same pod.
     #[serde(rename = "ClientIP")]
     ClientIp,
 }
 
-/// Traffic policy of a Service.
+/// Traffic policy of a Service: `Cluster` lets traffic go to pods on any node, `Local` only to
+/// pods on the node that received it.
+// The variants have no doc comments on purpose: for an `Option` of an enum with documented
+// variants, the generated schema loses the field's own description.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, JsonSchema)]
 pub enum TrafficPolicy {
     Cluster,
@@ -250,9 +258,12 @@ pub struct ServicePort {
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash, JsonSchema)]
 #[serde(rename_all = "UPPERCASE")]
 pub enum ServiceProtocol {
+    /// TCP.
     #[default]
     Tcp,
+    /// UDP.
     Udp,
+    /// SCTP.
     Sctp,
 }
 

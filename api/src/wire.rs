@@ -1,0 +1,549 @@
+//! The hub <-> agent protocol: HTTP/JSON under [`PREFIX`] (`/agent/v1`), pulled by the agent.
+//!
+//! The hub never opens a connection to a workload cluster; each agent needs only an outbound route
+//! to the hub. Every body is JSON with camelCase fields.
+//!
+//! ```text
+//!  agent                                              hub
+//!    │ POST /agent/v1/register   (bootstrap token)      │  RegisterRequest -> RegisterResponse
+//!    │ ───────────────────────────────────────────────► │  (per-cluster credential, stored hashed)
+//!    │ POST /agent/v1/heartbeat  (credential)           │  Heartbeat -> 204
+//!    │ GET  /agent/v1/work?after=R&wait=S (credential)  │  200 WorkSet | 204 nothing newer
+//!    │ POST /agent/v1/status     (credential)           │  StatusReport -> 204
+//! ```
+//!
+//! # Authentication
+//!
+//! Every request carries `Authorization: Bearer <token>`. `register` takes a bootstrap token (one
+//! per fleet, given to every agent at install time); the other endpoints take the per-cluster
+//! credential that `register` returned. A credential grants access to its own cluster only:
+//! requests that name another cluster (in [`Heartbeat::cluster_name`],
+//! [`StatusReport::cluster_name`] or [`WorkQuery::cluster`]) get `403`, because another
+//! cluster's work may hold Secrets. Unknown or revoked tokens get `401`; the agent then registers
+//! again with its bootstrap token. Registering a cluster name again issues a new credential and
+//! revokes the previous one (an agent that lost its stored credential re-joins as itself).
+//!
+//! # Work and revisions
+//!
+//! The hub keeps, per cluster, the full desired object set at a revision, a `u64` that grows by
+//! one whenever the set changes (`0`: nothing was ever assigned). `GET` [`WORK_PATH`] with the
+//! [`WorkQuery`] `after` (the revision the agent has applied) and `wait` (seconds) answers:
+//! - `200` with a [`WorkSet`] as soon as the cluster's current revision differs from `after`
+//!   (at once when it already does). "Differs", not "is greater": a hub that lost its history and
+//!   starts again from a lower revision is still the source of truth, and the agent follows it.
+//! - `204 No Content` when the revision is still `after` after `wait` seconds. The hub caps
+//!   `wait` at [`MAX_WORK_WAIT_SECONDS`]; `wait=0` or no `wait` answers at once. `204` rather than
+//!   `304`: this is not an HTTP conditional request, and proxies and caches treat `304` specially.
+//!
+//! Applying a work set is idempotent. The agent applies every object with server-side apply (field
+//! manager [`crate::AGENT_FIELD_MANAGER`]), adds [`MANAGED_BY_LABEL`]=[`MANAGED_BY_VALUE`] and
+//! [`REVISION_ANNOTATION`], and then deletes the objects it applied before that are not in the
+//! set (objects without [`MANAGED_BY_LABEL`] are never touched, and Namespaces are never
+//! deleted, since that would delete what others keep in them).
+//!
+//! # Workloads
+//!
+//! The hub labels each object it sends (and the pod template of each Deployment) with
+//! [`WORKLOAD_LABEL`] = [`WorkloadRef::label_value`] of the MultiClusterDeployment it comes from;
+//! the agent reports status and pending pods per workload from that label (and adds it to a
+//! Deployment's pod template when the hub left it out).
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::Coordinates;
+
+#[cfg(test)]
+mod tests;
+
+/// Path prefix of every agent endpoint.
+pub const PREFIX: &str = "/agent/v1";
+/// `POST`: [`RegisterRequest`] -> [`RegisterResponse`], with the bootstrap token.
+pub const REGISTER_PATH: &str = "/agent/v1/register";
+/// `POST`: [`Heartbeat`] -> `204`.
+pub const HEARTBEAT_PATH: &str = "/agent/v1/heartbeat";
+/// `GET` with [`WorkQuery`]: `200` [`WorkSet`] or `204` (long-poll, see the module docs).
+pub const WORK_PATH: &str = "/agent/v1/work";
+/// `POST`: [`StatusReport`] -> `204`.
+pub const STATUS_PATH: &str = "/agent/v1/status";
+
+/// Label on every object the agent applied; the agent prunes only objects that carry it.
+pub const MANAGED_BY_LABEL: &str = "nave.dev/managed-by";
+/// Value of [`MANAGED_BY_LABEL`].
+pub const MANAGED_BY_VALUE: &str = "nave-agent";
+/// Label naming the workload (MultiClusterDeployment) an object or pod belongs to, as
+/// `<namespace>.<name>` (label values cannot hold `/`; namespaces cannot hold `.`).
+pub const WORKLOAD_LABEL: &str = "nave.dev/workload";
+/// Annotation with the work revision that last applied the object.
+pub const REVISION_ANNOTATION: &str = "nave.dev/work-revision";
+
+/// Heartbeat interval the hub asks for unless configured otherwise.
+pub const DEFAULT_HEARTBEAT_INTERVAL_SECONDS: u64 = 10;
+/// Longest `wait` of a work long-poll the hub honours.
+pub const MAX_WORK_WAIT_SECONDS: u64 = 60;
+
+/// `POST /agent/v1/register` body. The bootstrap token goes in the `Authorization` header.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct RegisterRequest {
+    /// Name of the WorkloadCluster this agent speaks for; created by the hub when missing.
+    /// Example: `eu-west-1`.
+    pub cluster_name: String,
+    /// Version of the agent. Example: `0.1.0`.
+    pub agent_version: String,
+    /// Kubernetes version of the cluster (`/version` gitVersion), when known. Example: `v1.33.1`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kubernetes_version: Option<String>,
+    /// Labels proposed for a WorkloadCluster the hub creates; an existing one keeps its own.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
+    /// Region of the cluster. Example: `eu-west`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub region: Option<String>,
+    /// Zone of the cluster. Example: `eu-west-1a`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub zone: Option<String>,
+    /// Where the cluster is, for proximity placement.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub coordinates: Option<Coordinates>,
+}
+
+/// `200` answer to a registration.
+#[derive(Serialize, Deserialize, Clone, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct RegisterResponse {
+    /// The cluster the credential is for (echoes the request).
+    pub cluster_name: String,
+    /// The per-cluster bearer token for every other endpoint. The hub stores only its hash, so
+    /// this answer is the only place it appears; the agent keeps it in a Secret.
+    pub credential: String,
+    /// How often the hub wants heartbeats.
+    pub heartbeat_interval_seconds: u64,
+    /// Longest `wait` the hub honours on [`WORK_PATH`].
+    #[serde(default = "default_max_wait")]
+    pub max_work_wait_seconds: u64,
+}
+
+fn default_max_wait() -> u64 {
+    MAX_WORK_WAIT_SECONDS
+}
+
+// The credential is a secret: keep it out of logs and panic messages.
+impl fmt::Debug for RegisterResponse {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RegisterResponse")
+            .field("cluster_name", &self.cluster_name)
+            .field("credential", &"<redacted>")
+            .field("heartbeat_interval_seconds", &self.heartbeat_interval_seconds)
+            .field("max_work_wait_seconds", &self.max_work_wait_seconds)
+            .finish()
+    }
+}
+
+/// `POST /agent/v1/heartbeat` body: what the cluster has, what waits, and how the agent is.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Heartbeat {
+    /// The cluster; when present it must be the credential's cluster (else `403`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster_name: Option<String>,
+    /// Version of the agent.
+    pub agent_version: String,
+    /// Kubernetes version of the cluster, when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kubernetes_version: Option<String>,
+    /// Nodes and their free room.
+    pub capacity: CapacityModel,
+    /// Pods not scheduled (condition `PodScheduled=False`), Nave's first, at most
+    /// [`Heartbeat::MAX_PENDING_PODS`].
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pending_pods: Vec<PendingPod>,
+    /// Pending pods left out of `pendingPods` to keep the heartbeat small.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub pending_pods_omitted: u64,
+    /// Measured usage of the whole cluster (metrics), when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<Resources>,
+    /// Round-trip times the agent measured.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub latency_samples: Vec<LatencySample>,
+    /// The work revision the agent has fully applied (`None` before the first).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub applied_revision: Option<u64>,
+}
+
+impl Heartbeat {
+    /// Most pending pods one heartbeat lists.
+    pub const MAX_PENDING_PODS: usize = 500;
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+/// A cluster's nodes, grouped by identical labels and taints, each node with its own amounts.
+///
+/// Maps onto `nave_policies::CapacityModel`: one `NodeGroup` per group (labels, taints), one
+/// `Node { allocatable, requested }` per node that is `ready` and not `unschedulable` (the others
+/// take no new pods).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct CapacityModel {
+    /// Groups in a stable order (by labels, then taints); nodes in name order.
+    pub node_groups: Vec<NodeGroup>,
+    /// Sums over the nodes.
+    pub totals: CapacityTotals,
+}
+
+/// Nodes that share labels (per-node ones like `kubernetes.io/hostname` left out) and taints.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeGroup {
+    /// Labels of every node of the group, without per-node labels.
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+    /// Taints of every node of the group, sorted.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub taints: Vec<Taint>,
+    /// The nodes.
+    pub nodes: Vec<NodeCapacity>,
+}
+
+/// A node taint.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[serde(rename_all = "camelCase")]
+pub struct Taint {
+    /// Taint key.
+    pub key: String,
+    /// Taint value; may be empty.
+    #[serde(default)]
+    pub value: String,
+    /// Effect on pods that do not tolerate it.
+    pub effect: TaintEffect,
+}
+
+/// What a taint does to pods that do not tolerate it (Kubernetes spelling).
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum TaintEffect {
+    /// New pods are not scheduled.
+    NoSchedule,
+    /// The scheduler avoids the node when it can.
+    PreferNoSchedule,
+    /// New pods are not scheduled and running ones are evicted.
+    NoExecute,
+}
+
+/// One node's amounts and state.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeCapacity {
+    /// Node name.
+    pub name: String,
+    /// `status.allocatable`.
+    pub allocatable: Resources,
+    /// Requests of the non-terminal pods bound to the node (per pod the larger of its containers'
+    /// sum and its largest init container, plus overhead); `pods` counts those pods.
+    pub requested: Resources,
+    /// Condition `Ready` is `True`.
+    pub ready: bool,
+    /// `spec.unschedulable` (cordoned).
+    #[serde(default)]
+    pub unschedulable: bool,
+}
+
+impl NodeCapacity {
+    /// Room for new pods: allocatable - requested, never negative.
+    pub fn free(&self) -> Resources {
+        self.allocatable.saturating_sub(self.requested)
+    }
+
+    /// Whether new pods can go to this node at all.
+    pub fn schedulable(&self) -> bool {
+        self.ready && !self.unschedulable
+    }
+}
+
+/// Sums over a cluster's nodes.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct CapacityTotals {
+    /// All nodes.
+    pub nodes: u64,
+    /// Nodes that are ready and not cordoned; the sums below are over these.
+    pub schedulable_nodes: u64,
+    /// Allocatable of the schedulable nodes.
+    pub allocatable: Resources,
+    /// Requests on the schedulable nodes.
+    pub requested: Resources,
+}
+
+/// Amounts of CPU, memory and pod slots, in the units the scheduler counts.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[serde(rename_all = "camelCase")]
+pub struct Resources {
+    /// CPU in millicores (1 core = 1000).
+    pub cpu_millis: u64,
+    /// Memory in bytes.
+    pub memory_bytes: u64,
+    /// Pod slots (allocatable) or pods (requested).
+    pub pods: u64,
+}
+
+impl Resources {
+    /// An amount from its parts.
+    pub const fn new(cpu_millis: u64, memory_bytes: u64, pods: u64) -> Self {
+        Resources {
+            cpu_millis,
+            memory_bytes,
+            pods,
+        }
+    }
+
+    /// `self - other` per resource, stopping at zero.
+    pub fn saturating_sub(self, other: Resources) -> Resources {
+        Resources {
+            cpu_millis: self.cpu_millis.saturating_sub(other.cpu_millis),
+            memory_bytes: self.memory_bytes.saturating_sub(other.memory_bytes),
+            pods: self.pods.saturating_sub(other.pods),
+        }
+    }
+
+    /// `self + other` per resource, stopping at `u64::MAX`.
+    pub fn saturating_add(self, other: Resources) -> Resources {
+        Resources {
+            cpu_millis: self.cpu_millis.saturating_add(other.cpu_millis),
+            memory_bytes: self.memory_bytes.saturating_add(other.memory_bytes),
+            pods: self.pods.saturating_add(other.pods),
+        }
+    }
+}
+
+/// A pod the scheduler could not place yet.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct PendingPod {
+    /// Pod namespace.
+    pub namespace: String,
+    /// Pod name.
+    pub name: String,
+    /// The Nave workload the pod belongs to (from [`WORKLOAD_LABEL`]); `None` for other pods.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workload: Option<WorkloadRef>,
+    /// Reason of `PodScheduled=False`. Example: `Unschedulable`.
+    pub reason: String,
+    /// The scheduler's message. Example: `0/3 nodes are available: 3 Insufficient cpu.`
+    #[serde(default)]
+    pub message: String,
+    /// When the pod became unschedulable (`lastTransitionTime` of the condition).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub since: Option<Time>,
+}
+
+/// A MultiClusterDeployment, by namespace and name.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[serde(rename_all = "camelCase")]
+pub struct WorkloadRef {
+    /// Namespace of the MultiClusterDeployment.
+    pub namespace: String,
+    /// Name of the MultiClusterDeployment.
+    pub name: String,
+}
+
+impl WorkloadRef {
+    /// A reference from its parts.
+    pub fn new(namespace: impl Into<String>, name: impl Into<String>) -> Self {
+        WorkloadRef {
+            namespace: namespace.into(),
+            name: name.into(),
+        }
+    }
+
+    /// The value of [`WORKLOAD_LABEL`]: `<namespace>.<name>`.
+    pub fn label_value(&self) -> String {
+        format!("{}.{}", self.namespace, self.name)
+    }
+
+    /// Parses a [`WORKLOAD_LABEL`] value; namespaces hold no `.`, so the first one splits.
+    pub fn from_label_value(value: &str) -> Option<WorkloadRef> {
+        let (namespace, name) = value.split_once('.')?;
+        (!namespace.is_empty() && !name.is_empty()).then(|| WorkloadRef::new(namespace, name))
+    }
+}
+
+impl fmt::Display for WorkloadRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.name)
+    }
+}
+
+/// A measured round-trip time.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct LatencySample {
+    /// What was measured: [`LatencySample::HUB`] or another cluster's name.
+    pub peer: String,
+    /// Round-trip time in milliseconds.
+    pub rtt_millis: f64,
+}
+
+impl LatencySample {
+    /// [`LatencySample::peer`] of a sample towards the hub.
+    pub const HUB: &str = "hub";
+}
+
+/// Query of `GET /agent/v1/work`.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct WorkQuery {
+    /// The revision the agent has applied; an answer comes once the current one differs.
+    /// Absent: answer with the current set at once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub after: Option<u64>,
+    /// Seconds to wait for a different revision before `204`; capped at
+    /// [`MAX_WORK_WAIT_SECONDS`]. Absent or `0`: answer at once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wait: Option<u64>,
+    /// The cluster; when present it must be the credential's cluster (else `403`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<String>,
+}
+
+/// `200` answer of `GET /agent/v1/work`: everything the cluster should run, at one revision.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct WorkSet {
+    /// The cluster this set is for.
+    pub cluster: String,
+    /// Revision of the set; grows by one with every change.
+    pub revision: u64,
+    /// The full desired set of objects: complete manifests with `apiVersion`, `kind` and
+    /// `metadata.name` (and `metadata.namespace` for namespaced kinds): Deployments, Services,
+    /// ConfigMaps, Secrets, and Namespaces when needed. Objects absent here that the agent
+    /// applied before are deleted.
+    pub objects: Vec<Value>,
+}
+
+/// `POST /agent/v1/status` body: what the agent applied and how it is going.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct StatusReport {
+    /// The cluster; when present it must be the credential's cluster (else `403`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster_name: Option<String>,
+    /// The work revision fully applied (every object applied, pruning done); `None` before the
+    /// first.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub applied_revision: Option<u64>,
+    /// The revision last attempted, when it failed and differs from `appliedRevision`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attempted_revision: Option<u64>,
+    /// One entry per object of the applied (or attempted) set.
+    #[serde(default)]
+    pub objects: Vec<ObjectStatus>,
+    /// What failed in the last apply and prune.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub apply_errors: Vec<ApplyError>,
+}
+
+/// Status of one object of the work set.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ObjectStatus {
+    /// `apiVersion` of the object.
+    pub api_version: String,
+    /// `kind` of the object.
+    pub kind: String,
+    /// Namespace; absent for cluster-scoped objects.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    /// Name.
+    pub name: String,
+    /// The workload, from [`WORKLOAD_LABEL`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workload: Option<WorkloadRef>,
+    /// Deployments: `spec.replicas`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replicas: Option<i32>,
+    /// Deployments: `status.readyReplicas`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ready_replicas: Option<i32>,
+    /// Deployments: `status.availableReplicas`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub available_replicas: Option<i32>,
+    /// Deployments: `status.updatedReplicas`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub updated_replicas: Option<i32>,
+    /// Deployments: pods of the workload the scheduler could not place.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pending_pods: Option<u32>,
+    /// The object's conditions, without timestamps.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<ConditionSummary>,
+    /// Why the object could not be applied, if it could not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// A condition without its timestamps, so status reports compare equal while nothing changes.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct ConditionSummary {
+    /// Condition type. Example: `Available`.
+    #[serde(rename = "type")]
+    pub type_: String,
+    /// `True`, `False` or `Unknown`.
+    pub status: String,
+    /// Machine-readable reason.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// Human-readable message.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+/// A failed apply or prune of one object.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ApplyError {
+    /// `apply` or `prune`.
+    pub operation: String,
+    /// `apiVersion` of the object.
+    pub api_version: String,
+    /// `kind` of the object.
+    pub kind: String,
+    /// Namespace; absent for cluster-scoped objects.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    /// Name.
+    pub name: String,
+    /// What the API server (or the agent) said.
+    pub message: String,
+}
+
+/// Body of every error answer of the agent endpoints.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct ErrorBody {
+    /// Machine-readable code, one of the [`error_codes`].
+    pub error: String,
+    /// Human-readable explanation.
+    pub message: String,
+}
+
+/// Values of [`ErrorBody::error`].
+pub mod error_codes {
+    /// `400`: malformed request or body.
+    pub const BAD_REQUEST: &str = "bad_request";
+    /// `401`: missing, unknown or revoked token; the agent registers again.
+    pub const UNAUTHORIZED: &str = "unauthorized";
+    /// `403`: the credential is for another cluster.
+    pub const FORBIDDEN: &str = "forbidden";
+    /// `404`: no such endpoint or cluster.
+    pub const NOT_FOUND: &str = "not_found";
+    /// `500`/`503`: the hub failed; retry with backoff.
+    pub const INTERNAL: &str = "internal";
+}
