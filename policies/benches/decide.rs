@@ -1,9 +1,14 @@
 //! One placement decision over fleets of growing size.
+//!
+//! Measured twice: wall-clock time (`decide`), and the benchmark thread's own CPU time
+//! (`decide-cpu`, `CLOCK_THREAD_CPUTIME_ID`), which stays meaningful when other work shares the
+//! machine's cores.
 
 use std::hint::black_box;
 use std::time::Duration;
 
-use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
+use criterion::measurement::{Measurement, ValueFormatter, WallTime};
+use criterion::{BenchmarkId, Criterion, criterion_group};
 use nave_policies::{
     Capacity, CapacityModel, Cluster, Demand, Fleet, Ledger, Node, NodeGroup, Policy, REGION_LABEL, Request,
     Resources, Strategy, Taint, TaintEffect, Toleration, TolerationOperator, decide,
@@ -64,8 +69,8 @@ fn request(strategy: Strategy) -> Request {
     )
 }
 
-fn bench_decide(c: &mut Criterion) {
-    let mut group = c.benchmark_group("decide");
+fn bench_decide<M: Measurement>(c: &mut Criterion<M>, name: &str) {
+    let mut group = c.benchmark_group(name);
     let ledger = Ledger::new();
     for (clusters, nodes) in [(10, 10), (100, 10), (1_000, 10), (5_000, 10), (100, 1_000)] {
         let fleet = fleet(clusters, nodes);
@@ -80,9 +85,71 @@ fn bench_decide(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group! {
-    name = benches;
-    config = Criterion::default().warm_up_time(Duration::from_millis(500)).measurement_time(Duration::from_secs(3));
-    targets = bench_decide
+/// CPU time of the calling thread, in nanoseconds.
+#[derive(Debug)]
+struct ThreadCpuTime;
+
+fn thread_cpu_nanos() -> u64 {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
+    u64::try_from(t.tv_sec).unwrap_or(0) * 1_000_000_000 + u64::try_from(t.tv_nsec).unwrap_or(0)
 }
-criterion_main!(benches);
+
+impl Measurement for ThreadCpuTime {
+    type Intermediate = u64;
+    type Value = u64;
+
+    fn start(&self) -> u64 {
+        thread_cpu_nanos()
+    }
+    fn end(&self, start: u64) -> u64 {
+        thread_cpu_nanos().saturating_sub(start)
+    }
+    fn add(&self, a: &u64, b: &u64) -> u64 {
+        a + b
+    }
+    fn zero(&self) -> u64 {
+        0
+    }
+    fn to_f64(&self, value: &u64) -> f64 {
+        *value as f64
+    }
+    fn formatter(&self) -> &dyn ValueFormatter {
+        // Values are nanoseconds, like wall time's, so its formatter fits.
+        static NANOS: WallTime = WallTime;
+        NANOS.formatter()
+    }
+}
+
+fn config<M: Measurement>(measurement: M) -> Criterion<M> {
+    Criterion::default()
+        .with_measurement(measurement)
+        .warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(2))
+        .sample_size(50)
+}
+
+fn wall(c: &mut Criterion<WallTime>) {
+    bench_decide(c, "decide");
+}
+
+fn cpu(c: &mut Criterion<ThreadCpuTime>) {
+    bench_decide(c, "decide-cpu");
+}
+
+criterion_group! {
+    name = wall_clock;
+    config = config(WallTime);
+    targets = wall
+}
+
+criterion_group! {
+    name = cpu_time;
+    config = config(ThreadCpuTime);
+    targets = cpu
+}
+
+fn main() {
+    wall_clock();
+    cpu_time();
+    Criterion::default().configure_from_args().final_summary();
+}

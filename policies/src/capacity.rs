@@ -272,13 +272,9 @@ impl CapacityModel {
             }
             nodes_eligible += group.nodes.len();
             for n in 0..group.nodes.len() {
-                let (fit, limit) = demand.fit_in(free(g, n));
+                let (fit, bound) = demand.fit_in(free(g, n));
                 replicas = replicas.saturating_add(fit);
-                bound_counts[match limit {
-                    Limit::Cpu => 0,
-                    Limit::Memory => 1,
-                    _ => 2,
-                }] += 1;
+                bound_counts[bound as usize] += 1;
             }
         }
         let limit = if nodes_eligible > 0 {

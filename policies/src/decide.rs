@@ -26,56 +26,73 @@ mod tests;
 /// and adds nowhere. What fits nowhere is reported in [`Decision::unplaced`]. The same inputs
 /// always give the same decision; ties go to the earlier cluster name.
 pub fn decide(fleet: &Fleet, ledger: &Ledger, request: &Request) -> Decision {
-    let mut cands = evaluate(fleet, ledger, request);
-    let ranked = rank(&mut cands, fleet, request);
-    let kept: u64 = cands.iter().map(|c| c.kept).sum();
+    let mut t = evaluate(fleet, ledger, request);
+    let ranked = rank(&mut t, fleet, request);
+    let kept: u64 = t.cands.iter().map(|c| c.kept).sum();
     let asked = u64::from(request.replicas);
     let mut notes = Vec::new();
     let unplaced = if asked >= kept {
-        grow(&mut cands, &ranked, request, asked - kept, &mut notes)
+        grow(&mut t, &ranked, request, asked - kept, &mut notes)
     } else {
-        shrink(&mut cands, request, kept - asked);
+        shrink(&mut t, request, kept - asked);
         0
     };
-    finish(cands, request, unplaced, notes)
+    finish(t, request, unplaced, notes)
 }
 
-/// A cluster while the decision is being made.
+/// A cluster's working state while the decision is being made; its explanation is built beside
+/// it in [`Table::outs`], so the large explanation is written once and never moved.
 #[derive(Debug)]
 struct Cand<'a> {
     cluster: Option<&'a Cluster>,
-    out: ClusterDecision,
+    role: Role,
+    /// Static weight; zero when weights are not set or it has none.
+    weight: u64,
     /// Replicas staying from the current assignment (after moves, before scale-down).
     kept: u64,
     /// Room left for new replicas; zero when filtered.
     free: u64,
     added: u64,
     eligible: bool,
+    changed: bool,
 }
 
 impl Cand<'_> {
     fn holds(&self) -> u64 {
         self.kept + self.added
     }
+}
 
-    fn add(&mut self, replicas: u64, why: Addition) {
+/// Every cluster, in name order: working state and explanation at the same index.
+#[derive(Debug)]
+struct Table<'a> {
+    cands: Vec<Cand<'a>>,
+    outs: Vec<ClusterDecision>,
+}
+
+impl Table<'_> {
+    fn add(&mut self, i: usize, replicas: u64, why: Addition) {
         if replicas == 0 {
             return;
         }
-        self.added += replicas;
-        self.free -= replicas;
-        self.out.changes.push(Change::Added {
+        let cand = &mut self.cands[i];
+        cand.added += replicas;
+        cand.free -= replicas;
+        cand.changed = true;
+        self.outs[i].changes.push(Change::Added {
             replicas: to_u32(replicas),
             why,
         });
     }
 
-    fn remove(&mut self, replicas: u64, why: Removal) {
+    fn remove(&mut self, i: usize, replicas: u64, why: Removal) {
         if replicas == 0 {
             return;
         }
-        self.kept -= replicas;
-        self.out.changes.push(Change::Removed {
+        let cand = &mut self.cands[i];
+        cand.kept -= replicas;
+        cand.changed = true;
+        self.outs[i].changes.push(Change::Removed {
             replicas: to_u32(replicas),
             why,
         });
@@ -86,10 +103,13 @@ fn to_u32(n: u64) -> u32 {
     u32::try_from(n).unwrap_or(u32::MAX)
 }
 
-fn evaluate<'a>(fleet: &'a Fleet, ledger: &Ledger, request: &Request) -> Vec<Cand<'a>> {
+fn evaluate<'a>(fleet: &'a Fleet, ledger: &Ledger, request: &Request) -> Table<'a> {
     let policy = &request.policy;
     let allow: BTreeSet<&str> = policy.clusters.iter().map(String::as_str).collect();
-    let mut cands: Vec<Cand<'a>> = Vec::with_capacity(fleet.len());
+    let mut t = Table {
+        cands: Vec::with_capacity(fleet.len()),
+        outs: Vec::with_capacity(fleet.len()),
+    };
     for cluster in fleet.iter() {
         let name = cluster.name.as_str();
         let burst = cluster.burst_only
@@ -112,10 +132,12 @@ fn evaluate<'a>(fleet: &'a Fleet, ledger: &Ledger, request: &Request) -> Vec<Can
         let (room, utilization) = match (&cluster.capacity, &filter) {
             (Capacity::Known(model), None) => {
                 let reservations = ledger.reservations(name);
-                (
-                    Some(model.room(&request.demand, reservations)),
-                    Some(model.utilization(reservations)),
-                )
+                // Utilization is a second pass over every node; only the threshold needs it.
+                let utilization = policy
+                    .bursting
+                    .threshold_percent
+                    .map(|_| model.utilization(reservations));
+                (Some(model.room(&request.demand, reservations)), utilization)
             }
             _ => (None, None),
         };
@@ -148,78 +170,87 @@ fn evaluate<'a>(fleet: &'a Fleet, ledger: &Ledger, request: &Request) -> Vec<Can
         } else {
             0
         };
-        let mut cand = Cand {
+        let weight = (!policy.weights.is_empty()).then(|| policy.weights.get(name).copied().unwrap_or(0));
+        t.cands.push(Cand {
             cluster: Some(cluster),
-            out: ClusterDecision {
-                cluster: cluster.name.clone(),
-                role,
-                filter,
-                room,
-                utilization,
-                rank: None,
-                burst_rank: None,
-                weight: (!policy.weights.is_empty()).then(|| policy.weights.get(name).copied().unwrap_or(0)),
-                previous,
-                replicas: 0,
-                changes: Vec::new(),
-                idle: None,
-            },
+            role,
+            weight: u64::from(weight.unwrap_or(0)),
             kept: u64::from(previous),
             free,
             added: 0,
             eligible,
-        };
-        move_away(&mut cand, evacuating);
-        cands.push(cand);
+            changed: false,
+        });
+        t.outs.push(ClusterDecision {
+            cluster: cluster.name.clone(),
+            role,
+            filter,
+            room,
+            utilization,
+            rank: None,
+            weight,
+            previous,
+            replicas: 0,
+            changes: Vec::new(),
+            idle: None,
+        });
+        move_away(&mut t, evacuating);
     }
     let mut absent = false;
     for (name, &previous) in &request.current {
         if previous > 0 && fleet.get(name).is_none() {
             absent = true;
-            let mut cand = Cand {
+            t.cands.push(Cand {
                 cluster: None,
-                out: ClusterDecision {
-                    cluster: name.clone(),
-                    role: Role::Regular,
-                    filter: Some(Filter::NotInFleet),
-                    room: None,
-                    utilization: None,
-                    rank: None,
-                    burst_rank: None,
-                    weight: None,
-                    previous,
-                    replicas: 0,
-                    changes: Vec::new(),
-                    idle: None,
-                },
+                role: Role::Regular,
+                weight: 0,
                 kept: u64::from(previous),
                 free: 0,
                 added: 0,
                 eligible: false,
-            };
-            move_away(&mut cand, 0);
-            cands.push(cand);
+                changed: false,
+            });
+            t.outs.push(ClusterDecision {
+                cluster: name.clone(),
+                role: Role::Regular,
+                filter: Some(Filter::NotInFleet),
+                room: None,
+                utilization: None,
+                rank: None,
+                weight: None,
+                previous,
+                replicas: 0,
+                changes: Vec::new(),
+                idle: None,
+            });
+            move_away(&mut t, 0);
         }
     }
     if absent {
-        cands.sort_by(|a, b| a.out.cluster.cmp(&b.out.cluster));
+        let mut rows: Vec<_> = t.cands.into_iter().zip(t.outs).collect();
+        rows.sort_by(|a, b| a.1.cluster.cmp(&b.1.cluster));
+        (t.cands, t.outs) = rows.into_iter().unzip();
     }
-    cands
+    t
 }
 
-fn move_away(cand: &mut Cand<'_>, evacuating: u32) {
-    if cand.out.filter.as_ref().is_some_and(Filter::moves_replicas_away) {
-        cand.remove(cand.kept, Removal::MovedAway);
+/// Takes replicas out of the last cluster added to `t`, if its filter or an evacuation says so.
+fn move_away(t: &mut Table<'_>, evacuating: u32) {
+    let i = t.cands.len() - 1;
+    let kept = t.cands[i].kept;
+    if t.outs[i].filter.as_ref().is_some_and(Filter::moves_replicas_away) {
+        t.remove(i, kept, Removal::MovedAway);
     } else {
-        cand.remove(cand.kept.min(u64::from(evacuating)), Removal::Evacuated);
+        t.remove(i, kept.min(u64::from(evacuating)), Removal::Evacuated);
     }
 }
 
 /// Eligible regular clusters in strategy order (indices into `cands`, which are in name order,
 /// so an index comparison is the name tie-break). Records each one's rank.
-fn rank(cands: &mut [Cand<'_>], fleet: &Fleet, request: &Request) -> Vec<usize> {
+fn rank(t: &mut Table<'_>, fleet: &Fleet, request: &Request) -> Vec<usize> {
+    let cands = &t.cands;
     let mut ranked: Vec<usize> = (0..cands.len())
-        .filter(|&i| cands[i].eligible && cands[i].out.role == Role::Regular)
+        .filter(|&i| cands[i].eligible && cands[i].role == Role::Regular)
         .collect();
     let strategy = &request.policy.strategy;
     let mut proximity: Vec<Option<Proximity>> = Vec::new();
@@ -256,7 +287,7 @@ fn rank(cands: &mut [Cand<'_>], fleet: &Fleet, request: &Request) -> Vec<usize> 
             Some(p) => Score::Proximity(p),
             None => Score::Room(cands[i].free),
         };
-        cands[i].out.rank = Some(Rank {
+        t.outs[i].rank = Some(Rank {
             order: strategy.name(),
             position: position + 1,
             of,
@@ -273,19 +304,14 @@ const FAR: Proximity = Proximity {
 };
 
 /// Places `need` new replicas; returns how many fit nowhere.
-fn grow(
-    cands: &mut [Cand<'_>],
-    ranked: &[usize],
-    request: &Request,
-    need: u64,
-    notes: &mut Vec<Note>,
-) -> u64 {
+fn grow(t: &mut Table<'_>, ranked: &[usize], request: &Request, need: u64, notes: &mut Vec<Note>) -> u64 {
     let policy = &request.policy;
     let weighted = !policy.weights.is_empty();
-    let weight = |c: &Cand<'_>| u64::from(c.out.weight.unwrap_or(0));
-    let in_use = cands
+    let weight = |c: &Cand<'_>| c.weight;
+    let in_use = t
+        .cands
         .iter()
-        .filter(|c| c.out.role == Role::Regular && c.kept > 0)
+        .filter(|c| c.role == Role::Regular && c.kept > 0)
         .count();
     if let Some(max) = policy.max_clusters
         && in_use > max as usize
@@ -301,10 +327,10 @@ fn grow(
     let mut slots_left = policy.max_clusters.map(|m| (m as usize).saturating_sub(in_use));
     let mut preferred = Vec::new();
     let mut beyond = BTreeSet::new();
-    for &i in ranked.iter().filter(|&&i| !weighted || weight(&cands[i]) > 0) {
-        if cands[i].kept > 0 {
+    for &i in ranked.iter().filter(|&&i| !weighted || weight(&t.cands[i]) > 0) {
+        if t.cands[i].kept > 0 {
             preferred.push(i);
-        } else if cands[i].free > 0 {
+        } else if t.cands[i].free > 0 {
             match &mut slots_left {
                 Some(0) => {
                     beyond.insert(i);
@@ -328,12 +354,12 @@ fn grow(
             .collect()
     };
     if weighted {
-        let weights: Vec<u64> = preferred.iter().map(|&i| weight(&cands[i])).collect();
-        let given = webster(&slots(cands, &preferred), &weights, left);
-        left -= apply(cands, &preferred, &given, || Addition::Weight);
+        let weights: Vec<u64> = preferred.iter().map(|&i| weight(&t.cands[i])).collect();
+        let given = webster(&slots(&t.cands, &preferred), &weights, left);
+        left -= apply(t, &preferred, &given, || Addition::Weight);
     } else if policy.strategy == Strategy::Spread {
-        let given = water_fill(&slots(cands, &preferred), left);
-        left -= apply(cands, &preferred, &given, || Addition::Spread);
+        let given = water_fill(&slots(&t.cands, &preferred), left);
+        left -= apply(t, &preferred, &given, || Addition::Spread);
     } else {
         if let Some(min) = policy.min_clusters
             && (in_use as u64) < u64::from(min)
@@ -341,19 +367,19 @@ fn grow(
             let mut first = Vec::new();
             let mut newcomers = in_use as u64;
             for &i in &preferred {
-                if cands[i].kept > 0 {
+                if t.cands[i].kept > 0 {
                     first.push(i);
                 } else if newcomers < u64::from(min) {
                     newcomers += 1;
                     first.push(i);
                 }
             }
-            let given = water_fill(&slots(cands, &first), left);
-            left -= apply(cands, &first, &given, || Addition::MinClusters(min));
+            let given = water_fill(&slots(&t.cands, &first), left);
+            left -= apply(t, &first, &given, || Addition::MinClusters(min));
         }
         for &i in &preferred {
-            let give = left.min(cands[i].free);
-            cands[i].add(give, Addition::Policy);
+            let give = left.min(t.cands[i].free);
+            t.add(i, give, Addition::Policy);
             left -= give;
         }
     }
@@ -364,11 +390,11 @@ fn grow(
         let pool: Vec<usize> = ranked
             .iter()
             .copied()
-            .filter(|i| !chosen.contains(i) && cands[*i].free > 0)
+            .filter(|i| !chosen.contains(i) && t.cands[*i].free > 0)
             .collect();
-        let order = by_nearness(cands, &pool, &anchors(cands, &preferred), false);
+        let order = by_nearness(&t.cands, &pool, &anchors(&t.cands, &preferred), false);
         for (i, near) in order.into_iter().map(|(i, near, _)| (i, near)) {
-            let give = left.min(cands[i].free);
+            let give = left.min(t.cands[i].free);
             if give > 0
                 && !weighted
                 && let Some(max) = policy.max_clusters
@@ -376,37 +402,42 @@ fn grow(
             {
                 notes.push(Note::OverflowBeyondMaxClusters { max });
             }
-            cands[i].add(give, Addition::Overflow { near });
+            t.add(i, give, Addition::Overflow { near });
             left -= give;
         }
     }
 
     // Burst clusters last, nearest to what is already chosen.
     if left > 0 {
-        let pool: Vec<usize> = (0..cands.len())
-            .filter(|&i| cands[i].eligible && cands[i].out.role == Role::Burst)
+        let pool: Vec<usize> = (0..t.cands.len())
+            .filter(|&i| t.cands[i].eligible && t.cands[i].role == Role::Burst)
             .collect();
-        let order = by_nearness(cands, &pool, &anchors(cands, &preferred), false);
+        let order = by_nearness(&t.cands, &pool, &anchors(&t.cands, &preferred), false);
         let of = order.len();
         for (position, (i, near, score)) in order.into_iter().enumerate() {
-            cands[i].out.burst_rank = Some(Rank {
+            t.outs[i].rank = Some(Rank {
                 order: "burst",
                 position: position + 1,
                 of,
                 score,
             });
-            let give = left.min(cands[i].free);
-            cands[i].add(give, Addition::Burst { near });
+            let give = left.min(t.cands[i].free);
+            t.add(i, give, Addition::Burst { near });
             left -= give;
         }
     }
 
-    for c in cands.iter_mut().filter(|c| c.eligible && c.added == 0) {
-        c.out.idle = Some(if need == 0 {
+    for (c, out) in t
+        .cands
+        .iter()
+        .zip(t.outs.iter_mut())
+        .filter(|(c, _)| c.eligible && c.added == 0)
+    {
+        out.idle = Some(if need == 0 {
             Idle::NothingToPlace
         } else if c.free == 0 {
             Idle::NoRoom
-        } else if c.out.role == Role::Burst {
+        } else if c.role == Role::Burst {
             Idle::BurstNotNeeded
         } else if weighted && weight(c) == 0 {
             Idle::NoWeight
@@ -415,21 +446,21 @@ fn grow(
         });
     }
     for &i in &beyond {
-        if cands[i].added == 0
+        if t.cands[i].added == 0
             && let Some(max) = policy.max_clusters
         {
-            cands[i].out.idle = Some(Idle::BeyondMaxClusters(max));
+            t.outs[i].idle = Some(Idle::BeyondMaxClusters(max));
         }
     }
     left
 }
 
 /// Adds `given[k]` to `set[k]`; returns the total.
-fn apply(cands: &mut [Cand<'_>], set: &[usize], given: &[u64], why: impl Fn() -> Addition) -> u64 {
+fn apply(t: &mut Table<'_>, set: &[usize], given: &[u64], why: impl Fn() -> Addition) -> u64 {
     set.iter()
         .zip(given)
         .map(|(&i, &n)| {
-            cands[i].add(n, why());
+            t.add(i, n, why());
             n
         })
         .sum()
@@ -491,55 +522,51 @@ fn by_nearness(
 
 /// Removes `surplus` replicas: burst clusters first (farthest from the regular ones first), then
 /// proportionally over the rest.
-fn shrink(cands: &mut [Cand<'_>], request: &Request, surplus: u64) {
+fn shrink(t: &mut Table<'_>, request: &Request, surplus: u64) {
     let mut left = surplus;
+    let cands = &t.cands;
     let burst: Vec<usize> = (0..cands.len())
-        .filter(|&i| cands[i].out.role == Role::Burst && cands[i].kept > 0)
+        .filter(|&i| cands[i].role == Role::Burst && cands[i].kept > 0)
         .collect();
     let regular_anchors: Vec<&Cluster> = cands
         .iter()
-        .filter(|c| c.out.role == Role::Regular && c.kept > 0)
+        .filter(|c| c.role == Role::Regular && c.kept > 0)
         .filter_map(|c| c.cluster)
         .collect();
     for (i, _, _) in by_nearness(cands, &burst, &regular_anchors, true) {
-        let take = left.min(cands[i].kept);
-        cands[i].remove(take, Removal::BurstFirst);
+        let take = left.min(t.cands[i].kept);
+        t.remove(i, take, Removal::BurstFirst);
         left -= take;
     }
     if left > 0 {
-        let holders: Vec<usize> = (0..cands.len()).filter(|&i| cands[i].kept > 0).collect();
-        let seats: Vec<u64> = holders.iter().map(|&i| cands[i].kept).collect();
+        let holders: Vec<usize> = (0..t.cands.len()).filter(|&i| t.cands[i].kept > 0).collect();
+        let seats: Vec<u64> = holders.iter().map(|&i| t.cands[i].kept).collect();
         // Proportional to weight when weights are set, else to what each holds now.
         let weights: Vec<u64> = if request.policy.weights.is_empty() {
             seats.clone()
         } else {
-            holders
-                .iter()
-                .map(|&i| u64::from(cands[i].out.weight.unwrap_or(0)))
-                .collect()
+            holders.iter().map(|&i| t.cands[i].weight).collect()
         };
         let removed = remove_proportional(&seats, &weights, left);
         for (&i, &n) in holders.iter().zip(&removed) {
-            cands[i].remove(n, Removal::Proportional);
+            t.remove(i, n, Removal::Proportional);
         }
     }
-    for c in cands
-        .iter_mut()
-        .filter(|c| c.eligible && c.out.changes.is_empty())
-    {
-        c.out.idle = Some(Idle::ScaleDown);
+    for (c, out) in t.cands.iter().zip(t.outs.iter_mut()) {
+        if c.eligible && !c.changed {
+            out.idle = Some(Idle::ScaleDown);
+        }
     }
 }
 
-fn finish(cands: Vec<Cand<'_>>, request: &Request, unplaced: u64, mut notes: Vec<Note>) -> Decision {
+fn finish(t: Table<'_>, request: &Request, unplaced: u64, mut notes: Vec<Note>) -> Decision {
     let mut assignment = std::collections::BTreeMap::new();
-    let mut clusters = Vec::with_capacity(cands.len());
-    for mut c in cands {
-        c.out.replicas = to_u32(c.holds());
-        if c.out.replicas > 0 {
-            assignment.insert(c.out.cluster.clone(), c.out.replicas);
+    let mut clusters = t.outs;
+    for (c, out) in t.cands.iter().zip(clusters.iter_mut()) {
+        out.replicas = to_u32(c.holds());
+        if out.replicas > 0 {
+            assignment.insert(out.cluster.clone(), out.replicas);
         }
-        clusters.push(c.out);
     }
     if let Some(min) = request.policy.min_clusters
         && assignment.len() < min.min(request.replicas) as usize

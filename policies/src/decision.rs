@@ -235,12 +235,12 @@ pub struct ClusterDecision {
     pub filter: Option<Filter>,
     /// Room for more replicas of this demand, when its capacity is known and it is a candidate.
     pub room: Option<Room>,
-    /// Its utilization, when its capacity is known.
+    /// Its utilization, when its capacity is known and a bursting threshold is set (otherwise
+    /// [`CapacityModel::utilization`](crate::CapacityModel::utilization) gives it).
     pub utilization: Option<Utilization>,
-    /// Position in the strategy's order (eligible regular clusters).
+    /// Position in the strategy's order (eligible regular clusters), or in the burst order
+    /// (eligible burst clusters, when they were needed).
     pub rank: Option<Rank>,
-    /// Position in the burst order, when burst clusters were needed.
-    pub burst_rank: Option<Rank>,
     /// Static weight, when weights are set.
     pub weight: Option<u32>,
     /// Replicas before the decision.
@@ -292,7 +292,7 @@ impl fmt::Display for ClusterDecision {
         if let Some(weight) = self.weight {
             head.push(format!("weight {weight}"));
         }
-        if let Some(rank) = self.rank.iter().chain(&self.burst_rank).next() {
+        if let Some(rank) = &self.rank {
             head.push(rank.to_string());
         }
         if let Some(room) = &self.room {

@@ -67,20 +67,33 @@ impl Demand {
 
     /// How many replicas fit in `free` room, and which resource runs out first.
     ///
-    /// Ties name CPU before memory before pods, so the reported bound is stable.
-    pub(crate) fn fit_in(&self, free: Resources) -> (u64, Limit) {
-        let by = |free: u64, want: u64| free.checked_div(want).unwrap_or(u64::MAX);
-        let mut best = (by(free.cpu_millis, self.cpu_millis), Limit::Cpu);
-        for candidate in [
-            (by(free.memory_bytes, self.memory_bytes), Limit::Memory),
-            (free.pods, Limit::Pods),
+    /// Ties name CPU before memory before pods, so the reported bound is stable. Called once per
+    /// node per decision, so a multiplication rules a resource out before any division is paid.
+    pub(crate) fn fit_in(&self, free: Resources) -> (u64, Bound) {
+        let mut best = (free.pods, Bound::Pods);
+        for (free, want, bound) in [
+            (free.memory_bytes, self.memory_bytes, Bound::Memory),
+            (free.cpu_millis, self.cpu_millis, Bound::Cpu),
         ] {
-            if candidate.0 < best.0 {
-                best = candidate;
+            // Divide only when the fit could be at most the best so far: free < want * (best + 1).
+            // Ties go to the resource checked later (cpu, then memory), hence `<=` below.
+            if want != 0 && u128::from(want) * (u128::from(best.0) + 1) > u128::from(free) {
+                let fit = free / want;
+                if fit <= best.0 {
+                    best = (fit, bound);
+                }
             }
         }
         best
     }
+}
+
+/// The resource that runs out first on one node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Bound {
+    Cpu,
+    Memory,
+    Pods,
 }
 
 /// What limits how many replicas of a demand fit in a cluster.

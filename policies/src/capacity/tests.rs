@@ -1,6 +1,7 @@
 //! Room per cluster: per-node minimum over resources, selectors, taints, reservations.
 
 use super::*;
+use crate::demand::Bound;
 use crate::fixtures::*;
 use crate::{Capacity, Demand, NodeSelector, NodeSelectorOperator, NodeSelectorTerm, TaintEffect};
 
@@ -212,4 +213,20 @@ fn room_reads_well() {
         got.to_string(),
         "room for 1 replica (cpu-bound, 1 of 3 nodes eligible)"
     );
+}
+
+proptest::proptest! {
+    #[test]
+    fn fit_in_is_the_minimum_over_resources_with_cpu_winning_ties(
+        cpu in 0u64..20_000, mem in 0u64..(64 * GIB), pods in 0u64..120,
+        want_cpu in 0u64..4000, want_mem in 0u64..(4 * GIB),
+    ) {
+        let demand = Demand::new(want_cpu, want_mem);
+        let by = |free: u64, want: u64| free.checked_div(want).unwrap_or(u64::MAX);
+        let (c, m) = (by(cpu, want_cpu), by(mem, want_mem));
+        let min = c.min(m).min(pods);
+        let expected = if c == min { Bound::Cpu } else if m == min { Bound::Memory } else { Bound::Pods };
+        let seen = demand.fit_in(Resources::new(cpu, mem, pods));
+        proptest::prop_assert_eq!(seen, (min, expected));
+    }
 }
