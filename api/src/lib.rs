@@ -38,6 +38,7 @@ pub mod service;
 pub mod template;
 #[cfg(test)]
 mod tests;
+pub mod wire;
 
 pub use cluster::{
     ClusterCapacity, ResourceAmounts, WorkloadCluster, WorkloadClusterSpec, WorkloadClusterStatus,

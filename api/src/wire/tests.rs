@@ -1,0 +1,236 @@
+//! Round trips and documented examples of the wire types.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::{apimachinery::pkg::apis::meta::v1::Time, jiff::Timestamp};
+use serde::{Serialize, de::DeserializeOwned};
+use serde_json::{Value, json};
+
+use super::*;
+
+fn round_trip<T: Serialize + DeserializeOwned + PartialEq + fmt::Debug>(value: &T) -> Value {
+    let json = serde_json::to_value(value).expect("serializes");
+    let back: T = serde_json::from_value(json.clone()).expect("deserializes");
+    assert_eq!(&back, value, "round trip through {json}");
+    json
+}
+
+fn node(name: &str, cpu: u64, requested_cpu: u64) -> NodeCapacity {
+    NodeCapacity {
+        name: name.to_owned(),
+        allocatable: Resources::new(cpu, 16 << 30, 110),
+        requested: Resources::new(requested_cpu, 1 << 30, 2),
+        ready: true,
+        unschedulable: false,
+    }
+}
+
+#[test]
+fn register_request_example_parses_with_camel_case_fields() {
+    let request: RegisterRequest = serde_json::from_value(json!({
+        "clusterName": "eu-west-1",
+        "agentVersion": "0.1.0",
+        "kubernetesVersion": "v1.33.1",
+        "labels": {"tier": "gold"},
+        "region": "eu-west",
+        "zone": "eu-west-1a",
+        "coordinates": {"latitude": 50.11, "longitude": 8.68}
+    }))
+    .unwrap();
+    assert_eq!(request.cluster_name, "eu-west-1");
+    assert_eq!(request.coordinates.unwrap().longitude, 8.68);
+    round_trip(&request);
+}
+
+#[test]
+fn register_request_needs_only_name_and_version() {
+    let request: RegisterRequest =
+        serde_json::from_value(json!({"clusterName": "c1", "agentVersion": "0.1.0"})).unwrap();
+    assert_eq!(
+        round_trip(&request),
+        json!({"clusterName": "c1", "agentVersion": "0.1.0"})
+    );
+}
+
+#[test]
+fn register_response_defaults_max_wait_and_hides_the_credential_in_debug() {
+    let response: RegisterResponse = serde_json::from_value(json!({
+        "clusterName": "c1", "credential": "s3cret", "heartbeatIntervalSeconds": 10
+    }))
+    .unwrap();
+    assert_eq!(response.max_work_wait_seconds, MAX_WORK_WAIT_SECONDS);
+    let debug = format!("{response:?}");
+    assert!(!debug.contains("s3cret"), "credential leaked into {debug}");
+    round_trip(&response);
+}
+
+#[test]
+fn heartbeat_round_trips_with_capacity_pending_pods_and_latency() {
+    let heartbeat = Heartbeat {
+        cluster_name: Some("c1".into()),
+        agent_version: "0.1.0".into(),
+        kubernetes_version: Some("v1.33.1".into()),
+        capacity: CapacityModel {
+            node_groups: vec![NodeGroup {
+                labels: BTreeMap::from([("tier".to_owned(), "gold".to_owned())]),
+                taints: vec![Taint {
+                    key: "gpu".into(),
+                    value: String::new(),
+                    effect: TaintEffect::NoSchedule,
+                }],
+                nodes: vec![node("n1", 4000, 500), node("n2", 4000, 0)],
+            }],
+            totals: CapacityTotals {
+                nodes: 2,
+                schedulable_nodes: 2,
+                allocatable: Resources::new(8000, 32 << 30, 220),
+                requested: Resources::new(500, 2 << 30, 4),
+            },
+        },
+        pending_pods: vec![PendingPod {
+            namespace: "shop".into(),
+            name: "web-abc".into(),
+            workload: Some(WorkloadRef::new("shop", "web")),
+            reason: "Unschedulable".into(),
+            message: "0/2 nodes are available: 2 Insufficient cpu.".into(),
+            since: Some(Time(Timestamp::from_second(1_700_000_000).unwrap())),
+        }],
+        pending_pods_omitted: 0,
+        usage: None,
+        latency_samples: vec![LatencySample {
+            peer: LatencySample::HUB.into(),
+            rtt_millis: 12.5,
+        }],
+        applied_revision: Some(7),
+    };
+    let json = round_trip(&heartbeat);
+    assert_eq!(
+        json["capacity"]["nodeGroups"][0]["nodes"][0]["allocatable"]["cpuMillis"],
+        4000
+    );
+    assert_eq!(
+        json["capacity"]["nodeGroups"][0]["taints"][0]["effect"],
+        "NoSchedule"
+    );
+    assert_eq!(json["pendingPods"][0]["since"], "2023-11-14T22:13:20Z");
+    assert_eq!(
+        json["pendingPods"][0]["workload"],
+        json!({"namespace": "shop", "name": "web"})
+    );
+    assert_eq!(
+        json["latencySamples"][0],
+        json!({"peer": "hub", "rttMillis": 12.5})
+    );
+    assert_eq!(json["appliedRevision"], 7);
+    assert!(
+        json.get("pendingPodsOmitted").is_none(),
+        "zero omitted is left out: {json}"
+    );
+}
+
+#[test]
+fn node_free_room_never_goes_negative() {
+    let mut n = node("n1", 1000, 1500);
+    assert_eq!(n.free().cpu_millis, 0);
+    n.requested.cpu_millis = 250;
+    assert_eq!(n.free(), Resources::new(750, 15 << 30, 108));
+    assert!(n.schedulable());
+    n.unschedulable = true;
+    assert!(!n.schedulable());
+}
+
+#[test]
+fn work_set_keeps_objects_verbatim() {
+    let set = WorkSet {
+        cluster: "c1".into(),
+        revision: 3,
+        objects: vec![json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "cfg", "namespace": "shop", "labels": {WORKLOAD_LABEL: "shop.web"}},
+            "data": {"k": "v"}
+        })],
+    };
+    let json = round_trip(&set);
+    assert_eq!(json["objects"][0]["data"]["k"], "v");
+    assert_eq!(json["revision"], 3);
+}
+
+#[test]
+fn work_query_serializes_to_the_documented_query_string_names() {
+    let q = WorkQuery {
+        after: Some(4),
+        wait: Some(30),
+        cluster: None,
+    };
+    assert_eq!(round_trip(&q), json!({"after": 4, "wait": 30}));
+}
+
+#[test]
+fn status_report_round_trips() {
+    let report = StatusReport {
+        cluster_name: Some("c1".into()),
+        applied_revision: Some(2),
+        attempted_revision: Some(3),
+        objects: vec![ObjectStatus {
+            api_version: "apps/v1".into(),
+            kind: "Deployment".into(),
+            namespace: Some("shop".into()),
+            name: "web".into(),
+            workload: Some(WorkloadRef::new("shop", "web")),
+            replicas: Some(3),
+            ready_replicas: Some(2),
+            available_replicas: Some(2),
+            updated_replicas: Some(3),
+            pending_pods: Some(1),
+            conditions: vec![ConditionSummary {
+                type_: "Available".into(),
+                status: "False".into(),
+                reason: Some("MinimumReplicasUnavailable".into()),
+                message: None,
+            }],
+            error: None,
+        }],
+        apply_errors: vec![ApplyError {
+            operation: "apply".into(),
+            api_version: "v1".into(),
+            kind: "Secret".into(),
+            namespace: Some("shop".into()),
+            name: "creds".into(),
+            message: "forbidden".into(),
+        }],
+    };
+    let json = round_trip(&report);
+    assert_eq!(json["objects"][0]["conditions"][0]["type"], "Available");
+    assert_eq!(json["objects"][0]["readyReplicas"], 2);
+    assert_eq!(json["applyErrors"][0]["operation"], "apply");
+}
+
+#[test]
+fn error_body_has_the_shared_shape() {
+    let body = ErrorBody {
+        error: error_codes::FORBIDDEN.into(),
+        message: "credential of cluster a cannot read cluster b".into(),
+    };
+    assert_eq!(
+        round_trip(&body),
+        json!({"error": "forbidden", "message": "credential of cluster a cannot read cluster b"})
+    );
+}
+
+#[test]
+fn workload_label_value_round_trips_and_rejects_malformed_values() {
+    let w = WorkloadRef::new("shop", "web.v2");
+    assert_eq!(w.label_value(), "shop.web.v2");
+    assert_eq!(WorkloadRef::from_label_value("shop.web.v2"), Some(w.clone()));
+    assert_eq!(w.to_string(), "shop/web.v2");
+    assert_eq!(WorkloadRef::from_label_value("nodot"), None);
+    assert_eq!(WorkloadRef::from_label_value(".web"), None);
+    assert_eq!(WorkloadRef::from_label_value("shop."), None);
+}
+
+#[test]
+fn paths_live_under_the_prefix() {
+    for path in [REGISTER_PATH, HEARTBEAT_PATH, WORK_PATH, STATUS_PATH] {
+        assert!(path.starts_with(PREFIX), "{path} is not under {PREFIX}");
+    }
+}
