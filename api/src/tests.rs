@@ -762,51 +762,30 @@ fn rescheduling_durations_parse_and_errors_name_the_field() {
 
 #[test]
 fn duration_pattern_accepts_go_durations_only() {
-    let pattern = regex_lite(placement::DURATION_PATTERN);
+    let pattern = regex::Regex::new(placement::DURATION_PATTERN).unwrap();
     for ok in ["5m", "90s", "1h30m", "1.5h", "250ms"] {
-        assert!(pattern(ok), "{ok} should match");
+        assert!(pattern.is_match(ok), "{ok} should match");
         assert!(placement::parse_duration("x", ok).is_ok(), "{ok} should parse");
     }
     for bad in ["", "5", "5 m", "-5m", "5min"] {
-        assert!(!pattern(bad), "{bad} should not match");
+        assert!(!pattern.is_match(bad), "{bad} should not match");
     }
 }
 
-/// A tiny matcher for the duration pattern, so the tests need no regex engine: the pattern is
-/// one or more `<number><unit>` groups.
-fn regex_lite(pattern: &str) -> impl Fn(&str) -> bool {
-    assert_eq!(
-        pattern, r"^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$",
-        "update the matcher with the pattern"
-    );
-    |text: &str| {
-        let mut rest = text;
-        if rest.is_empty() {
-            return false;
-        }
-        while !rest.is_empty() {
-            let digits = rest.chars().take_while(char::is_ascii_digit).count();
-            if digits == 0 {
-                return false;
-            }
-            rest = &rest[digits..];
-            if let Some(frac) = rest.strip_prefix('.') {
-                let n = frac.chars().take_while(char::is_ascii_digit).count();
-                if n == 0 {
-                    return false;
-                }
-                rest = &frac[n..];
-            }
-            let Some(unit) = ["ns", "us", "µs", "ms", "s", "m", "h"]
-                .into_iter()
-                .filter(|u| rest.starts_with(u))
-                .max_by_key(|u| u.len())
-            else {
-                return false;
-            };
-            rest = &rest[unit.len()..];
-        }
-        true
+#[test]
+fn json_pointer_pattern_accepts_rfc_6901_pointers() {
+    let pattern = regex::Regex::new(deployment::JSON_POINTER_PATTERN).unwrap();
+    for ok in [
+        "",
+        "/spec",
+        "/spec/template/spec/containers/0/image",
+        "/metadata/labels/a~1b",
+        "/x~0y",
+    ] {
+        assert!(pattern.is_match(ok), "{ok:?} should match");
+    }
+    for bad in ["spec", "/a~2", "/a~"] {
+        assert!(!pattern.is_match(bad), "{bad:?} should not match");
     }
 }
 
