@@ -1,0 +1,1062 @@
+//! Store conformance: every case runs against SQLite (a fresh temporary file) and Postgres (a
+//! fresh schema in the database named by `NAVE_TEST_DATABASE_URL`), so both backends are held to
+//! the same behaviour.
+//!
+//! Without `NAVE_TEST_DATABASE_URL` the Postgres cases print a `skipped:` line and pass, so the
+//! test suite runs on a machine without Postgres. With it set, an unreachable server fails them.
+
+use std::future::Future;
+use std::io::Write as _;
+use std::str::FromStr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use jiff::{SignedDuration, Timestamp};
+use nave_hub::store::{
+    self, Backend, ClusterRecord, ClusterUpsert, Coordinates, HeartbeatRetention, HistoryQuery, NewHeartbeat,
+    PgStore, PlacementUpdate, Store, StoreErrorKind, WorkStatus,
+};
+use serde_json::{Value, json};
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::{AssertSqlSafe, Executor as _};
+
+const PG_URL_VAR: &str = "NAVE_TEST_DATABASE_URL";
+
+/// One test database that a case can open stores on, any number of times.
+struct TestDb {
+    target: Target,
+}
+
+enum Target {
+    Sqlite { url: String, _dir: tempfile::TempDir },
+    Postgres { url: String, schema: String },
+}
+
+impl TestDb {
+    fn backend(&self) -> Backend {
+        match self.target {
+            Target::Sqlite { .. } => Backend::Sqlite,
+            Target::Postgres { .. } => Backend::Postgres,
+        }
+    }
+
+    /// Opens a new store (its own pool) on this database, running the migrations.
+    async fn open(&self) -> Arc<dyn Store> {
+        match &self.target {
+            Target::Sqlite { url, .. } => store::connect(url)
+                .await
+                .unwrap_or_else(|e| panic!("opening the SQLite store at {url}: {e:?}")),
+            Target::Postgres { url, schema } => {
+                let options = PgConnectOptions::from_str(url).expect("NAVE_TEST_DATABASE_URL parses");
+                let set_path = format!("SET search_path TO \"{schema}\"");
+                let pool = PgStore::pool_options()
+                    .max_connections(4)
+                    .after_connect(move |conn, _meta| {
+                        let set_path = set_path.clone();
+                        Box::pin(async move {
+                            conn.execute(AssertSqlSafe(set_path)).await?;
+                            Ok(())
+                        })
+                    });
+                let store = PgStore::connect_with(pool, options)
+                    .await
+                    .unwrap_or_else(|e| panic!("opening the Postgres store in schema {schema}: {e:?}"));
+                Arc::new(store)
+            }
+        }
+    }
+
+    /// A URL that [`store::connect`] opens on this database (for Postgres, the schema is chosen
+    /// through the `options` parameter rather than a hook).
+    fn url(&self) -> String {
+        match &self.target {
+            Target::Sqlite { url, .. } => url.clone(),
+            Target::Postgres { url, schema } => {
+                let separator = if url.contains('?') { '&' } else { '?' };
+                format!("{url}{separator}options=-c%20search_path%3D{schema}")
+            }
+        }
+    }
+}
+
+async fn run_sqlite<F, Fut>(case: F)
+where
+    F: FnOnce(TestDb) -> Fut,
+    Fut: Future<Output = ()>,
+{
+    let dir = tempfile::tempdir().expect("creating a temporary directory");
+    let url = format!("sqlite://{}", dir.path().join("nave.db").display());
+    case(TestDb {
+        target: Target::Sqlite { url, _dir: dir },
+    })
+    .await;
+}
+
+async fn run_postgres<F, Fut>(case: F)
+where
+    F: FnOnce(TestDb) -> Fut,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    let url = match std::env::var(PG_URL_VAR) {
+        Ok(url) if !url.is_empty() => url,
+        _ => {
+            // Straight to stderr: the harness captures `println!` of passing tests.
+            let _ = writeln!(
+                std::io::stderr(),
+                "skipped: {PG_URL_VAR} is not set (Postgres store conformance)"
+            );
+            return;
+        }
+    };
+    let admin = PgPoolOptions::new()
+        .max_connections(1)
+        .acquire_timeout(Duration::from_secs(10))
+        .connect(&url)
+        .await
+        .unwrap_or_else(|e| {
+            panic!(
+                "{PG_URL_VAR} is set ({}) but the Postgres server is unreachable: {e}",
+                redact(&url)
+            )
+        });
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let schema = format!(
+        "nave_test_{}_{}_{}",
+        std::process::id(),
+        Timestamp::now().as_millisecond(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    );
+    admin
+        .execute(AssertSqlSafe(format!("CREATE SCHEMA \"{schema}\"")))
+        .await
+        .unwrap_or_else(|e| panic!("creating schema {schema}: {e}"));
+    // Run the case as its own task so that a failing case still drops its schema.
+    let outcome = tokio::spawn(case(TestDb {
+        target: Target::Postgres {
+            url,
+            schema: schema.clone(),
+        },
+    }))
+    .await;
+    admin
+        .execute(AssertSqlSafe(format!("DROP SCHEMA \"{schema}\" CASCADE")))
+        .await
+        .unwrap_or_else(|e| panic!("dropping schema {schema}: {e}"));
+    admin.close().await;
+    if let Err(e) = outcome {
+        std::panic::resume_unwind(e.into_panic());
+    }
+}
+
+/// The URL without its password, for messages.
+fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme_end), Some(at)) if at > scheme_end => {
+            let credentials = &url[scheme_end + 3..at];
+            match credentials.split_once(':') {
+                Some((user, _)) => format!("{}{user}:***{}", &url[..scheme_end + 3], &url[at..]),
+                None => url.to_owned(),
+            }
+        }
+        _ => url.to_owned(),
+    }
+}
+
+/// Runs each case against both backends: `sqlite::<case>` and `postgres::<case>`.
+macro_rules! conformance {
+    ($($case:ident),+ $(,)?) => {
+        mod sqlite {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $case() {
+                    crate::run_sqlite(crate::cases::$case).await;
+                }
+            )+
+        }
+        mod postgres {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $case() {
+                    crate::run_postgres(crate::cases::$case).await;
+                }
+            )+
+        }
+    };
+}
+
+conformance!(
+    cluster_upsert_get_and_list,
+    credential_issue_then_lookup_gives_scoped_cluster,
+    revoked_and_rotated_credentials_are_not_found,
+    token_of_one_cluster_never_resolves_to_another,
+    heartbeats_are_recorded_and_pruned,
+    placement_put_get_and_history_newest_first_with_filters_and_pages,
+    work_revision_bumps_only_on_change_and_survives_reconnect,
+    work_status_round_trips,
+    concurrent_put_work_yields_distinct_increasing_revisions,
+    migrations_are_idempotent,
+    connect_url_picks_the_backend,
+);
+
+// Fixtures.
+
+/// A cluster in `eu-west`, zone `a`, with one label; change fields with struct update syntax.
+fn mk_cluster(name: &str) -> ClusterUpsert {
+    ClusterUpsert {
+        name: name.to_owned(),
+        labels: [("tier".to_owned(), "gold".to_owned())].into(),
+        region: Some("eu-west".to_owned()),
+        zone: Some("a".to_owned()),
+        coordinates: Some(Coordinates {
+            latitude: 53.35,
+            longitude: -6.26,
+        }),
+        agent_version: Some("0.1.0".to_owned()),
+        kubernetes_version: Some("v1.34.1".to_owned()),
+        cordoned: false,
+        burst_only: false,
+    }
+}
+
+fn heartbeat(cluster: &str, at: Timestamp, cpu: u32) -> NewHeartbeat {
+    NewHeartbeat {
+        cluster: cluster.to_owned(),
+        received_at: at,
+        payload: json!({"capacity": {"cpu": cpu}, "pendingPods": [], "latency": {"eu-2": 12}}),
+        capacity: Some(json!({"cpu": cpu})),
+        agent_version: None,
+        kubernetes_version: None,
+    }
+}
+
+fn placement(namespace: &str, name: &str, at: Timestamp, decision: Value) -> PlacementUpdate {
+    PlacementUpdate {
+        namespace: namespace.to_owned(),
+        name: name.to_owned(),
+        uid: format!("uid-{namespace}-{name}"),
+        generation: 1,
+        decision,
+        trigger: "spec".to_owned(),
+        reason: "spec changed".to_owned(),
+        at,
+    }
+}
+
+fn deployment(name: &str, replicas: u32) -> Value {
+    json!({
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"replicas": replicas},
+    })
+}
+
+/// A fixed instant plus `seconds`, at millisecond precision like the store.
+fn t(seconds: i64) -> Timestamp {
+    Timestamp::from_second(1_763_700_000).expect("valid") + SignedDuration::from_secs(seconds)
+}
+
+/// Registers the named clusters with default fields.
+async fn register(store: &dyn Store, names: &[&str]) {
+    for name in names {
+        store
+            .upsert_cluster(&mk_cluster(name))
+            .await
+            .unwrap_or_else(|e| panic!("registering {name}: {e:?}"));
+    }
+}
+
+mod cases {
+    use super::*;
+
+    pub async fn cluster_upsert_get_and_list(db: TestDb) {
+        let store = db.open().await;
+        let before = Timestamp::now();
+        let first = store
+            .upsert_cluster(&mk_cluster("eu-1"))
+            .await
+            .expect("upsert eu-1");
+        let expected = ClusterRecord {
+            name: "eu-1".to_owned(),
+            labels: [("tier".to_owned(), "gold".to_owned())].into(),
+            region: Some("eu-west".to_owned()),
+            zone: Some("a".to_owned()),
+            coordinates: Some(Coordinates {
+                latitude: 53.35,
+                longitude: -6.26,
+            }),
+            registered_at: first.registered_at,
+            agent_version: Some("0.1.0".to_owned()),
+            kubernetes_version: Some("v1.34.1".to_owned()),
+            last_heartbeat_at: None,
+            capacity: None,
+            cordoned: false,
+            burst_only: false,
+        };
+        assert_eq!(first, expected, "upsert returns the stored row");
+        assert!(
+            first.registered_at >= before - SignedDuration::from_millis(1),
+            "registered_at: expected at or after {before}, seen {}",
+            first.registered_at
+        );
+        let got = store.get_cluster("eu-1").await.expect("get eu-1");
+        assert_eq!(got.as_ref(), Some(&expected), "get after insert");
+
+        // A later upsert replaces the descriptive fields, keeps registered_at, and keeps the
+        // versions it does not carry.
+        let update = ClusterUpsert {
+            labels: [
+                ("tier".to_owned(), "silver".to_owned()),
+                ("gpu".to_owned(), "true".to_owned()),
+            ]
+            .into(),
+            region: Some("eu-north".to_owned()),
+            zone: None,
+            coordinates: None,
+            agent_version: None,
+            kubernetes_version: Some("v1.35.0".to_owned()),
+            cordoned: true,
+            burst_only: true,
+            ..mk_cluster("eu-1")
+        };
+        let updated = store.upsert_cluster(&update).await.expect("upsert eu-1 again");
+        let expected = ClusterRecord {
+            labels: update.labels.clone(),
+            region: Some("eu-north".to_owned()),
+            zone: None,
+            coordinates: None,
+            kubernetes_version: Some("v1.35.0".to_owned()),
+            cordoned: true,
+            burst_only: true,
+            ..expected
+        };
+        assert_eq!(updated, expected, "upsert of an existing cluster");
+        assert_eq!(
+            store.get_cluster("eu-1").await.expect("get eu-1").as_ref(),
+            Some(&expected)
+        );
+
+        register(&*store, &["us-1", "ap-1"]).await;
+        let names: Vec<String> = store
+            .list_clusters()
+            .await
+            .expect("list")
+            .into_iter()
+            .map(|c| c.name)
+            .collect();
+        assert_eq!(names, ["ap-1", "eu-1", "us-1"], "list is sorted by name");
+        assert_eq!(store.get_cluster("nowhere").await.expect("get unknown"), None);
+        store.close().await.expect("close");
+    }
+
+    pub async fn credential_issue_then_lookup_gives_scoped_cluster(db: TestDb) {
+        let store = db.open().await;
+        register(&*store, &["eu-1"]).await;
+        let issued = store.issue_credential("eu-1").await.expect("issue");
+        assert_eq!(issued.cluster, "eu-1");
+        let identity = store
+            .authenticate_agent(issued.token.expose())
+            .await
+            .expect("lookup");
+        let identity = identity.expect("expected the issued token to resolve, seen None");
+        assert_eq!(
+            (identity.credential_id, identity.cluster.as_str()),
+            (issued.id, "eu-1")
+        );
+
+        let listed = store.list_credentials("eu-1").await.expect("list credentials");
+        assert_eq!(listed.len(), 1, "credentials of eu-1: {listed:?}");
+        assert_eq!((listed[0].id, listed[0].revoked_at), (issued.id, None));
+        assert_eq!(
+            listed[0].created_at, issued.created_at,
+            "created_at as issued vs as listed"
+        );
+
+        // A second credential for the same cluster does not replace the first.
+        let second = store.issue_credential("eu-1").await.expect("issue a second");
+        assert_ne!(second.token, issued.token);
+        for token in [&issued.token, &second.token] {
+            let seen = store.authenticate_agent(token.expose()).await.expect("lookup");
+            assert_eq!(seen.map(|i| i.cluster), Some("eu-1".to_owned()));
+        }
+
+        assert_eq!(
+            store
+                .authenticate_agent("nave_unknown")
+                .await
+                .expect("lookup unknown"),
+            None
+        );
+        assert_eq!(store.authenticate_agent("").await.expect("lookup empty"), None);
+
+        let error = store
+            .issue_credential("nowhere")
+            .await
+            .expect_err("issuing for an unregistered cluster");
+        assert_eq!(error.kind(), StoreErrorKind::UnknownCluster, "error: {error:?}");
+        assert_eq!(error.client_message(), "cluster \"nowhere\" is not registered");
+        store.close().await.expect("close");
+    }
+
+    pub async fn revoked_and_rotated_credentials_are_not_found(db: TestDb) {
+        let store = db.open().await;
+        register(&*store, &["eu-1"]).await;
+        let old = store.issue_credential("eu-1").await.expect("issue");
+        assert!(
+            store.revoke_credential(old.id).await.expect("revoke"),
+            "first revoke: expected true"
+        );
+        assert!(
+            !store.revoke_credential(old.id).await.expect("revoke again"),
+            "second revoke: expected false"
+        );
+        assert!(
+            !store
+                .revoke_credential(old.id + 1000)
+                .await
+                .expect("revoke unknown")
+        );
+        assert_eq!(
+            store
+                .authenticate_agent(old.token.expose())
+                .await
+                .expect("lookup revoked"),
+            None
+        );
+
+        let a = store.issue_credential("eu-1").await.expect("issue a");
+        let b = store.issue_credential("eu-1").await.expect("issue b");
+        let rotated = store.rotate_credential("eu-1").await.expect("rotate");
+        for (label, token) in [("a", &a.token), ("b", &b.token)] {
+            let seen = store.authenticate_agent(token.expose()).await.expect("lookup");
+            assert_eq!(seen, None, "credential {label} after rotation: expected None");
+        }
+        let seen = store
+            .authenticate_agent(rotated.token.expose())
+            .await
+            .expect("lookup rotated");
+        assert_eq!(seen.map(|i| i.credential_id), Some(rotated.id));
+
+        let listed = store.list_credentials("eu-1").await.expect("list");
+        let state: Vec<(i64, bool)> = listed.iter().map(|c| (c.id, c.revoked_at.is_some())).collect();
+        assert_eq!(
+            state,
+            [(old.id, true), (a.id, true), (b.id, true), (rotated.id, false)]
+        );
+
+        let error = store
+            .rotate_credential("nowhere")
+            .await
+            .expect_err("rotating for an unregistered cluster");
+        assert_eq!(error.kind(), StoreErrorKind::UnknownCluster, "error: {error:?}");
+        store.close().await.expect("close");
+    }
+
+    pub async fn token_of_one_cluster_never_resolves_to_another(db: TestDb) {
+        let store = db.open().await;
+        register(&*store, &["a", "b"]).await;
+        let mut issued = Vec::new();
+        for _ in 0..3 {
+            for cluster in ["a", "b"] {
+                issued.push(store.issue_credential(cluster).await.expect("issue"));
+            }
+        }
+        for credential in &issued {
+            let seen = store
+                .authenticate_agent(credential.token.expose())
+                .await
+                .expect("lookup");
+            assert_eq!(
+                seen.as_ref().map(|i| i.cluster.as_str()),
+                Some(credential.cluster.as_str()),
+                "token issued for {} resolved to {seen:?}",
+                credential.cluster
+            );
+        }
+        // Near misses of a valid token resolve to nothing.
+        let token = issued[0].token.expose();
+        let mut flipped = token.to_owned();
+        let last = flipped.pop().expect("non-empty token");
+        flipped.push(if last == 'A' { 'B' } else { 'A' });
+        let near_misses = [
+            flipped,
+            token.to_uppercase(),
+            format!("{token} "),
+            format!(" {token}"),
+            token[..token.len() - 1].to_owned(),
+        ];
+        for candidate in near_misses {
+            let seen = store.authenticate_agent(&candidate).await.expect("lookup");
+            assert_eq!(seen, None, "near miss {candidate:?}: expected None");
+        }
+        store.close().await.expect("close");
+    }
+
+    pub async fn heartbeats_are_recorded_and_pruned(db: TestDb) {
+        let store = db.open().await;
+        register(&*store, &["a", "b"]).await;
+        for i in 0..5 {
+            store
+                .record_heartbeat(&heartbeat("a", t(i * 10), 100 + i as u32))
+                .await
+                .expect("heartbeat a");
+        }
+        for i in 0..3 {
+            store
+                .record_heartbeat(&heartbeat("b", t(i * 10), 200))
+                .await
+                .expect("heartbeat b");
+        }
+        let a = store.list_heartbeats("a", 100).await.expect("list a");
+        let times: Vec<Timestamp> = a.iter().map(|h| h.received_at).collect();
+        assert_eq!(
+            times,
+            [t(40), t(30), t(20), t(10), t(0)],
+            "heartbeats of a, newest first"
+        );
+        assert_eq!(
+            a[0].payload,
+            heartbeat("a", t(40), 104).payload,
+            "payload stored verbatim"
+        );
+        assert_eq!(
+            store.list_heartbeats("a", 2).await.expect("list a, 2").len(),
+            2,
+            "limit"
+        );
+
+        let cluster = store
+            .get_cluster("a")
+            .await
+            .expect("get a")
+            .expect("a registered");
+        assert_eq!(cluster.last_heartbeat_at, Some(t(40)));
+        assert_eq!(
+            cluster.capacity,
+            Some(json!({"cpu": 104})),
+            "capacity from the newest heartbeat"
+        );
+        assert_eq!(
+            cluster.agent_version.as_deref(),
+            Some("0.1.0"),
+            "a heartbeat without versions keeps them"
+        );
+
+        // A late heartbeat is history, not the latest state; versions come from the newest one.
+        store
+            .record_heartbeat(&heartbeat("a", t(5), 1))
+            .await
+            .expect("late heartbeat");
+        let newest = NewHeartbeat {
+            agent_version: Some("0.2.0".to_owned()),
+            ..heartbeat("a", t(50), 105)
+        };
+        store.record_heartbeat(&newest).await.expect("newest heartbeat");
+        let cluster = store
+            .get_cluster("a")
+            .await
+            .expect("get a")
+            .expect("a registered");
+        assert_eq!(
+            (
+                cluster.last_heartbeat_at,
+                cluster.capacity,
+                cluster.agent_version.as_deref()
+            ),
+            (Some(t(50)), Some(json!({"cpu": 105})), Some("0.2.0"))
+        );
+
+        // a: 0, 5, 10, 20, 30, 40, 50; b: 0, 10, 20. Keep the newest 2 of each, or from t(30) on.
+        let deleted = store
+            .prune_heartbeats(HeartbeatRetention {
+                keep_last: 2,
+                keep_newer_than: Some(t(30)),
+            })
+            .await
+            .expect("prune");
+        assert_eq!(deleted, 4 + 1, "deleted: expected a's 0, 5, 10, 20 and b's 0");
+        let kept_a: Vec<Timestamp> = store
+            .list_heartbeats("a", 100)
+            .await
+            .expect("list a")
+            .iter()
+            .map(|h| h.received_at)
+            .collect();
+        assert_eq!(kept_a, [t(50), t(40), t(30)]);
+        let kept_b: Vec<Timestamp> = store
+            .list_heartbeats("b", 100)
+            .await
+            .expect("list b")
+            .iter()
+            .map(|h| h.received_at)
+            .collect();
+        assert_eq!(kept_b, [t(20), t(10)]);
+
+        // By count alone.
+        let deleted = store
+            .prune_heartbeats(HeartbeatRetention {
+                keep_last: 1,
+                keep_newer_than: None,
+            })
+            .await
+            .expect("prune by count");
+        assert_eq!(deleted, 2 + 1);
+        assert_eq!(
+            store.list_heartbeats("a", 100).await.expect("list a")[0].received_at,
+            t(50)
+        );
+
+        let error = store
+            .record_heartbeat(&heartbeat("nowhere", t(0), 1))
+            .await
+            .expect_err("unknown cluster");
+        assert_eq!(error.kind(), StoreErrorKind::UnknownCluster, "error: {error:?}");
+        store.close().await.expect("close");
+    }
+
+    pub async fn placement_put_get_and_history_newest_first_with_filters_and_pages(db: TestDb) {
+        let store = db.open().await;
+        let one = json!({"clusters": {"eu-1": {"replicas": 3, "reason": "most room"}}});
+        let two = json!({"clusters": {"eu-1": {"replicas": 2, "reason": "most room"},
+                                      "eu-2": {"replicas": 1, "reason": "overflow"}}});
+
+        let write = store
+            .put_placement(&placement("default", "web", t(0), one.clone()))
+            .await
+            .expect("put");
+        assert!(
+            write.changed && write.history_id.is_some(),
+            "first put: {write:?}"
+        );
+
+        // The same decision, built with its keys in another order, is not a change.
+        let reordered: Value =
+            serde_json::from_str(r#"{"clusters":{"eu-1":{"reason":"most room","replicas":3}}}"#)
+                .expect("json");
+        let again = PlacementUpdate {
+            generation: 2,
+            ..placement("default", "web", t(10), reordered)
+        };
+        let write = store.put_placement(&again).await.expect("put same");
+        assert_eq!(
+            (write.changed, write.history_id),
+            (false, None),
+            "same decision: expected no change"
+        );
+        let current = store
+            .get_placement("default", "web")
+            .await
+            .expect("get")
+            .expect("placement of web");
+        assert_eq!(
+            (current.generation, current.updated_at, &current.decision),
+            (2, t(10), &one)
+        );
+
+        let mut scale = placement("default", "web", t(20), two.clone());
+        scale.trigger = "capacity".to_owned();
+        scale.reason = "eu-1 is full".to_owned();
+        assert!(
+            store.put_placement(&scale).await.expect("put two").changed,
+            "new decision: expected a change"
+        );
+        // A re-created MCD (new uid) with the same decision starts a new history.
+        let recreated = PlacementUpdate {
+            uid: "uid-new".to_owned(),
+            ..placement("default", "web", t(30), two.clone())
+        };
+        assert!(
+            store
+                .put_placement(&recreated)
+                .await
+                .expect("put recreated")
+                .changed,
+            "new uid: expected a change"
+        );
+        store
+            .put_placement(&placement("default", "api", t(25), one.clone()))
+            .await
+            .expect("put api");
+        store
+            .put_placement(&placement("shop", "web", t(40), one.clone()))
+            .await
+            .expect("put shop/web");
+
+        let current = store
+            .get_placement("default", "web")
+            .await
+            .expect("get")
+            .expect("placement of web");
+        assert_eq!(
+            (current.uid.as_str(), &current.decision, current.updated_at),
+            ("uid-new", &two, t(30))
+        );
+        assert_eq!(
+            store.get_placement("default", "nope").await.expect("get unknown"),
+            None
+        );
+        let all: Vec<(String, String)> = store
+            .list_placements(None)
+            .await
+            .expect("list")
+            .into_iter()
+            .map(|p| (p.namespace, p.name))
+            .collect();
+        let pairs = |items: &[(&str, &str)]| -> Vec<(String, String)> {
+            items
+                .iter()
+                .map(|(a, b)| ((*a).to_owned(), (*b).to_owned()))
+                .collect()
+        };
+        assert_eq!(
+            all,
+            pairs(&[("default", "api"), ("default", "web"), ("shop", "web")])
+        );
+        let shop = store.list_placements(Some("shop")).await.expect("list shop");
+        assert_eq!(shop.len(), 1, "placements in shop: {shop:?}");
+
+        // History: everything, newest first.
+        let page = store
+            .placement_history(&HistoryQuery::default())
+            .await
+            .expect("history");
+        let seen: Vec<(String, Timestamp)> = page.entries.iter().map(|e| (e.name.clone(), e.at)).collect();
+        let expected: Vec<(String, Timestamp)> = [
+            ("web", t(40)),
+            ("web", t(30)),
+            ("api", t(25)),
+            ("web", t(20)),
+            ("web", t(0)),
+        ]
+        .iter()
+        .map(|(n, at)| ((*n).to_owned(), *at))
+        .collect();
+        assert_eq!(seen, expected, "history newest first");
+        assert_eq!(page.next, None, "one page holds everything");
+        let scaled = &page.entries[3];
+        assert_eq!(
+            (
+                scaled.trigger.as_str(),
+                scaled.reason.as_str(),
+                &scaled.decision,
+                scaled.generation
+            ),
+            ("capacity", "eu-1 is full", &two, 1)
+        );
+
+        // Filters.
+        let by = |query: HistoryQuery| {
+            let store = store.clone();
+            async move {
+                let page = store.placement_history(&query).await.expect("history");
+                page.entries.iter().map(|e| e.at).collect::<Vec<_>>()
+            }
+        };
+        let default_web = HistoryQuery {
+            namespace: Some("default".to_owned()),
+            name: Some("web".to_owned()),
+            ..HistoryQuery::default()
+        };
+        assert_eq!(by(default_web.clone()).await, [t(30), t(20), t(0)], "default/web");
+        assert_eq!(
+            by(HistoryQuery {
+                name: Some("web".to_owned()),
+                ..HistoryQuery::default()
+            })
+            .await,
+            [t(40), t(30), t(20), t(0)]
+        );
+        assert_eq!(
+            by(HistoryQuery {
+                trigger: Some("capacity".to_owned()),
+                ..HistoryQuery::default()
+            })
+            .await,
+            [t(20)]
+        );
+        assert_eq!(
+            by(HistoryQuery {
+                uid: Some("uid-new".to_owned()),
+                ..HistoryQuery::default()
+            })
+            .await,
+            [t(30)]
+        );
+        assert_eq!(
+            by(HistoryQuery {
+                since: Some(t(20)),
+                until: Some(t(30)),
+                ..HistoryQuery::default()
+            })
+            .await,
+            [t(25), t(20)],
+            "since is inclusive, until exclusive"
+        );
+
+        // Pages of two: no entry repeats or goes missing, even with an entry written between pages.
+        let mut query = HistoryQuery {
+            limit: 2,
+            ..HistoryQuery::default()
+        };
+        let mut paged = Vec::new();
+        let mut pages = 0;
+        loop {
+            let page = store.placement_history(&query).await.expect("history page");
+            assert!(
+                page.entries.len() <= 2,
+                "page of {}: expected at most 2",
+                page.entries.len()
+            );
+            paged.extend(page.entries.iter().map(|e| e.at));
+            pages += 1;
+            if pages == 1 {
+                store
+                    .put_placement(&placement("late", "job", t(99), one.clone()))
+                    .await
+                    .expect("put late");
+            }
+            match page.next {
+                Some(next) => {
+                    // The cursor survives a round trip through its text form, as in an API query.
+                    query.after = Some(next.to_string().parse().expect("cursor parses"));
+                }
+                None => break,
+            }
+        }
+        assert_eq!(paged, [t(40), t(30), t(25), t(20), t(0)], "paged history");
+        assert_eq!(pages, 3);
+
+        assert!(
+            store.delete_placement("default", "web").await.expect("delete"),
+            "delete: expected true"
+        );
+        assert!(
+            !store
+                .delete_placement("default", "web")
+                .await
+                .expect("delete again")
+        );
+        assert_eq!(
+            store.get_placement("default", "web").await.expect("get deleted"),
+            None
+        );
+        assert_eq!(by(default_web).await.len(), 3, "history outlives the placement");
+        store.close().await.expect("close");
+    }
+
+    pub async fn work_revision_bumps_only_on_change_and_survives_reconnect(db: TestDb) {
+        let store = db.open().await;
+        register(&*store, &["a", "b"]).await;
+        assert_eq!(store.get_work("a").await.expect("get before any"), None);
+
+        let v1 = [deployment("web", 2), deployment("api", 1)];
+        let write = store.put_work("a", &v1).await.expect("put v1");
+        assert_eq!((write.revision, write.changed), (1, true), "first put");
+        let reordered = [deployment("api", 1), deployment("web", 2)];
+        let write = store.put_work("a", &reordered).await.expect("put v1 reordered");
+        assert_eq!(
+            (write.revision, write.changed),
+            (1, false),
+            "same set in another order"
+        );
+        let v2 = [deployment("web", 3), deployment("api", 1)];
+        let write = store.put_work("a", &v2).await.expect("put v2");
+        assert_eq!((write.revision, write.changed), (2, true), "changed set");
+        let work = store.get_work("a").await.expect("get").expect("work of a");
+        assert_eq!(
+            (work.cluster.as_str(), work.revision, &work.objects[..]),
+            ("a", 2, &v2[..])
+        );
+
+        // Clusters count separately; an empty set is a set like any other.
+        assert_eq!(store.put_work("b", &[]).await.expect("put b").revision, 1);
+        assert_eq!(store.put_work("b", &[]).await.expect("put b again").revision, 1);
+
+        store.close().await.expect("close");
+        let store = db.open().await;
+        let work = store
+            .get_work("a")
+            .await
+            .expect("get after reconnect")
+            .expect("work of a");
+        assert_eq!(work.revision, 2, "revision after reconnect");
+        let write = store.put_work("a", &v2).await.expect("put v2 after reconnect");
+        assert_eq!(
+            (write.revision, write.changed),
+            (2, false),
+            "same set after reconnect"
+        );
+        let write = store.put_work("a", &v1).await.expect("put v1 after reconnect");
+        assert_eq!(
+            (write.revision, write.changed),
+            (3, true),
+            "going back to an older set is a new revision"
+        );
+        assert_eq!(store.put_work("a", &[]).await.expect("put empty").revision, 4);
+
+        let error = store
+            .put_work("nowhere", &v1)
+            .await
+            .expect_err("work for an unregistered cluster");
+        assert_eq!(error.kind(), StoreErrorKind::UnknownCluster, "error: {error:?}");
+        assert_eq!(store.get_work("nowhere").await.expect("get unknown"), None);
+        store.close().await.expect("close");
+    }
+
+    pub async fn work_status_round_trips(db: TestDb) {
+        let store = db.open().await;
+        register(&*store, &["a"]).await;
+        assert_eq!(store.get_work_status("a").await.expect("get before any"), None);
+        let status = WorkStatus {
+            cluster: "a".to_owned(),
+            applied_revision: 3,
+            objects: json!([{"kind": "Deployment", "name": "web", "ready": 2, "pending": [
+                {"pod": "web-1", "reason": "Insufficient cpu"}]}]),
+            reported_at: t(10),
+        };
+        store.put_work_status(&status).await.expect("put status");
+        assert_eq!(
+            store.get_work_status("a").await.expect("get").as_ref(),
+            Some(&status)
+        );
+        let newer = WorkStatus {
+            applied_revision: 4,
+            objects: json!([]),
+            reported_at: t(20),
+            ..status.clone()
+        };
+        store.put_work_status(&newer).await.expect("put newer status");
+        assert_eq!(
+            store.get_work_status("a").await.expect("get").as_ref(),
+            Some(&newer),
+            "replaced"
+        );
+
+        let unknown = WorkStatus {
+            cluster: "nowhere".to_owned(),
+            ..status.clone()
+        };
+        let error = store
+            .put_work_status(&unknown)
+            .await
+            .expect_err("status of an unregistered cluster");
+        assert_eq!(error.kind(), StoreErrorKind::UnknownCluster, "error: {error:?}");
+        let huge = WorkStatus {
+            applied_revision: u64::MAX,
+            ..status
+        };
+        let error = store
+            .put_work_status(&huge)
+            .await
+            .expect_err("revision beyond i64");
+        assert_eq!(error.kind(), StoreErrorKind::InvalidInput, "error: {error:?}");
+        assert_eq!(
+            store.get_work_status("a").await.expect("get").as_ref(),
+            Some(&newer),
+            "unchanged"
+        );
+        store.close().await.expect("close");
+    }
+
+    pub async fn concurrent_put_work_yields_distinct_increasing_revisions(db: TestDb) {
+        const TASKS: usize = 6;
+        const PUTS: usize = 5;
+        let store = db.open().await;
+        register(&*store, &["a"]).await;
+        let mut handles = Vec::new();
+        for task in 0..TASKS {
+            let store = store.clone();
+            handles.push(tokio::spawn(async move {
+                let mut revisions = Vec::new();
+                for put in 0..PUTS {
+                    let objects = [json!({"task": task, "put": put})];
+                    let write = store.put_work("a", &objects).await.expect("concurrent put");
+                    assert!(
+                        write.changed,
+                        "task {task} put {put}: expected a change, seen {write:?}"
+                    );
+                    revisions.push(write.revision);
+                }
+                revisions
+            }));
+        }
+        let mut all = Vec::new();
+        for (task, handle) in handles.into_iter().enumerate() {
+            let revisions = handle.await.expect("task finished");
+            assert!(
+                revisions.windows(2).all(|w| w[0] < w[1]),
+                "task {task}: expected increasing, seen {revisions:?}"
+            );
+            all.extend(revisions);
+        }
+        all.sort_unstable();
+        let expected: Vec<u64> = (1..=(TASKS * PUTS) as u64).collect();
+        assert_eq!(all, expected, "every put got its own revision, none skipped");
+        let work = store.get_work("a").await.expect("get").expect("work of a");
+        assert_eq!(work.revision, (TASKS * PUTS) as u64, "final revision");
+        store.close().await.expect("close");
+    }
+
+    pub async fn migrations_are_idempotent(db: TestDb) {
+        let first = db.open().await;
+        register(&*first, &["a"]).await;
+        first.put_work("a", &[deployment("web", 1)]).await.expect("put");
+        // A second store on the same database while the first is open, then a third after both close.
+        let second = db.open().await;
+        assert!(
+            second.get_cluster("a").await.expect("get").is_some(),
+            "data written before the second connect"
+        );
+        first.close().await.expect("close first");
+        second.close().await.expect("close second");
+        let third = db.open().await;
+        assert_eq!(
+            third.get_work("a").await.expect("get").map(|w| w.revision),
+            Some(1)
+        );
+        assert_eq!(third.backend(), db.backend());
+        third.close().await.expect("close third");
+    }
+
+    pub async fn connect_url_picks_the_backend(db: TestDb) {
+        let url = db.url();
+        let store = store::connect(&url)
+            .await
+            .unwrap_or_else(|e| panic!("connect: {e:?}"));
+        assert_eq!(store.backend(), db.backend(), "backend picked for the URL");
+        register(&*store, &["a"]).await;
+        store.close().await.expect("close");
+        let other = db.open().await;
+        assert!(
+            other.get_cluster("a").await.expect("get").is_some(),
+            "the URL opened the same database"
+        );
+        other.close().await.expect("close");
+    }
+}
+
+#[tokio::test]
+async fn unsupported_url_scheme_is_rejected() {
+    let error = store::connect("mysql://root:secret@localhost/nave")
+        .await
+        .expect_err("mysql URL");
+    let message = error.to_string();
+    assert!(
+        message.contains("\"mysql\""),
+        "message names the scheme: {message}"
+    );
+    assert!(
+        !message.contains("secret"),
+        "message leaks the password: {message}"
+    );
+}
+
+#[test]
+fn redact_hides_the_password() {
+    assert_eq!(redact("postgres://u:pw@h:5432/db"), "postgres://u:***@h:5432/db");
+    assert_eq!(
+        redact("postgres://postgres@127.0.0.1:5432/test"),
+        "postgres://postgres@127.0.0.1:5432/test"
+    );
+}
