@@ -176,6 +176,10 @@ pub struct Timing {
     /// Node heartbeat (Lease renewal and Ready condition) interval; 0 turns heartbeats off.
     #[serde(default)]
     pub node_heartbeat_millis: u64,
+    /// Multiplies every `tolerationSeconds` (and the 300 s default toleration of not-ready and
+    /// unreachable nodes) before NoExecute evictions, so tests can make evictions fast.
+    #[serde(default = "default_toleration_scale")]
+    pub toleration_scale: f64,
 }
 
 impl Default for Timing {
@@ -184,6 +188,7 @@ impl Default for Timing {
             pod_start_millis: default_pod_start(),
             pod_delete_millis: default_pod_delete(),
             node_heartbeat_millis: 0,
+            toleration_scale: default_toleration_scale(),
         }
     }
 }
@@ -241,6 +246,9 @@ fn default_pod_start() -> u64 {
 fn default_pod_delete() -> u64 {
     200
 }
+fn default_toleration_scale() -> f64 {
+    1.0
+}
 fn default_usage_factor() -> f64 {
     0.5
 }
@@ -284,6 +292,12 @@ impl ClusterConfig {
                     ));
                 }
             }
+        }
+        if !(self.timing.toleration_scale.is_finite() && self.timing.toleration_scale >= 0.0) {
+            return Err(format!(
+                "timing.tolerationScale: invalid value {}: must be >= 0",
+                self.timing.toleration_scale
+            ));
         }
         if !(self.usage.factor.is_finite() && self.usage.factor >= 0.0) {
             return Err(format!("usage.factor: invalid value {}: must be >= 0", self.usage.factor));

@@ -4,3 +4,4 @@
 
 pub mod config;
 pub mod controllers;
+pub mod metrics;
