@@ -1,7 +1,33 @@
-//! nave-sim: a Kubernetes API emulator with simulated nodes and pods.
+//! nave-sim: a Kubernetes API emulator with simulated nodes and pods, good enough that the real
+//! `kubectl` (1.32) and kube-rs (watchers, reflectors, controllers, server-side apply) work
+//! against it.  Many virtual clusters can run in one process, each with its own listener, store,
+//! resourceVersion counter, CRDs and control plane.
+//!
+//! ```text
+//!   kubectl / kube-rs ──HTTP(S)──► ListenerCtl ──► middleware (auth, faults, log, Cache-Control)
+//!                                                     │
+//!         ┌───────────────────────────────────────────┴──────────────────────┐
+//!         ▼                         ▼                          ▼              ▼
+//!   /api, /apis (rest)     discovery / openapi       /_sim/v1 hooks     /metrics
+//!         │ create/update/patch/apply/delete (write.rs, sim-core rules)
+//!         ▼
+//!   Store (objects, global RV, event log) ──► watch streams, garbage collector
+//!         ▲
+//!   ControlPlane (scheduler, controllers, kubelet) via an in-process kube::Client
+//! ```
+//!
+//! Entry points: [`SimCluster`] and [`SimFleet`] for tests and other crates; [`cli`] for the
+//! `nave-sim` binary.
 
 #![forbid(unsafe_code)]
 
+pub mod cli;
+pub mod cluster;
 pub mod config;
 pub mod controllers;
 pub mod metrics;
+pub mod server;
+
+pub use cluster::{Faults, ServeOptions, SimCluster, SimError, SimFleet, install_crypto_provider};
+pub use config::{ClusterConfig, FleetConfig};
+pub use server::hooks::FaultRule;
