@@ -599,3 +599,138 @@ async fn not_ready_node_gets_taints_and_new_pods_avoid_it() {
     wait_available(&r, "web", 1).await;
     r.sim.shutdown().await;
 }
+
+#[tokio::test]
+async fn right_after_apply_a_deployment_is_progressing_and_unavailable() {
+    let mut f = cluster("slow").pool("node", 1, "4", "16Gi");
+    f.config.timing.pod_start_millis = 3_000;
+    let r = f.start().await;
+    r.create_deployment(deployment("web", 2, "nginx", "100m")).await;
+    let d = wait_for("Progressing ReplicaSetUpdated with 2 unavailable", || async {
+        let d = serde_json::to_value(r.deployments().get("web").await.map_err(|e| e.to_string())?)
+            .map_err(|e| e.to_string())?;
+        let ok = d["status"]["unavailableReplicas"] == 2
+            && condition(&d, "Progressing").is_some_and(|c| c["reason"] == "ReplicaSetUpdated");
+        if ok { Ok(d) } else { Err(d["status"].to_string()) }
+    })
+    .await;
+    let available = condition(&d, "Available").expect("Available");
+    assert_eq!(
+        (&available["status"], &available["reason"]),
+        (&json!("False"), &json!("MinimumReplicasUnavailable"))
+    );
+    assert_eq!(d["status"]["updatedReplicas"], 2, "status: {}", d["status"]);
+    assert!(
+        d["status"].get("availableReplicas").is_none(),
+        "status: {}",
+        d["status"]
+    );
+    r.sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn pods_of_an_unreachable_node_are_evicted_after_the_scaled_toleration() {
+    let mut f = cluster("evict").pool("node", 2, "4", "16Gi");
+    // 300 s default toleration × 0.001 = 0.3 s.
+    f.config.timing.toleration_scale = 0.001;
+    let r = f.start().await;
+    let mut d = deployment("web", 2, "nginx", "100m");
+    // Keep both pods on node 0 so that the eviction is visible.
+    d["spec"]["template"]["spec"]["nodeSelector"] = json!({"kubernetes.io/hostname": "evict-node-0"});
+    r.create_deployment(d).await;
+    wait_available(&r, "web", 2).await;
+    let before: Vec<String> = r
+        .pods_json("app=web")
+        .await
+        .iter()
+        .filter_map(|p| p["metadata"]["name"].as_str().map(String::from))
+        .collect();
+    r.cp.set_node_ready("evict-node-0", "Unknown")
+        .await
+        .expect("unknown");
+    wait_for(
+        "the old pods to be terminating and replacements pending",
+        || async {
+            let pods = r.pods_json("app=web").await;
+            let terminating = pods
+                .iter()
+                .filter(|p| before.iter().any(|b| p["metadata"]["name"] == b.as_str()))
+                .filter(|p| p["metadata"]["deletionTimestamp"].is_string())
+                .count();
+            let replacements = pods
+                .iter()
+                .filter(|p| !before.iter().any(|b| p["metadata"]["name"] == b.as_str()))
+                .count();
+            if terminating == 2 && replacements == 2 {
+                Ok(())
+            } else {
+                Err(summary(&pods))
+            }
+        },
+    )
+    .await;
+    // The node comes back: its kubelet finishes the evicted pods and starts the replacements.
+    r.cp.set_node_ready("evict-node-0", "True").await.expect("ready");
+    wait_for("only the 2 replacements, Running", || async {
+        let pods = r.pods_json("app=web").await;
+        let ok = pods.len() == 2
+            && pods.iter().all(|p| {
+                phase(p) == "Running" && !before.iter().any(|b| p["metadata"]["name"] == b.as_str())
+            });
+        if ok { Ok(()) } else { Err(summary(&pods)) }
+    })
+    .await;
+    r.sim.shutdown().await;
+}
+
+/// Scale check (run with `--ignored`): 10,000 pods on 100 nodes, then an idle period whose CPU
+/// use is reported.
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "slow: scale check"]
+async fn ten_thousand_pods_schedule_and_start() {
+    let r = cluster("scale").pool("node", 100, "64", "256Gi").start().await;
+    let mut d = deployment("many", 10_000, "nginx", "10m");
+    d["spec"]["template"]["spec"]["containers"][0]["resources"] = json!({"requests": {"cpu": "10m"}});
+    let start = std::time::Instant::now();
+    r.create_deployment(d).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(600);
+    loop {
+        let dep = r.deployments().get("many").await.expect("get");
+        let available = dep
+            .status
+            .as_ref()
+            .and_then(|s| s.available_replicas)
+            .unwrap_or(0);
+        if available == 10_000 {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "only {available} available after 600 s"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    eprintln!("10,000 pods available after {:?}", start.elapsed());
+    let cpu = || {
+        std::fs::read_to_string("/proc/self/stat")
+            .ok()
+            .and_then(|s| {
+                let f: Vec<&str> = s.rsplit(')').next()?.split_whitespace().collect();
+                Some(f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?)
+            })
+            .unwrap_or(0)
+    };
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let (t0, c0) = (std::time::Instant::now(), cpu());
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let ticks = cpu() - c0;
+    eprintln!("idle: {ticks} clock ticks of CPU in {:?}", t0.elapsed());
+    let t = std::time::Instant::now();
+    let text = r.cp.render_metrics();
+    eprintln!(
+        "metrics: {} lines rendered in {:?}",
+        text.lines().count(),
+        t.elapsed()
+    );
+    r.sim.shutdown().await;
+}
