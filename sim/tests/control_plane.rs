@@ -734,3 +734,33 @@ async fn ten_thousand_pods_schedule_and_start() {
     );
     r.sim.shutdown().await;
 }
+
+#[tokio::test]
+async fn heartbeats_renew_node_leases() {
+    let mut f = cluster("hb").pool("node", 1, "4", "16Gi");
+    f.config.timing.node_heartbeat_millis = 100;
+    let r = f.start().await;
+    let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
+        Api::namespaced(r.client.clone(), "kube-node-lease");
+    let first = wait_for("the node's lease", || async {
+        let l = leases.get("hb-node-0").await.map_err(|e| e.to_string())?;
+        let spec = l.spec.clone().unwrap_or_default();
+        if spec.holder_identity.as_deref() == Some("hb-node-0") && spec.lease_duration_seconds == Some(40) {
+            Ok(spec.renew_time)
+        } else {
+            Err(format!("{spec:?}"))
+        }
+    })
+    .await;
+    wait_for("a renewal", || async {
+        let l = leases.get("hb-node-0").await.map_err(|e| e.to_string())?;
+        let renew = l.spec.and_then(|s| s.renew_time);
+        if renew != first {
+            Ok(())
+        } else {
+            Err(format!("{renew:?}"))
+        }
+    })
+    .await;
+    r.sim.shutdown().await;
+}

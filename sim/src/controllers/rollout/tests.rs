@@ -297,3 +297,44 @@ fn transition_time_is_kept_when_only_the_reason_changes() {
     assert_eq!(conds[0].last_transition_time, Some(Time(ts(1))));
     assert_eq!(conds[0].last_update_time, Some(Time(ts(5))));
 }
+
+#[test]
+fn no_progress_for_the_deadline_times_out_and_progress_requeues() {
+    let mut d = deployment(2, "nginx:1");
+    d.spec.progress_deadline_seconds = Some(10);
+    let first = plan(&d, &[], ts(100));
+    let rs = rs_from_plan(&first, 2, 0);
+    d.status = Some(first.status.clone());
+    let p = plan(&d, std::slice::from_ref(&rs), ts(101));
+    assert_eq!(cond(&p.status, "Progressing"), ("True", "ReplicaSetUpdated"));
+    assert_eq!(
+        p.requeue_after,
+        Some(Duration::from_secs(10)),
+        "looks again at the deadline"
+    );
+    d.status = Some(p.status.clone());
+    let early = plan(&d, std::slice::from_ref(&rs), ts(105));
+    assert_eq!(cond(&early.status, "Progressing"), ("True", "ReplicaSetUpdated"));
+    let late = plan(&d, std::slice::from_ref(&rs), ts(112));
+    assert_eq!(
+        cond(&late.status, "Progressing"),
+        ("False", "ProgressDeadlineExceeded")
+    );
+    let c = late.status.conditions.as_ref().and_then(|c| {
+        c.iter()
+            .find(|c| c.reason.as_deref() == Some("ProgressDeadlineExceeded"))
+    });
+    assert_eq!(
+        c.and_then(|c| c.message.clone()),
+        Some(format!("ReplicaSet \"{}\" has timed out progressing.", rs.name))
+    );
+}
+
+#[test]
+fn paused_deployment_reports_unknown_progress_and_creates_nothing() {
+    let mut d = deployment(2, "nginx:1");
+    d.spec.paused = Some(true);
+    let p = plan(&d, &[], ts(100));
+    assert!(p.create.is_none());
+    assert_eq!(cond(&p.status, "Progressing"), ("Unknown", "DeploymentPaused"));
+}
