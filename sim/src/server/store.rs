@@ -366,7 +366,12 @@ impl Store {
     pub fn compact(&self) {
         let mut inner = self.lock();
         inner.log.clear();
+        // Move past the current RV so that even a watcher that has seen everything must relist.
+        inner.rv += 1;
         inner.compacted = inner.rv;
+        let rv = inner.rv;
+        drop(inner);
+        self.notify.send_replace(rv);
     }
 
     /// Every object, grouped by table (the dump hook).
@@ -449,8 +454,8 @@ mod tests {
         assert_eq!(s.events_after("/configmaps", None, 0).err(), Some(2));
         assert_eq!(s.events_after("/configmaps", None, 1).map(|e| e.len()), Ok(2));
         s.compact();
-        assert!(s.events_after("/configmaps", None, 2).is_err());
-        assert_eq!(s.events_after("/configmaps", None, 3).map(|e| e.len()), Ok(0));
+        assert!(s.events_after("/configmaps", None, 3).is_err());
+        assert_eq!(s.events_after("/configmaps", None, 4).map(|e| e.len()), Ok(0));
     }
 
     #[test]
