@@ -13,7 +13,7 @@ use serde_json::json;
 use tokio::time::Instant;
 
 use super::cache::{Key, key_of, run_queue};
-use super::kubelet_status::{Behaviour, behaviour, start_delay, started_status};
+use super::kubelet_status::{Behaviour, behaviour, readiness_gates, start_delay, started_status};
 use super::node_objects::ready_status;
 use super::pods::is_ready;
 use super::resources::is_terminal;
@@ -180,7 +180,18 @@ async fn reconcile(ctx: &Arc<Ctx>, key: Key) -> Result<Option<Duration>, kube::E
                 restarts_now += 1;
             }
             // Ready again after the node recovered (the node controller marked it not ready).
-            Behaviour::Ready if !is_ready(&pod) => {}
+            // A readiness gate changed.
+            Behaviour::Ready if !is_ready(&pod) || readiness_gates(&pod).is_err() => {
+                let should_be_ready = readiness_gates(&pod).is_ok();
+                let containers_ready = pod
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.container_statuses.as_ref())
+                    .is_some_and(|cs| cs.iter().all(|c| c.ready));
+                if is_ready(&pod) == should_be_ready && containers_ready {
+                    return Ok(None);
+                }
+            }
             _ => return Ok(None),
         }
     }

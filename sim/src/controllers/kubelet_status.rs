@@ -61,6 +61,35 @@ pub fn behaviour(pod: &Pod) -> Behaviour {
     }
 }
 
+/// Whether every readiness gate of the pod has its condition True; `Err` gives the upstream
+/// reason message of the first gate that does not.
+pub fn readiness_gates(pod: &Pod) -> Result<(), String> {
+    let gates = pod.spec.as_ref().and_then(|s| s.readiness_gates.as_ref());
+    for gate in gates.into_iter().flatten() {
+        let cond = pod
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .and_then(|cs| cs.iter().find(|c| c.type_ == gate.condition_type));
+        match cond {
+            None => {
+                return Err(format!(
+                    "corresponding condition of pod readiness gate \"{}\" does not exist.",
+                    gate.condition_type
+                ));
+            }
+            Some(c) if c.status != "True" => {
+                return Err(format!(
+                    "the status of pod readiness gate \"{}\" is not \"True\", but {}",
+                    gate.condition_type, c.status
+                ));
+            }
+            Some(_) => {}
+        }
+    }
+    Ok(())
+}
+
 /// Parses a Go duration (`300ms`, `1.5s`, `1m30s`, `2h`); `None` if malformed.
 pub fn parse_go_duration(s: &str) -> Option<Duration> {
     let s = s.trim();
@@ -227,6 +256,16 @@ pub fn started_status(
         Behaviour::Failed => (Some("PodFailed"), None),
         _ => (Some("ContainersNotReady"), not_ready_msg),
     };
+    // Readiness gates: containers may be ready while the pod is not.
+    let gates = if behaviour == Behaviour::Ready {
+        readiness_gates(pod).err()
+    } else {
+        None
+    };
+    let (pod_ready, pod_reason, pod_msg) = match &gates {
+        Some(msg) => (false, Some("ReadinessGatesNotReady"), Some(msg.clone())),
+        None => (ready, ready_reason, ready_msg.clone()),
+    };
     let mut conditions = vec![
         pod_condition(
             "PodReadyToStartContainers",
@@ -242,10 +281,28 @@ pub fn started_status(
             None,
             &now_v,
         ),
-        pod_condition("Ready", ready, ready_reason, ready_msg.clone(), &now_v),
+        pod_condition("Ready", pod_ready, pod_reason, pod_msg, &now_v),
         pod_condition("ContainersReady", ready, ready_reason, ready_msg, &now_v),
         pod_condition("PodScheduled", true, None, None, &now_v),
     ];
+    // Conditions owned by others (readiness gates) are kept: the merge patch replaces the list.
+    const OWN: [&str; 5] = [
+        "PodReadyToStartContainers",
+        "Initialized",
+        "Ready",
+        "ContainersReady",
+        "PodScheduled",
+    ];
+    for c in old
+        .conditions
+        .iter()
+        .flatten()
+        .filter(|c| !OWN.contains(&c.type_.as_str()))
+    {
+        if let Ok(v) = serde_json::to_value(c) {
+            conditions.push(v);
+        }
+    }
     // Keep transition times of conditions whose status does not change.
     for c in &mut conditions {
         let same = old
@@ -455,5 +512,51 @@ mod tests {
         ips.release("a");
         assert_eq!(pod_cidr(257), "10.245.1.0/24");
         assert_eq!(node_ip(3), "10.0.0.5");
+    }
+
+    #[test]
+    fn readiness_gates_hold_the_pod_not_ready_and_foreign_conditions_survive() {
+        let mut p = pod();
+        p.spec.as_mut().expect("spec").readiness_gates =
+            Some(vec![k8s_openapi::api::core::v1::PodReadinessGate {
+                condition_type: "example.com/lb".into(),
+            }]);
+        let s = started_status(&p, Behaviour::Ready, 0, "h", "p", Timestamp::UNIX_EPOCH);
+        let ready = s["conditions"]
+            .as_array()
+            .expect("c")
+            .iter()
+            .find(|c| c["type"] == "Ready")
+            .cloned()
+            .expect("Ready");
+        assert_eq!(
+            (ready["status"].clone(), ready["reason"].clone()),
+            (json!("False"), json!("ReadinessGatesNotReady"))
+        );
+        assert_eq!(
+            ready["message"],
+            "corresponding condition of pod readiness gate \"example.com/lb\" does not exist."
+        );
+        p.status = Some(k8s_openapi::api::core::v1::PodStatus {
+            conditions: Some(vec![k8s_openapi::api::core::v1::PodCondition {
+                type_: "example.com/lb".into(),
+                status: "True".into(),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        });
+        let s = started_status(&p, Behaviour::Ready, 0, "h", "p", Timestamp::UNIX_EPOCH);
+        let conds = s["conditions"].as_array().expect("c");
+        assert!(
+            conds
+                .iter()
+                .any(|c| c["type"] == "Ready" && c["status"] == "True")
+        );
+        assert!(
+            conds
+                .iter()
+                .any(|c| c["type"] == "example.com/lb" && c["status"] == "True"),
+            "gate condition kept"
+        );
     }
 }
