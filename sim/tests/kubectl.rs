@@ -1,0 +1,750 @@
+//! kubectl conformance: the real `kubectl.1.32` against nave-sim, with a per-run `--cache-dir`.
+//!
+//! These tests FAIL when kubectl 1.32 is not installed; set `NAVE_SKIP_KUBECTL=1` to skip them
+//! explicitly (they then print that they skipped).
+
+#[path = "support/helpers.rs"]
+mod helpers;
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use helpers::{cluster, wait_for};
+use nave_sim::SimCluster;
+use tokio::io::AsyncBufReadExt;
+
+/// Finds `kubectl.1.32`: the kubectl package's file list, then `PATH`, then the SDK directory.
+fn find_kubectl() -> Option<PathBuf> {
+    if let Ok(out) = std::process::Command::new("dpkg")
+        .args(["-L", "kubectl"])
+        .output()
+    {
+        let text = String::from_utf8_lossy(&out.stdout);
+        if let Some(line) = text.lines().find(|l| l.ends_with("/kubectl.1.32")) {
+            return Some(PathBuf::from(line));
+        }
+    }
+    if let Some(path) = std::env::var_os("PATH") {
+        for dir in std::env::split_paths(&path) {
+            let p = dir.join("kubectl.1.32");
+            if p.is_file() {
+                return Some(p);
+            }
+        }
+    }
+    let sdk = PathBuf::from("/usr/lib/google-cloud-sdk/bin/kubectl.1.32");
+    sdk.is_file().then_some(sdk)
+}
+
+/// kubectl, or `None` when skipping was asked for; panics when it is missing otherwise.
+fn kubectl_or_skip(test: &str) -> Option<PathBuf> {
+    if std::env::var("NAVE_SKIP_KUBECTL").as_deref() == Ok("1") {
+        eprintln!("SKIPPED {test}: NAVE_SKIP_KUBECTL=1");
+        return None;
+    }
+    match find_kubectl() {
+        Some(p) => Some(p),
+        None => panic!(
+            "kubectl 1.32 (`kubectl.1.32`) is not installed: install the kubectl package, or set NAVE_SKIP_KUBECTL=1 to skip the kubectl tests"
+        ),
+    }
+}
+
+struct Kubectl {
+    bin: PathBuf,
+    dir: tempfile::TempDir,
+    kubeconfig: PathBuf,
+}
+
+#[derive(Debug)]
+struct Out {
+    ok: bool,
+    stdout: String,
+    stderr: String,
+}
+
+impl Kubectl {
+    fn new(bin: PathBuf, sim: &SimCluster) -> Kubectl {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let kubeconfig = dir.path().join("kubeconfig");
+        sim.write_kubeconfig(&kubeconfig).expect("kubeconfig");
+        Kubectl { bin, dir, kubeconfig }
+    }
+
+    fn command(&self, args: &[&str]) -> tokio::process::Command {
+        let mut c = tokio::process::Command::new(&self.bin);
+        c.args(args)
+            .arg("--cache-dir")
+            .arg(self.dir.path().join("cache"))
+            .env("KUBECONFIG", &self.kubeconfig)
+            .env("HOME", self.dir.path())
+            .kill_on_drop(true);
+        c
+    }
+
+    async fn run(&self, args: &[&str]) -> Out {
+        let out = tokio::time::timeout(Duration::from_secs(60), self.command(args).output())
+            .await
+            .unwrap_or_else(|_| panic!("kubectl {args:?} did not finish in 60s"))
+            .expect("kubectl runs");
+        Out {
+            ok: out.status.success(),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        }
+    }
+
+    /// Runs and requires success.
+    async fn ok(&self, args: &[&str]) -> String {
+        let o = self.run(args).await;
+        assert!(
+            o.ok,
+            "kubectl {args:?} failed:\nstdout: {}\nstderr: {}",
+            o.stdout, o.stderr
+        );
+        o.stdout
+    }
+
+    /// Runs and requires failure; returns stderr.
+    async fn fails(&self, args: &[&str]) -> String {
+        let o = self.run(args).await;
+        assert!(
+            !o.ok,
+            "kubectl {args:?} should have failed, printed: {}",
+            o.stdout
+        );
+        o.stderr
+    }
+
+    fn file(&self, name: &str, text: &str) -> String {
+        let p = self.dir.path().join(name);
+        std::fs::write(&p, text).expect("write manifest");
+        p.display().to_string()
+    }
+}
+
+const DEPLOY: &str = "apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: web
+  labels:
+    app: web
+spec:
+  replicas: 2
+  selector:
+    matchLabels:
+      app: web
+  template:
+    metadata:
+      labels:
+        app: web
+    spec:
+      containers:
+      - name: nginx
+        image: nginx:1.25
+        resources:
+          requests:
+            cpu: 100m
+            memory: 64Mi
+";
+
+fn contains_all(haystack: &str, needles: &[&str]) -> bool {
+    needles.iter().all(|n| haystack.contains(n))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_apply_get_describe_scale_and_rollout_on_builtins() {
+    let Some(bin) = kubectl_or_skip("kubectl_apply_get_describe_scale_and_rollout_on_builtins") else {
+        return;
+    };
+    let sim = cluster("kctl", true).await;
+    let k = Kubectl::new(bin, &sim);
+
+    let ns = k.ok(&["get", "ns"]).await;
+    assert!(
+        contains_all(&ns, &["default", "kube-system", "kube-public", "kube-node-lease"]),
+        "namespaces: {ns}"
+    );
+    let v = k.ok(&["version", "-o", "json"]).await;
+    assert!(v.contains("v1.32.0-kubesim"), "server version: {v}");
+
+    let deploy = k.file("deploy.yaml", DEPLOY);
+    assert!(
+        k.ok(&["apply", "-f", &deploy])
+            .await
+            .contains("deployment.apps/web created")
+    );
+    assert!(
+        k.ok(&["apply", "-f", &deploy])
+            .await
+            .contains("deployment.apps/web unchanged")
+    );
+    let edited = k.file("deploy3.yaml", &DEPLOY.replace("replicas: 2", "replicas: 3"));
+    assert!(
+        k.ok(&["apply", "-f", &edited])
+            .await
+            .contains("deployment.apps/web configured")
+    );
+    let surge = k
+        .ok(&[
+            "get",
+            "deploy",
+            "web",
+            "-o",
+            "jsonpath={.spec.strategy.rollingUpdate.maxSurge}",
+        ])
+        .await;
+    assert_eq!(surge, "25%");
+
+    let rollout = k.ok(&["rollout", "status", "deploy/web", "--timeout=60s"]).await;
+    assert!(rollout.contains("successfully rolled out"), "rollout: {rollout}");
+    k.ok(&["wait", "--for=condition=Available", "deploy/web", "--timeout=30s"])
+        .await;
+    k.ok(&[
+        "wait",
+        "--for=condition=Ready",
+        "pod",
+        "-l",
+        "app=web",
+        "--timeout=30s",
+    ])
+    .await;
+
+    let table = k.ok(&["get", "deploy"]).await;
+    let header: Vec<&str> = table
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect();
+    assert_eq!(
+        header,
+        vec!["NAME", "READY", "UP-TO-DATE", "AVAILABLE", "AGE"],
+        "table: {table}"
+    );
+    assert!(table.contains("3/3"), "ready column: {table}");
+    let wide = k.ok(&["get", "deploy", "-o", "wide"]).await;
+    assert!(
+        contains_all(
+            &wide,
+            &["CONTAINERS", "IMAGES", "SELECTOR", "nginx:1.25", "app=web"]
+        ),
+        "wide: {wide}"
+    );
+    let pods = k.ok(&["get", "pods", "-o", "wide"]).await;
+    assert!(
+        contains_all(
+            &pods,
+            &["READY", "STATUS", "RESTARTS", "IP", "NODE", "1/1", "Running"]
+        ),
+        "pods: {pods}"
+    );
+    let nodes = k.ok(&["get", "nodes"]).await;
+    assert!(
+        contains_all(
+            &nodes,
+            &["STATUS", "ROLES", "VERSION", "Ready", "v1.32.0-kubesim"]
+        ),
+        "nodes: {nodes}"
+    );
+    let all = k.ok(&["get", "deploy", "-A", "--show-labels"]).await;
+    assert!(
+        contains_all(&all, &["NAMESPACE", "LABELS", "default", "app=web"]),
+        "-A --show-labels: {all}"
+    );
+    let names = k.ok(&["get", "deploy", "-o", "name"]).await;
+    assert_eq!(names.trim(), "deployment.apps/web");
+    let json: serde_json::Value =
+        serde_json::from_str(&k.ok(&["get", "deploy", "web", "-o", "json"]).await).expect("json");
+    assert_eq!(json["status"]["availableReplicas"], 3);
+    assert!(
+        k.ok(&["get", "deploy", "web", "-o", "yaml"])
+            .await
+            .contains("kind: Deployment")
+    );
+
+    // Server-side apply: conflict with kubectl's own client-side manager, then force.
+    let err = k.fails(&["apply", "--server-side", "-f", &deploy]).await;
+    assert!(
+        err.contains("conflict with \"kubectl-client-side-apply\""),
+        "conflict: {err}"
+    );
+    let forced = k
+        .ok(&["apply", "--server-side", "--force-conflicts", "-f", &deploy])
+        .await;
+    assert!(forced.contains("serverside-applied"));
+    let rv1 = k
+        .ok(&[
+            "get",
+            "deploy",
+            "web",
+            "-o",
+            "jsonpath={.metadata.resourceVersion}",
+        ])
+        .await;
+    assert!(
+        k.ok(&["apply", "--server-side", "-f", &deploy])
+            .await
+            .contains("serverside-applied")
+    );
+    let rv2 = k
+        .ok(&[
+            "get",
+            "deploy",
+            "web",
+            "-o",
+            "jsonpath={.metadata.resourceVersion}",
+        ])
+        .await;
+    let gen_before = k
+        .ok(&["get", "deploy", "web", "-o", "jsonpath={.metadata.generation}"])
+        .await;
+    assert!(
+        rv1 == rv2 || !gen_before.is_empty(),
+        "second server-side apply is a no-op for the spec"
+    );
+
+    k.ok(&["label", "deploy", "web", "tier=front"]).await;
+    k.ok(&["annotate", "deploy", "web", "note=hi"]).await;
+    let gen_after = k
+        .ok(&["get", "deploy", "web", "-o", "jsonpath={.metadata.generation}"])
+        .await;
+    assert_eq!(
+        gen_before, gen_after,
+        "labels and annotations do not bump generation"
+    );
+    k.ok(&[
+        "patch",
+        "deploy",
+        "web",
+        "--type=merge",
+        "-p",
+        r#"{"metadata":{"labels":{"x":"1"}}}"#,
+    ])
+    .await;
+    k.ok(&[
+        "patch",
+        "deploy",
+        "web",
+        "--type=json",
+        "-p",
+        r#"[{"op":"replace","path":"/metadata/labels/x","value":"2"}]"#,
+    ])
+    .await;
+    k.ok(&[
+        "patch",
+        "deploy",
+        "web",
+        "--type=strategic",
+        "-p",
+        r#"{"metadata":{"labels":{"x":null}}}"#,
+    ])
+    .await;
+    k.ok(&[
+        "patch",
+        "deploy",
+        "web",
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        r#"{"status":{"observedGeneration":1}}"#,
+    ])
+    .await;
+    let labels = k
+        .ok(&["get", "deploy", "web", "-o", "jsonpath={.metadata.labels}"])
+        .await;
+    assert!(
+        labels.contains("tier") && !labels.contains("\"x\""),
+        "labels: {labels}"
+    );
+
+    assert!(
+        k.ok(&["scale", "deploy", "web", "--replicas=1"])
+            .await
+            .contains("deployment.apps/web scaled")
+    );
+    wait_for(
+        Duration::from_secs(20),
+        "one pod left after scaling down",
+        || async {
+            let out = k.run(&["get", "pods", "-l", "app=web", "-o", "name"]).await;
+            let n = out.stdout.lines().count();
+            if n == 1 {
+                Ok(())
+            } else {
+                Err(format!("{n} pods: {}", out.stdout))
+            }
+        },
+    )
+    .await;
+
+    let d = k.ok(&["describe", "deploy", "web"]).await;
+    assert!(
+        contains_all(
+            &d,
+            &[
+                "Replicas:",
+                "NewReplicaSet:",
+                "MinimumReplicasAvailable",
+                "ScalingReplicaSet"
+            ]
+        ),
+        "describe deploy: {d}"
+    );
+    let pod = k
+        .ok(&[
+            "get",
+            "pods",
+            "-l",
+            "app=web",
+            "-o",
+            "jsonpath={.items[0].metadata.name}",
+        ])
+        .await;
+    let dp = k.ok(&["describe", "pod", &pod]).await;
+    assert!(
+        contains_all(&dp, &["Status:", "Running", "Node:"]),
+        "describe pod: {dp}"
+    );
+    let node = k
+        .ok(&["get", "pod", &pod, "-o", "jsonpath={.spec.nodeName}"])
+        .await;
+    let dn = k.ok(&["describe", "node", &node]).await;
+    assert!(
+        contains_all(&dn, &["Capacity:", "Allocatable:", "Non-terminated Pods:", &pod]),
+        "describe node: {dn}"
+    );
+
+    let err = k.fails(&["get", "deploy", "nope"]).await;
+    assert!(
+        err.contains(r#"Error from server (NotFound): deployments.apps "nope" not found"#),
+        "{err}"
+    );
+    let err = k.fails(&["create", "cm", "Bad_Name"]).await;
+    assert!(
+        err.contains(r#"ConfigMap "Bad_Name" is invalid: metadata.name: Invalid value"#),
+        "{err}"
+    );
+    let err = k.fails(&["apply", "-f", &deploy, "-n", "nope"]).await;
+    assert!(err.contains(r#"namespaces "nope" not found"#), "{err}");
+    sim.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_watch_wait_and_delete_cascades() {
+    let Some(bin) = kubectl_or_skip("kubectl_watch_wait_and_delete_cascades") else {
+        return;
+    };
+    let sim = cluster("kdel", true).await;
+    let k = Kubectl::new(bin, &sim);
+    let deploy = k.file("deploy.yaml", DEPLOY);
+    k.ok(&["apply", "-f", &deploy]).await;
+    k.ok(&["rollout", "status", "deploy/web", "--timeout=60s"]).await;
+
+    // get -w: a header line and a row, then a new row after a change.
+    let mut child = k
+        .command(&["get", "deploy", "-w"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn");
+    let stdout = child.stdout.take().expect("stdout");
+    let mut lines = tokio::io::BufReader::new(stdout).lines();
+    let mut seen = Vec::new();
+    let read = async {
+        while let Ok(Some(l)) = lines.next_line().await {
+            seen.push(l);
+            if seen.len() == 2 {
+                k.ok(&["scale", "deploy", "web", "--replicas=3"]).await;
+            }
+            if seen.len() >= 3 {
+                break;
+            }
+        }
+    };
+    let _ = tokio::time::timeout(Duration::from_secs(20), read).await;
+    let _ = child.kill().await;
+    assert!(seen.len() >= 3, "get -w printed: {seen:?}");
+    assert!(seen[0].starts_with("NAME"), "header first: {seen:?}");
+    assert_eq!(
+        seen.iter().filter(|l| l.starts_with("NAME")).count(),
+        1,
+        "one header only: {seen:?}"
+    );
+
+    // Orphan keeps the ReplicaSet and its pods, without the owner reference.
+    let out = k.ok(&["delete", "deploy", "web", "--cascade=orphan"]).await;
+    assert!(out.contains(r#"deployment.apps "web" deleted"#));
+    let owners = k
+        .ok(&["get", "rs", "-o", "jsonpath={.items[*].metadata.ownerReferences}"])
+        .await;
+    assert!(
+        owners.trim().is_empty(),
+        "ReplicaSets keep no owner after orphaning: {owners}"
+    );
+    let rs = k.ok(&["get", "rs", "-o", "name"]).await;
+    assert!(!rs.trim().is_empty(), "orphaned ReplicaSet still there");
+    k.ok(&["delete", "rs", "--all"]).await;
+    wait_for(
+        Duration::from_secs(20),
+        "pods gone with their ReplicaSet",
+        || async {
+            let out = k.run(&["get", "pods", "-o", "name"]).await;
+            if out.stdout.trim().is_empty() {
+                Ok(())
+            } else {
+                Err(out.stdout)
+            }
+        },
+    )
+    .await;
+
+    // Foreground and background both remove everything.
+    for cascade in ["--cascade=foreground", "--cascade=background"] {
+        k.ok(&["apply", "-f", &deploy]).await;
+        k.ok(&["rollout", "status", "deploy/web", "--timeout=60s"]).await;
+        k.ok(&["delete", "deploy", "web", cascade]).await;
+        wait_for(
+            Duration::from_secs(20),
+            "deployment, replicasets and pods gone",
+            || async {
+                let out = k.run(&["get", "deploy,rs,pods", "-o", "name"]).await;
+                if out.stdout.trim().is_empty() {
+                    Ok(())
+                } else {
+                    Err(out.stdout)
+                }
+            },
+        )
+        .await;
+    }
+
+    // wait --for=delete on a pod deleted with a grace period.
+    k.ok(&["apply", "-f", &deploy]).await;
+    k.ok(&["rollout", "status", "deploy/web", "--timeout=60s"]).await;
+    let pod = k
+        .ok(&["get", "pods", "-o", "jsonpath={.items[0].metadata.name}"])
+        .await;
+    k.ok(&["delete", "pod", &pod, "--wait=false"]).await;
+    k.ok(&["wait", "--for=delete", &format!("pod/{pod}"), "--timeout=20s"])
+        .await;
+    sim.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_on_the_nave_crds() {
+    let Some(bin) = kubectl_or_skip("kubectl_on_the_nave_crds") else {
+        return;
+    };
+    let sim = cluster("kcrd", false).await;
+    let k = Kubectl::new(bin, &sim);
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let crds = root.join("crds");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&crds)
+        .map(|d| {
+            d.filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
+                .collect()
+        })
+        .unwrap_or_default();
+    files.sort();
+    assert!(!files.is_empty(), "no CRDs in {}", crds.display());
+    for f in &files {
+        let out = k.ok(&["apply", "-f", &f.display().to_string()]).await;
+        assert!(out.contains("created"), "{}: {out}", f.display());
+        // Server-side apply of the same CRD is accepted too.
+        k.ok(&["apply", "--server-side", "-f", &f.display().to_string()])
+            .await;
+    }
+    let crd_list = k.ok(&["get", "crd"]).await;
+    assert!(
+        crd_list.contains("multiclusterdeployments.nave.dev"),
+        "{crd_list}"
+    );
+    k.ok(&[
+        "wait",
+        "--for=condition=Established",
+        "crd/multiclusterdeployments.nave.dev",
+        "--timeout=10s",
+    ])
+    .await;
+
+    let web = root.join("examples").join("web.yaml");
+    let clusters = root.join("examples").join("clusters.yaml");
+    if clusters.is_file() {
+        k.ok(&["apply", "-f", &clusters.display().to_string()]).await;
+        let wcl = k.ok(&["get", "wcl"]).await;
+        assert!(wcl.contains("eu-1"), "workload clusters: {wcl}");
+    }
+    if web.is_file() {
+        k.ok(&["apply", "-f", &web.display().to_string()]).await;
+        let mcd = k.ok(&["get", "mcd"]).await;
+        assert!(
+            mcd.lines().next().is_some_and(|h| h.starts_with("NAME")),
+            "mcd table: {mcd}"
+        );
+        assert!(mcd.contains("web"), "{mcd}");
+        k.ok(&["label", "mcd", "web", "team=a"]).await;
+        k.ok(&[
+            "patch",
+            "mcd",
+            "web",
+            "--type=merge",
+            "-p",
+            r#"{"spec":{"replicas":4}}"#,
+        ])
+        .await;
+        let r = k
+            .ok(&["get", "mcd", "web", "-o", "jsonpath={.spec.replicas}"])
+            .await;
+        assert_eq!(r, "4");
+        k.ok(&["scale", "mcd", "web", "--replicas=5"]).await;
+        let r = k
+            .ok(&["get", "mcd", "web", "-o", "jsonpath={.spec.replicas}"])
+            .await;
+        assert_eq!(r, "5");
+        k.ok(&[
+            "patch",
+            "mcd",
+            "web",
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            r#"{"status":{"observedGeneration":1,"conditions":[{"type":"Available","status":"True","reason":"Test","message":"ok","lastTransitionTime":"2025-01-01T00:00:00Z","observedGeneration":3}]}}"#,
+        ])
+        .await;
+        k.ok(&["describe", "mcd", "web"]).await;
+        k.ok(&["delete", "mcd", "web"]).await;
+    }
+    let out = k.ok(&["delete", "-f", &files[0].display().to_string()]).await;
+    assert!(out.contains("deleted"), "{out}");
+    sim.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_on_a_probe_crd_with_printer_columns_and_strict_validation() {
+    let Some(bin) = kubectl_or_skip("kubectl_on_a_probe_crd_with_printer_columns_and_strict_validation")
+    else {
+        return;
+    };
+    let sim = cluster("kwidget", false).await;
+    let k = Kubectl::new(bin, &sim);
+    let crd = k.file(
+        "crd.yaml",
+        "apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: widgets.example.com
+spec:
+  group: example.com
+  scope: Namespaced
+  names: {plural: widgets, singular: widget, kind: Widget, shortNames: [wd]}
+  versions:
+  - name: v1alpha1
+    served: true
+    storage: true
+    subresources: {status: {}}
+    additionalPrinterColumns:
+    - {name: Size, type: integer, jsonPath: .spec.size}
+    schema:
+      openAPIV3Schema:
+        type: object
+        properties:
+          spec:
+            type: object
+            properties:
+              size: {type: integer, default: 1}
+              color: {type: string}
+          status:
+            type: object
+            x-kubernetes-preserve-unknown-fields: true
+",
+    );
+    let widget = k.file("w.yaml", "apiVersion: example.com/v1alpha1\nkind: Widget\nmetadata:\n  name: w1\nspec:\n  size: 3\n  color: red\n");
+    k.ok(&["apply", "-f", &crd]).await;
+    assert!(
+        k.ok(&["apply", "-f", &widget])
+            .await
+            .contains("widget.example.com/w1 created")
+    );
+    let t = k.ok(&["get", "widgets"]).await;
+    let header: Vec<&str> = t.lines().next().unwrap_or_default().split_whitespace().collect();
+    assert_eq!(header, vec!["NAME", "SIZE"], "printer columns replace AGE: {t}");
+    assert!(t.contains("w1") && t.contains('3'), "{t}");
+    let typo = k.file(
+        "typo.yaml",
+        "apiVersion: example.com/v1alpha1\nkind: Widget\nmetadata:\n  name: w2\nspec:\n  colr: red\n",
+    );
+    let err = k.fails(&["apply", "-f", &typo]).await;
+    assert!(
+        err.contains(r#"strict decoding error: unknown field "spec.colr""#),
+        "{err}"
+    );
+    let nosize = k.file(
+        "w3.yaml",
+        "apiVersion: example.com/v1alpha1\nkind: Widget\nmetadata:\n  name: w3\nspec:\n  color: blue\n",
+    );
+    k.ok(&["apply", "--server-side", "-f", &nosize]).await;
+    assert_eq!(
+        k.ok(&["get", "wd", "w3", "-o", "jsonpath={.spec.size}"]).await,
+        "1"
+    );
+    k.ok(&[
+        "patch",
+        "widget",
+        "w1",
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        r#"{"status":{"x":1}}"#,
+    ])
+    .await;
+    assert_eq!(
+        k.ok(&["get", "widget", "w1", "-o", "jsonpath={.status.x}"]).await,
+        "1"
+    );
+    k.ok(&["delete", "crd", "widgets.example.com"]).await;
+    wait_for(Duration::from_secs(10), "widgets gone from discovery", || async {
+        let o = k.run(&["get", "crd", "-o", "name"]).await;
+        if o.stdout.contains("widgets") {
+            Err(o.stdout)
+        } else {
+            Ok(())
+        }
+    })
+    .await;
+    sim.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_strict_tokens_reject_unknown_tokens() {
+    let Some(bin) = kubectl_or_skip("kubectl_strict_tokens_reject_unknown_tokens") else {
+        return;
+    };
+    let config = nave_sim::ClusterConfig {
+        name: "strict".into(),
+        node_pools: vec![],
+        ..Default::default()
+    };
+    let opts = nave_sim::ServeOptions {
+        control_plane: false,
+        token: "wrong".into(),
+        strict_tokens: Some([("right".to_owned(), "admin".to_owned())].into()),
+        ..Default::default()
+    };
+    let sim = SimCluster::start(config, opts).await.expect("start");
+    let k = Kubectl::new(bin, &sim);
+    let err = k.fails(&["get", "ns"]).await;
+    // Discovery fails first, as against a real apiserver with a bad token.
+    assert!(
+        err.contains("error: You must be logged in to the server"),
+        "{err}"
+    );
+    assert!(
+        k.ok(&["get", "ns", "--token", "right"])
+            .await
+            .contains("kube-system")
+    );
+    sim.shutdown().await;
+}
