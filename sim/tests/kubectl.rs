@@ -727,8 +727,10 @@ async fn kubectl_strict_tokens_reject_unknown_tokens() {
         node_pools: vec![],
         ..Default::default()
     };
+    // client-go sends bearer tokens only over TLS.
     let opts = nave_sim::ServeOptions {
         control_plane: false,
+        tls: true,
         token: "wrong".into(),
         strict_tokens: Some([("right".to_owned(), "admin".to_owned())].into()),
         ..Default::default()
