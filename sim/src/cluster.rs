@@ -342,6 +342,15 @@ impl SimFleet {
         for c in config.clusters {
             clusters.push(SimCluster::start(c, opts.clone()).await?);
         }
+        // Every cluster can stop and start its siblings (`/_sim/v1/clusters/<name>/stop|start`),
+        // so a test can make one cluster unreachable and bring it back over HTTP.
+        let peers: std::collections::BTreeMap<String, Arc<ListenerCtl>> = clusters
+            .iter()
+            .filter_map(|c| c.listener.clone().map(|l| (c.name().to_owned(), l)))
+            .collect();
+        for c in &clusters {
+            *c.state.peers.write().unwrap_or_else(|e| e.into_inner()) = peers.clone();
+        }
         Ok(SimFleet { clusters })
     }
 

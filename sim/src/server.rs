@@ -79,6 +79,8 @@ pub struct ClusterState {
     watch_drop: Mutex<CancellationToken>,
     address: Mutex<String>,
     listener: Mutex<Option<Arc<ListenerCtl>>>,
+    /// The listeners of every cluster of the same fleet, by name (fleet-level stop/start hooks).
+    pub peers: RwLock<BTreeMap<String, Arc<ListenerCtl>>>,
 }
 
 impl ClusterState {
@@ -96,6 +98,7 @@ impl ClusterState {
             watch_drop: Mutex::new(CancellationToken::new()),
             address: Mutex::new("127.0.0.1:0".to_owned()),
             listener: Mutex::new(None),
+            peers: RwLock::new(BTreeMap::new()),
         })
     }
 

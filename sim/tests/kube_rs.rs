@@ -20,7 +20,7 @@ use kube::discovery::{ApiResource, Discovery};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::finalizer::{Event as FinalizerEvent, finalizer};
 use kube::runtime::{WatchStreamExt, conditions, reflector, wait::await_condition, watcher};
-use kube::{Client, ResourceExt};
+use kube::{Client, Resource, ResourceExt};
 use serde_json::json;
 
 fn cm(name: &str) -> ConfigMap {
@@ -783,6 +783,55 @@ async fn garbage_collection_and_namespace_deletion() {
     .await;
     let ks = nss.get("kube-system").await.expect("kube-system");
     assert!(ks.uid().is_some());
+    sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn recorder_events_show_up_in_the_core_view() {
+    use k8s_openapi::api::core::v1::Event as CoreEvent;
+    use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+    let sim = cluster("events", false).await;
+    let client = sim.in_process_client();
+    let cms: Api<ConfigMap> = Api::default_namespaced(client.clone());
+    let c = cms
+        .create(&PostParams::default(), &cm("evented"))
+        .await
+        .expect("create");
+    let recorder = Recorder::new(
+        client.clone(),
+        Reporter {
+            controller: "nave-test".into(),
+            instance: None,
+        },
+    );
+    let ev = Event {
+        type_: EventType::Normal,
+        reason: "Reconciled".into(),
+        note: Some("all good".into()),
+        action: "Reconcile".into(),
+        secondary: None,
+    };
+    recorder.publish(&ev, &c.object_ref(&())).await.expect("publish");
+    recorder
+        .publish(&ev, &c.object_ref(&()))
+        .await
+        .expect("publish again (series)");
+    let core: Api<CoreEvent> = Api::default_namespaced(client);
+    let evs = core
+        .list(&ListParams::default().fields(&format!(
+            "involvedObject.name=evented,involvedObject.uid={}",
+            c.uid().unwrap_or_default()
+        )))
+        .await
+        .expect("core events");
+    assert_eq!(evs.items.len(), 1, "one event with a series: {:?}", evs.items);
+    let e = &evs.items[0];
+    assert_eq!(e.reason.as_deref(), Some("Reconciled"));
+    assert_eq!(e.message.as_deref(), Some("all good"));
+    assert_eq!(
+        e.source.as_ref().and_then(|s| s.component.as_deref()),
+        Some("nave-test")
+    );
     sim.shutdown().await;
 }
 

@@ -49,13 +49,12 @@ fn default_container(c: &mut Value) {
         }
     }
     // Requests default to limits when only limits are set.
-    if let Some(res) = c.get_mut("resources").filter(|r| r.is_object()) {
-        if let Some(limits) = res.get("limits").and_then(Value::as_object).cloned() {
-            if let Some(requests) = obj_entry(res, "requests").and_then(Value::as_object_mut) {
-                for (k, v) in limits {
-                    requests.entry(k).or_insert(v);
-                }
-            }
+    if let Some(res) = c.get_mut("resources").filter(|r| r.is_object())
+        && let Some(limits) = res.get("limits").and_then(Value::as_object).cloned()
+        && let Some(requests) = obj_entry(res, "requests").and_then(Value::as_object_mut)
+    {
+        for (k, v) in limits {
+            requests.entry(k).or_insert(v);
         }
     }
 }

@@ -263,6 +263,9 @@ pub fn router(state: Arc<ClusterState>) -> axum::Router {
         .route("/requests", get(get_requests).delete(delete_requests))
         .route("/stop", post(stop))
         .route("/info", get(info))
+        .route("/clusters", get(peers))
+        .route("/clusters/{name}/stop", post(stop_peer))
+        .route("/clusters/{name}/start", post(start_peer))
         .with_state(state)
 }
 
@@ -344,6 +347,52 @@ async fn stop(State(s): State<Arc<ClusterState>>, Query(q): Query<StopQuery>) ->
         }
     });
     Json(json!({"stopping": true, "restartAfterSeconds": secs})).into_response()
+}
+
+fn peer(s: &ClusterState, name: &str) -> Option<Arc<super::ListenerCtl>> {
+    s.peers
+        .read()
+        .unwrap_or_else(|e| e.into_inner())
+        .get(name)
+        .cloned()
+}
+
+async fn peers(State(s): State<Arc<ClusterState>>) -> Response {
+    let list: Vec<Value> = s
+        .peers
+        .read()
+        .unwrap_or_else(|e| e.into_inner())
+        .iter()
+        .map(|(n, l)| json!({"name": n, "address": l.addr().to_string(), "running": l.is_running()}))
+        .collect();
+    Json(json!({"clusters": list})).into_response()
+}
+
+async fn stop_peer(
+    State(s): State<Arc<ClusterState>>,
+    axum::extract::Path(name): axum::extract::Path<String>,
+) -> Response {
+    let Some(l) = peer(&s, &name) else {
+        return ApiError::bad_request(format!("no cluster {name:?} in this fleet")).into_response();
+    };
+    if l.addr().to_string() == s.address() {
+        return ApiError::bad_request("use /_sim/v1/stop to stop this cluster itself").into_response();
+    }
+    l.stop();
+    Json(json!({"name": name, "running": false})).into_response()
+}
+
+async fn start_peer(
+    State(s): State<Arc<ClusterState>>,
+    axum::extract::Path(name): axum::extract::Path<String>,
+) -> Response {
+    let Some(l) = peer(&s, &name) else {
+        return ApiError::bad_request(format!("no cluster {name:?} in this fleet")).into_response();
+    };
+    match l.start().await {
+        Ok(()) => Json(json!({"name": name, "running": true})).into_response(),
+        Err(e) => ApiError::internal(format!("restarting {name}: {e}")).into_response(),
+    }
 }
 
 async fn info(State(s): State<Arc<ClusterState>>) -> Response {

@@ -225,6 +225,19 @@ pub fn strip_nulls(v: &mut Value) {
     }
 }
 
+/// `data`-like maps of ConfigMaps and Secrets are `omitempty` in Go.
+pub fn normalize_data_maps(rt: &ResourceType, obj: &mut Value) {
+    if !rt.group.is_empty() || !matches!(rt.plural.as_str(), "configmaps" | "secrets") {
+        return;
+    }
+    if let Some(m) = obj.as_object_mut() {
+        m.retain(|k, v| {
+            !(matches!(k.as_str(), "data" | "binaryData" | "stringData")
+                && v.as_object().is_some_and(Map::is_empty))
+        });
+    }
+}
+
 /// Zero-valued integer status fields of workloads are `omitempty` in Go (R-M-6).
 pub fn normalize_workload_status(rt: &ResourceType, obj: &mut Value) {
     if rt.group != "apps" || !matches!(rt.plural.as_str(), "deployments" | "replicasets" | "statefulsets") {
@@ -273,7 +286,7 @@ pub fn spec_changed(old: &Value, new: &Value, ignore_status: bool) -> bool {
                 m.keys()
                     .filter(|k| {
                         !matches!(k.as_str(), "metadata" | "apiVersion" | "kind")
-                            && !(ignore_status && *k == "status")
+                            && (!ignore_status || *k != "status")
                     })
                     .cloned()
                     .collect()

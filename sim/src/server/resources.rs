@@ -51,6 +51,9 @@ pub struct CustomInfo {
     pub storage_version: String,
 }
 
+/// A subresource: name, response kind `(group, version, kind)` and verbs.
+pub type Subresource = (&'static str, (String, String, String), Vec<&'static str>);
+
 /// Special behaviour some built-ins need.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Special {
@@ -140,7 +143,7 @@ impl ResourceType {
     }
 
     /// Subresources as `(name, responseKind (group, version, kind), verbs)`.
-    pub fn subresources(&self) -> Vec<(&'static str, (String, String, String), Vec<&'static str>)> {
+    pub fn subresources(&self) -> Vec<Subresource> {
         let own = (self.group.clone(), self.version.clone(), self.kind.clone());
         let gpu = vec!["get", "patch", "update"];
         let mut out = Vec::new();
@@ -445,7 +448,7 @@ impl Registry {
         let versions = self.group_versions.entry(rt.group.clone()).or_default();
         if !versions.contains(&rt.version) {
             versions.push(rt.version.clone());
-            versions.sort_by(|a, b| version_priority(b).cmp(&version_priority(a)));
+            versions.sort_by_key(|v| std::cmp::Reverse(version_priority(v)));
         }
         self.by_gv
             .entry((rt.group.clone(), rt.version.clone()))
@@ -689,7 +692,7 @@ mod tests {
     #[test]
     fn versions_sort_ga_beta_alpha() {
         let mut v = vec!["v1alpha1", "v2", "v1beta2", "v1", "v1beta1"];
-        v.sort_by(|a, b| version_priority(b).cmp(&version_priority(a)));
+        v.sort_by_key(|v| std::cmp::Reverse(version_priority(v)));
         assert_eq!(v, vec!["v2", "v1", "v1beta2", "v1beta1", "v1alpha1"]);
     }
 

@@ -278,10 +278,10 @@ impl Store {
         };
         // Indexes.
         if let Some(old) = &current {
-            if let Some(uid) = uid_of(old) {
-                if kind == EventType::Deleted {
-                    inner.uids.remove(uid);
-                }
+            if let Some(uid) = uid_of(old)
+                && kind == EventType::Deleted
+            {
+                inner.uids.remove(uid);
             }
             for owner in owner_uids(old) {
                 if let Some(s) = inner.dependents.get_mut(&owner) {

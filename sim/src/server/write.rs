@@ -332,6 +332,7 @@ impl ClusterState {
         }
         meta::normalize_metadata(&mut obj);
         meta::normalize_workload_status(rt, &mut obj);
+        meta::normalize_data_maps(rt, &mut obj);
 
         for _attempt in 0..8 {
             let name = match (&explicit_name, &generate) {
@@ -595,6 +596,7 @@ impl ClusterState {
         }
         meta::normalize_metadata(&mut new);
         meta::normalize_workload_status(rt, &mut new);
+        meta::normalize_data_maps(rt, &mut new);
         if meta::same_content(old, &new) {
             return Ok(None);
         }
@@ -673,15 +675,11 @@ impl ClusterState {
             let mut changed = false;
             if !already {
                 match opts.propagation.as_deref() {
-                    Some("Orphan") => {
-                        if !finalizers.iter().any(|f| f == "orphan") {
-                            finalizers.push("orphan".into());
-                        }
+                    Some("Orphan") if !finalizers.iter().any(|f| f == "orphan") => {
+                        finalizers.push("orphan".into());
                     }
-                    Some("Foreground") => {
-                        if !finalizers.iter().any(|f| f == "foregroundDeletion") {
-                            finalizers.push("foregroundDeletion".into());
-                        }
+                    Some("Foreground") if !finalizers.iter().any(|f| f == "foregroundDeletion") => {
+                        finalizers.push("foregroundDeletion".into());
                     }
                     _ => {}
                 }

@@ -1,0 +1,228 @@
+//! Wire-level checks through the router (`tower::ServiceExt::oneshot`): headers, status bodies,
+//! content negotiation, discovery content types, OpenAPI, watch framing, bookmarks and limits.
+
+#[path = "support/helpers.rs"]
+mod helpers;
+
+use axum::body::Body;
+use http::{Request, StatusCode, header};
+use http_body_util::BodyExt;
+use serde_json::{Value, json};
+use tower::ServiceExt;
+
+async fn call(router: &axum::Router, req: Request<Body>) -> (StatusCode, http::HeaderMap, String) {
+    let resp = router.clone().oneshot(req).await.expect("infallible");
+    let status = resp.status();
+    let headers = resp.headers().clone();
+    let body = resp.into_body().collect().await.expect("body").to_bytes();
+    (status, headers, String::from_utf8_lossy(&body).into_owned())
+}
+
+fn get(path: &str) -> Request<Body> {
+    Request::get(path).body(Body::empty()).expect("request")
+}
+
+#[tokio::test]
+async fn version_health_and_cache_control() {
+    let sim = helpers::cluster("http1", false).await;
+    let r = sim.router();
+    let (s, h, b) = call(&r, get("/version?timeout=5s")).await;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(
+        h.get(header::CACHE_CONTROL)
+            .map(|v| v.to_str().unwrap_or_default()),
+        Some("no-cache, private")
+    );
+    let v: Value = serde_json::from_str(&b).expect("json");
+    assert_eq!(v["minor"], "32");
+    for p in ["/healthz", "/livez", "/readyz"] {
+        let (s, _, b) = call(&r, get(p)).await;
+        assert_eq!((s, b.as_str()), (StatusCode::OK, "ok"), "{p}");
+    }
+    let (s, h, b) = call(&r, get("/openapi/v2")).await;
+    assert_eq!(s, StatusCode::NOT_FOUND);
+    assert!(
+        h.get(header::CONTENT_TYPE)
+            .is_some_and(|v| v == "application/json")
+    );
+    assert_eq!(
+        serde_json::from_str::<Value>(&b).expect("status")["kind"],
+        "Status"
+    );
+    sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn discovery_openapi_and_negotiation() {
+    let sim = helpers::cluster("http2", false).await;
+    let r = sim.router();
+    let agg = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json";
+    let (s, h, b) = call(
+        &r,
+        Request::get("/apis")
+            .header(header::ACCEPT, agg)
+            .body(Body::empty())
+            .expect("req"),
+    )
+    .await;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(
+        h[header::CONTENT_TYPE],
+        "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"
+    );
+    let doc: Value = serde_json::from_str(&b).expect("json");
+    assert!(
+        doc["items"]
+            .as_array()
+            .is_some_and(|i| i.iter().any(|g| g["metadata"]["name"] == "apps"))
+    );
+    let (_, h, b) = call(&r, get("/api")).await;
+    assert_eq!(h[header::CONTENT_TYPE], "application/json");
+    assert_eq!(
+        serde_json::from_str::<Value>(&b).expect("json")["kind"],
+        "APIVersions"
+    );
+    let (_, _, b) = call(&r, get("/apis/apps/v1")).await;
+    assert!(b.contains("\"deployments/scale\""), "{b}");
+
+    let (_, _, b) = call(&r, get("/openapi/v3")).await;
+    let idx: Value = serde_json::from_str(&b).expect("json");
+    let url = idx["paths"]["apis/apps/v1"]["serverRelativeURL"]
+        .as_str()
+        .expect("apps/v1 entry")
+        .to_owned();
+    let (s, _, b) = call(&r, get(&url)).await;
+    assert_eq!(s, StatusCode::OK);
+    let doc: Value = serde_json::from_str(&b).expect("json");
+    let op = &doc["paths"]["/apis/apps/v1/namespaces/{namespace}/deployments/{name}"]["patch"];
+    assert_eq!(op["x-kubernetes-group-version-kind"]["kind"], "Deployment");
+    assert!(
+        op["parameters"]
+            .as_array()
+            .is_some_and(|p| p.iter().any(|x| x["name"] == "fieldValidation"))
+    );
+    let (_, _, b) = call(&r, get("/openapi/v3/api/v1")).await;
+    assert!(
+        b.contains("/api/v1/namespaces/{name}"),
+        "Namespace PATCH op present"
+    );
+
+    let (s, _, _) = call(&r, get("/api/v1/namespaces/default/configmaps?&limit=1&bogus=1")).await;
+    assert_eq!(s, StatusCode::OK);
+    let (s, _, b) = call(
+        &r,
+        Request::get("/api/v1/namespaces")
+            .header(header::ACCEPT, "application/vnd.kubernetes.protobuf")
+            .body(Body::empty())
+            .expect("req"),
+    )
+    .await;
+    assert_eq!(s, StatusCode::NOT_ACCEPTABLE, "{b}");
+    let (s, _, b) = call(&r, get("/apis/apps/v1/namespaces/default/deployments/nope")).await;
+    assert_eq!(s, StatusCode::NOT_FOUND);
+    let st: Value = serde_json::from_str(&b).expect("status");
+    assert_eq!(st["message"], "deployments.apps \"nope\" not found");
+    assert_eq!(
+        st["details"],
+        json!({"name": "nope", "group": "apps", "kind": "deployments"})
+    );
+    sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn bodies_over_three_mebibytes_get_413_and_garbage_gets_400() {
+    let sim = helpers::cluster("http3", false).await;
+    let r = sim.router();
+    let big = format!(
+        "{{\"metadata\":{{\"name\":\"big\"}},\"data\":{{\"a\":\"{}\"}}}}",
+        "x".repeat(3 * 1024 * 1024 + 10)
+    );
+    let req = Request::post("/api/v1/namespaces/default/configmaps")
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(Body::from(big))
+        .expect("req");
+    let (s, _, b) = call(&r, req).await;
+    assert_eq!(s, StatusCode::PAYLOAD_TOO_LARGE, "{b}");
+    for garbage in ["{", "[1,2]", "\u{0}\u{1}", "null"] {
+        let req = Request::post("/api/v1/namespaces/default/configmaps")
+            .body(Body::from(garbage))
+            .expect("req");
+        let (s, _, b) = call(&r, req).await;
+        assert!(s.is_client_error(), "{garbage:?} → {s} {b}");
+        assert_eq!(
+            serde_json::from_str::<Value>(&b).expect("status")["kind"],
+            "Status"
+        );
+    }
+    let req = Request::patch("/api/v1/namespaces/default/configmaps/x")
+        .header(header::CONTENT_TYPE, "application/json-patch+json")
+        .body(Body::from(
+            "[{\"op\":\"move\",\"from\":\"/a/b/c\",\"path\":\"/a/b/c/d\"}]",
+        ))
+        .expect("req");
+    let (s, _, _) = call(&r, req).await;
+    assert!(s.is_client_error());
+    sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn watch_lines_bookmarks_timeout_and_too_old() {
+    let sim = helpers::cluster("http4", false).await;
+    let r = sim.router();
+    let req = Request::post("/api/v1/namespaces/default/configmaps")
+        .body(Body::from(r#"{"metadata":{"name":"a"},"data":{"k":"v"}}"#))
+        .expect("req");
+    let (s, _, _) = call(&r, req).await;
+    assert_eq!(s, StatusCode::CREATED);
+    let (s, h, b) = call(
+        &r,
+        get("/api/v1/namespaces/default/configmaps?watch=1&allowWatchBookmarks=true&timeoutSeconds=1"),
+    )
+    .await;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(h[header::CONTENT_TYPE], "application/json");
+    let lines: Vec<Value> = b
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("one JSON event per line"))
+        .collect();
+    assert_eq!(lines.first().map(|e| e["type"].clone()), Some(json!("ADDED")));
+    let last = lines.last().expect("events");
+    assert_eq!(last["type"], "BOOKMARK");
+    assert_eq!(last["object"]["kind"], "ConfigMap");
+    assert_eq!(last["object"]["apiVersion"], "v1");
+
+    let (_, _, b) = call(&r, get("/api/v1/namespaces/default/configmaps?watch=true&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true&timeoutSeconds=1")).await;
+    assert!(b.contains("k8s.io/initial-events-end"), "{b}");
+
+    sim.faults().compact();
+    let (s, _, b) = call(
+        &r,
+        get("/api/v1/namespaces/default/configmaps?watch=true&resourceVersion=1&timeoutSeconds=1"),
+    )
+    .await;
+    assert_eq!(s, StatusCode::OK, "too-old is in-stream");
+    let ev: Value = serde_json::from_str(b.lines().next().unwrap_or_default()).expect("event");
+    assert_eq!(ev["type"], "ERROR");
+    assert_eq!(ev["object"]["code"], 410);
+    assert_eq!(ev["object"]["reason"], "Expired");
+
+    let table = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json";
+    let (_, h, b) = call(
+        &r,
+        Request::get("/api/v1/namespaces/default/configmaps?watch=true&timeoutSeconds=1")
+            .header(header::ACCEPT, table)
+            .body(Body::empty())
+            .expect("req"),
+    )
+    .await;
+    assert!(
+        h[header::CONTENT_TYPE]
+            .to_str()
+            .unwrap_or_default()
+            .contains("as=Table")
+    );
+    let first: Value = serde_json::from_str(b.lines().next().unwrap_or_default()).expect("event");
+    assert_eq!(first["object"]["kind"], "Table");
+    assert!(first["object"]["columnDefinitions"].is_array());
+    sim.shutdown().await;
+}
