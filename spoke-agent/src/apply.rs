@@ -1,0 +1,573 @@
+//! Applying a work set: server-side apply of every object with ownership labels, then pruning
+//! what the agent applied before and is no longer wanted. The applied revision and the objects
+//! it covers are kept in a ConfigMap, so a restarted agent resumes and still prunes correctly.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+use kube::api::{
+    ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, ObjectMeta, Patch, PatchParams,
+    PostParams,
+};
+use kube::discovery::{ApiCapabilities, Scope};
+use kube::{Api, Client};
+use nave_api::AGENT_FIELD_MANAGER;
+use nave_api::wire::{
+    ApplyError, MANAGED_BY_LABEL, MANAGED_BY_VALUE, REVISION_ANNOTATION, WORKLOAD_LABEL, WorkSet, WorkloadRef,
+};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use tokio::sync::Mutex;
+use tracing::{debug, info, instrument, warn};
+
+use crate::capacity::workload_of;
+use crate::error::{Error, Result, api_code};
+
+/// Name of the ConfigMap, in the agent's namespace, with the applied revision and objects.
+pub const STATE_CONFIG_MAP: &str = "nave-agent-state";
+
+/// Kinds listed by ownership label when pruning, beside those the agent remembers applying:
+/// what the hub sends, so objects applied before a lost state are still found.
+const PRUNE_KINDS: &[(&str, &str)] = &[
+    ("apps/v1", "Deployment"),
+    ("v1", "Service"),
+    ("v1", "ConfigMap"),
+    ("v1", "Secret"),
+];
+
+/// One object, by kind and name.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[serde(rename_all = "camelCase")]
+pub struct ObjectRef {
+    /// `apiVersion`.
+    pub api_version: String,
+    /// `kind`.
+    pub kind: String,
+    /// Namespace; `None` when cluster-scoped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    /// Name.
+    pub name: String,
+}
+
+impl std::fmt::Display for ObjectRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.namespace {
+            Some(ns) => write!(f, "{} {ns}/{}", self.kind, self.name),
+            None => write!(f, "{} {}", self.kind, self.name),
+        }
+    }
+}
+
+/// What the agent has applied, as persisted in [`STATE_CONFIG_MAP`].
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct AppliedState {
+    /// The last fully applied revision.
+    pub revision: Option<u64>,
+    /// Objects the agent applied and has not pruned, with their workload.
+    pub objects: BTreeMap<ObjectRef, Option<WorkloadRef>>,
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct StoredObject {
+    #[serde(flatten)]
+    object: ObjectRef,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    workload: Option<WorkloadRef>,
+}
+
+/// The result of applying one work set.
+#[derive(Debug, Clone, Default)]
+pub struct ApplyOutcome {
+    /// The revision attempted.
+    pub revision: u64,
+    /// Objects of the set, in apply order, with their workload.
+    pub objects: Vec<(ObjectRef, Option<WorkloadRef>)>,
+    /// Failures of apply and prune.
+    pub errors: Vec<ApplyError>,
+    /// Objects deleted by pruning.
+    pub pruned: Vec<ObjectRef>,
+}
+
+/// A work set object ready to apply.
+struct Prepared {
+    object_ref: ObjectRef,
+    workload: Option<WorkloadRef>,
+    resource: ApiResource,
+    body: Value,
+}
+
+/// Applies work sets to one cluster.
+pub struct Applier {
+    client: Client,
+    namespace: String,
+    /// Discovery results by (apiVersion, kind): kinds do not move while the agent runs.
+    discovered: Mutex<HashMap<(String, String), (ApiResource, ApiCapabilities)>>,
+}
+
+impl std::fmt::Debug for Applier {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Applier")
+            .field("namespace", &self.namespace)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Applier {
+    /// An applier keeping its state in `namespace`.
+    pub fn new(client: Client, namespace: impl Into<String>) -> Self {
+        Applier {
+            client,
+            namespace: namespace.into(),
+            discovered: Mutex::default(),
+        }
+    }
+
+    fn state_api(&self) -> Api<ConfigMap> {
+        Api::namespaced(self.client.clone(), &self.namespace)
+    }
+
+    /// Creates the agent's own namespace when missing (the Helm chart normally does).
+    pub async fn ensure_own_namespace(&self) -> Result<()> {
+        self.ensure_namespace(&self.namespace, false).await
+    }
+
+    /// The persisted state; empty when there is none.
+    pub async fn load_state(&self) -> Result<AppliedState> {
+        let cm = self
+            .state_api()
+            .get_opt(STATE_CONFIG_MAP)
+            .await
+            .map_err(Error::kube(format!("reading ConfigMap {STATE_CONFIG_MAP}")))?;
+        let Some(data) = cm.and_then(|cm| cm.data) else {
+            return Ok(AppliedState::default());
+        };
+        let revision = data.get("revision").and_then(|r| r.parse().ok());
+        let objects: Vec<StoredObject> = match data.get("objects") {
+            Some(text) => serde_json::from_str(text).map_err(|source| Error::Decode {
+                what: format!("ConfigMap {STATE_CONFIG_MAP} objects"),
+                source,
+            })?,
+            None => Vec::new(),
+        };
+        Ok(AppliedState {
+            revision,
+            objects: objects.into_iter().map(|o| (o.object, o.workload)).collect(),
+        })
+    }
+
+    /// Persists `state`.
+    pub async fn save_state(&self, state: &AppliedState) -> Result<()> {
+        let objects: Vec<StoredObject> = state
+            .objects
+            .iter()
+            .map(|(object, workload)| StoredObject {
+                object: object.clone(),
+                workload: workload.clone(),
+            })
+            .collect();
+        let mut data = BTreeMap::new();
+        if let Some(revision) = state.revision {
+            data.insert("revision".to_owned(), revision.to_string());
+        }
+        data.insert(
+            "objects".to_owned(),
+            serde_json::to_string(&objects).expect("object references always serialize"),
+        );
+        let cm = ConfigMap {
+            metadata: ObjectMeta {
+                name: Some(STATE_CONFIG_MAP.to_owned()),
+                namespace: Some(self.namespace.clone()),
+                labels: Some(crate::own_state_labels()),
+                ..Default::default()
+            },
+            data: Some(data),
+            ..Default::default()
+        };
+        self.state_api()
+            .patch(
+                STATE_CONFIG_MAP,
+                &PatchParams::apply(AGENT_FIELD_MANAGER).force(),
+                &Patch::Apply(&cm),
+            )
+            .await
+            .map_err(Error::kube(format!("writing ConfigMap {STATE_CONFIG_MAP}")))?;
+        Ok(())
+    }
+
+    /// Applies `set` over `state` and updates `state`: on success the set's revision and objects;
+    /// on any failure the previous revision, and the objects of both sets (so a later success
+    /// still prunes what this attempt applied). Prunes only when every object applied, so a
+    /// half-applied set never removes what it replaces.
+    #[instrument(skip_all, fields(revision = set.revision, objects = set.objects.len()))]
+    pub async fn apply(&self, set: &WorkSet, state: &mut AppliedState) -> ApplyOutcome {
+        let mut outcome = ApplyOutcome {
+            revision: set.revision,
+            ..Default::default()
+        };
+        let mut prepared = Vec::new();
+        for object in &set.objects {
+            match self.prepare(object, set.revision).await {
+                Ok(p) => prepared.push(p),
+                Err((object_ref, e)) => outcome.errors.push(apply_error("apply", &object_ref, &e)),
+            }
+        }
+        prepared.sort_by_key(|p| (kind_order(&p.object_ref.kind), p.object_ref.clone()));
+        outcome.objects = prepared
+            .iter()
+            .map(|p| (p.object_ref.clone(), p.workload.clone()))
+            .collect();
+
+        // Namespaces the set does not create itself; never prune them.
+        let declared: BTreeSet<&str> = prepared
+            .iter()
+            .filter(|p| p.object_ref.kind == "Namespace")
+            .map(|p| p.object_ref.name.as_str())
+            .collect();
+        let needed: BTreeSet<&str> = prepared
+            .iter()
+            .filter_map(|p| p.object_ref.namespace.as_deref())
+            .collect();
+        for ns in needed.difference(&declared) {
+            if let Err(e) = self.ensure_namespace(ns, true).await {
+                let object_ref = ObjectRef {
+                    api_version: "v1".into(),
+                    kind: "Namespace".into(),
+                    namespace: None,
+                    name: (*ns).to_owned(),
+                };
+                outcome.errors.push(apply_error("apply", &object_ref, &e));
+            }
+        }
+
+        let mut applied = BTreeMap::new();
+        for p in &prepared {
+            match self.apply_one(p).await {
+                Ok(()) => {
+                    applied.insert(p.object_ref.clone(), p.workload.clone());
+                }
+                Err(e) => {
+                    warn!(object = %p.object_ref, error = %e, "apply failed");
+                    outcome.errors.push(apply_error("apply", &p.object_ref, &e));
+                }
+            }
+        }
+
+        if !outcome.errors.is_empty() {
+            state.objects.extend(applied);
+            return outcome;
+        }
+        let previous = std::mem::take(&mut state.objects);
+        state.objects = applied;
+        let candidates = self.prune_candidates(&previous, &state.objects).await;
+        for object_ref in candidates {
+            match self.prune_one(&object_ref).await {
+                Ok(true) => outcome.pruned.push(object_ref),
+                Ok(false) => {}
+                Err(e) => {
+                    warn!(object = %object_ref, error = %e, "prune failed");
+                    outcome.errors.push(apply_error("prune", &object_ref, &e));
+                    // Remembered so the next apply tries again.
+                    let workload = previous.get(&object_ref).cloned().flatten();
+                    state.objects.insert(object_ref, workload);
+                }
+            }
+        }
+        if outcome.errors.is_empty() {
+            state.revision = Some(set.revision);
+        }
+        info!(
+            applied = state.objects.len(),
+            pruned = outcome.pruned.len(),
+            errors = outcome.errors.len(),
+            "work set applied"
+        );
+        outcome
+    }
+
+    /// Validates an object and adds the ownership labels and revision annotation.
+    async fn prepare(
+        &self,
+        object: &Value,
+        revision: u64,
+    ) -> std::result::Result<Prepared, (ObjectRef, Error)> {
+        let text = |v: &Value, key: &str| v.get(key).and_then(Value::as_str).unwrap_or_default().to_owned();
+        let metadata = object.get("metadata").cloned().unwrap_or(Value::Null);
+        let mut object_ref = ObjectRef {
+            api_version: text(object, "apiVersion"),
+            kind: text(object, "kind"),
+            namespace: metadata
+                .get("namespace")
+                .and_then(Value::as_str)
+                .map(str::to_owned),
+            name: text(&metadata, "name"),
+        };
+        if object_ref.api_version.is_empty() || object_ref.kind.is_empty() || object_ref.name.is_empty() {
+            let e = Error::InvalidObject("apiVersion, kind and metadata.name are required".to_owned());
+            return Err((object_ref, e));
+        }
+        let (resource, caps) = match self.resolve(&object_ref.api_version, &object_ref.kind).await {
+            Ok(found) => found,
+            Err(e) => return Err((object_ref, e)),
+        };
+        match caps.scope {
+            Scope::Namespaced => {
+                object_ref.namespace.get_or_insert_with(|| "default".to_owned());
+            }
+            Scope::Cluster => object_ref.namespace = None,
+        }
+        if object_ref.namespace.as_deref() == Some(self.namespace.as_str())
+            && [crate::session::CREDENTIAL_SECRET, STATE_CONFIG_MAP].contains(&object_ref.name.as_str())
+        {
+            let e = Error::InvalidObject("the name is reserved for the agent's own state".to_owned());
+            return Err((object_ref, e));
+        }
+
+        let mut body = object.clone();
+        let Some(map) = body.as_object_mut() else {
+            return Err((object_ref, Error::InvalidObject("not a JSON object".to_owned())));
+        };
+        map.remove("status");
+        let meta = map
+            .entry("metadata")
+            .or_insert_with(|| Value::Object(Default::default()));
+        let Some(meta) = meta.as_object_mut() else {
+            return Err((
+                object_ref,
+                Error::InvalidObject("metadata is not an object".to_owned()),
+            ));
+        };
+        // Server-set fields would make the apply fail or fight the server.
+        for key in [
+            "resourceVersion",
+            "uid",
+            "managedFields",
+            "creationTimestamp",
+            "generation",
+        ] {
+            meta.remove(key);
+        }
+        if let Some(ns) = &object_ref.namespace {
+            meta.insert("namespace".into(), Value::String(ns.clone()));
+        }
+        let labels = object_field(meta, "labels");
+        labels.insert(MANAGED_BY_LABEL.into(), Value::String(MANAGED_BY_VALUE.into()));
+        let workload_label = labels.get(WORKLOAD_LABEL).cloned();
+        let workload = workload_label
+            .as_ref()
+            .and_then(Value::as_str)
+            .and_then(WorkloadRef::from_label_value);
+        object_field(meta, "annotations")
+            .insert(REVISION_ANNOTATION.into(), Value::String(revision.to_string()));
+        // Pods carry the workload label so pending pods can be reported per workload.
+        if let (Some(label), "Deployment") = (workload_label, object_ref.kind.as_str())
+            && let Some(template) = map.get_mut("spec").and_then(|s| s.get_mut("template"))
+            && let Some(template) = template.as_object_mut()
+        {
+            let meta = template
+                .entry("metadata")
+                .or_insert_with(|| Value::Object(Default::default()));
+            if let Some(meta) = meta.as_object_mut() {
+                object_field(meta, "labels")
+                    .entry(WORKLOAD_LABEL)
+                    .or_insert(label);
+            }
+        }
+        Ok(Prepared {
+            object_ref,
+            workload,
+            resource,
+            body,
+        })
+    }
+
+    async fn resolve(&self, api_version: &str, kind: &str) -> Result<(ApiResource, ApiCapabilities)> {
+        let key = (api_version.to_owned(), kind.to_owned());
+        if let Some(found) = self.discovered.lock().await.get(&key) {
+            return Ok(found.clone());
+        }
+        let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+        let gvk = GroupVersionKind::gvk(group, version, kind);
+        let found = kube::discovery::pinned_kind(&self.client, &gvk)
+            .await
+            .map_err(Error::kube(format!("discovering {api_version} {kind}")))?;
+        self.discovered.lock().await.insert(key, found.clone());
+        Ok(found)
+    }
+
+    fn api(&self, resource: &ApiResource, namespace: Option<&str>) -> Api<DynamicObject> {
+        match namespace {
+            Some(ns) => Api::namespaced_with(self.client.clone(), ns, resource),
+            None => Api::all_with(self.client.clone(), resource),
+        }
+    }
+
+    #[instrument(skip_all, fields(object = %p.object_ref))]
+    async fn apply_one(&self, p: &Prepared) -> Result<()> {
+        self.api(&p.resource, p.object_ref.namespace.as_deref())
+            .patch(
+                &p.object_ref.name,
+                &PatchParams::apply(AGENT_FIELD_MANAGER).force(),
+                &Patch::Apply(&p.body),
+            )
+            .await
+            .map_err(Error::kube(format!("applying {}", p.object_ref)))?;
+        debug!("applied");
+        Ok(())
+    }
+
+    /// Creates namespace `name` when missing. An existing namespace is left as it is, whoever
+    /// made it: the agent does not take over namespaces it did not create.
+    async fn ensure_namespace(&self, name: &str, owned: bool) -> Result<()> {
+        let api: Api<Namespace> = Api::all(self.client.clone());
+        if api
+            .get_opt(name)
+            .await
+            .map_err(Error::kube(format!("reading Namespace {name}")))?
+            .is_some()
+        {
+            return Ok(());
+        }
+        let labels = if owned {
+            BTreeMap::from([(MANAGED_BY_LABEL.to_owned(), MANAGED_BY_VALUE.to_owned())])
+        } else {
+            crate::own_state_labels()
+        };
+        let ns = Namespace {
+            metadata: ObjectMeta {
+                name: Some(name.to_owned()),
+                labels: Some(labels),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        match api.create(&PostParams::default(), &ns).await {
+            Ok(_) => {
+                info!(namespace = name, "created namespace");
+                Ok(())
+            }
+            Err(e) if api_code(&e) == Some(409) => Ok(()),
+            Err(e) => Err(Error::kube(format!("creating Namespace {name}"))(e)),
+        }
+    }
+
+    /// What may have to go: everything remembered from before, and every object of a known kind
+    /// that carries the ownership label, minus the new set. Namespaces are never pruned: deleting
+    /// one deletes everything in it, including what others keep there.
+    async fn prune_candidates(
+        &self,
+        previous: &BTreeMap<ObjectRef, Option<WorkloadRef>>,
+        wanted: &BTreeMap<ObjectRef, Option<WorkloadRef>>,
+    ) -> BTreeSet<ObjectRef> {
+        let mut candidates: BTreeSet<ObjectRef> = previous.keys().cloned().collect();
+        let mut kinds: BTreeSet<(String, String)> = PRUNE_KINDS
+            .iter()
+            .map(|(v, k)| ((*v).to_owned(), (*k).to_owned()))
+            .collect();
+        kinds.extend(
+            previous
+                .keys()
+                .chain(wanted.keys())
+                .map(|r| (r.api_version.clone(), r.kind.clone())),
+        );
+        let selector = format!("{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}");
+        for (api_version, kind) in kinds {
+            if kind == "Namespace" {
+                continue;
+            }
+            let listed = async {
+                let (resource, _) = self.resolve(&api_version, &kind).await?;
+                Api::<DynamicObject>::all_with(self.client.clone(), &resource)
+                    .list_metadata(&ListParams::default().labels(&selector))
+                    .await
+                    .map_err(Error::kube(format!("listing {api_version} {kind}")))
+            };
+            match listed.await {
+                Ok(list) => candidates.extend(list.items.into_iter().map(|o| ObjectRef {
+                    api_version: api_version.clone(),
+                    kind: kind.clone(),
+                    namespace: o.metadata.namespace,
+                    name: o.metadata.name.unwrap_or_default(),
+                })),
+                // Remembered objects are still pruned; a kind the cluster lacks holds nothing.
+                Err(e) => debug!(api_version, kind, error = %e, "cannot list for pruning"),
+            }
+        }
+        candidates.retain(|r| r.kind != "Namespace" && !wanted.contains_key(r));
+        candidates
+    }
+
+    /// Deletes the object if it still carries the ownership label; answers whether it deleted.
+    #[instrument(skip_all, fields(object = %object_ref))]
+    async fn prune_one(&self, object_ref: &ObjectRef) -> Result<bool> {
+        let (resource, _) = self.resolve(&object_ref.api_version, &object_ref.kind).await?;
+        let api = self.api(&resource, object_ref.namespace.as_deref());
+        let Some(current) = api
+            .get_metadata_opt(&object_ref.name)
+            .await
+            .map_err(Error::kube(format!("reading {object_ref}")))?
+        else {
+            return Ok(false);
+        };
+        let owned = current
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(MANAGED_BY_LABEL))
+            .map(String::as_str)
+            == Some(MANAGED_BY_VALUE);
+        if !owned {
+            // Someone else took the name over (or removed the label): theirs now.
+            info!("not pruning: the object no longer carries the ownership label");
+            return Ok(false);
+        }
+        match api.delete(&object_ref.name, &DeleteParams::background()).await {
+            Ok(_) => {
+                info!(workload = ?workload_of(current.metadata.labels.as_ref()), "pruned");
+                Ok(true)
+            }
+            Err(e) if api_code(&e) == Some(404) => Ok(false),
+            Err(e) => Err(Error::kube(format!("deleting {object_ref}"))(e)),
+        }
+    }
+}
+
+/// Apply order: what others refer to first (namespaces, then configuration, then services),
+/// workloads last, so pods start with their ConfigMaps and Secrets in place.
+fn kind_order(kind: &str) -> u8 {
+    match kind {
+        "Namespace" => 0,
+        "CustomResourceDefinition" => 1,
+        "ServiceAccount" | "Role" | "ClusterRole" | "RoleBinding" | "ClusterRoleBinding" => 2,
+        "ConfigMap" | "Secret" | "PersistentVolumeClaim" => 3,
+        "Service" => 4,
+        "Deployment" | "StatefulSet" | "DaemonSet" | "Job" | "CronJob" => 6,
+        _ => 5,
+    }
+}
+
+fn object_field<'a>(
+    map: &'a mut serde_json::Map<String, Value>,
+    key: &str,
+) -> &'a mut serde_json::Map<String, Value> {
+    let entry = map
+        .entry(key)
+        .or_insert_with(|| Value::Object(Default::default()));
+    if !entry.is_object() {
+        *entry = Value::Object(Default::default());
+    }
+    entry.as_object_mut().expect("just made an object")
+}
+
+fn apply_error(operation: &str, object_ref: &ObjectRef, e: &Error) -> ApplyError {
+    ApplyError {
+        operation: operation.to_owned(),
+        api_version: object_ref.api_version.clone(),
+        kind: object_ref.kind.clone(),
+        namespace: object_ref.namespace.clone(),
+        name: object_ref.name.clone(),
+        message: e.to_string(),
+    }
+}

@@ -1,0 +1,257 @@
+//! The capacity model and the pending pods, computed from the reflectors' snapshots of Nodes and
+//! Pods. Pure functions: the heartbeat loop takes a snapshot and calls them.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{Container, Node, Pod, ResourceRequirements};
+use nave_api::wire::{
+    CapacityModel, CapacityTotals, Heartbeat, NodeCapacity, NodeGroup, PendingPod, Resources, Taint,
+    TaintEffect, WORKLOAD_LABEL, WorkloadRef,
+};
+
+use crate::quantity::{parse_millis, parse_units};
+
+#[cfg(test)]
+mod tests;
+
+/// Node labels that differ on every node; left out so identical nodes form one group.
+pub const PER_NODE_LABELS: &[&str] = &["kubernetes.io/hostname"];
+
+/// The cluster's capacity model: nodes grouped by labels (without [`PER_NODE_LABELS`]) and
+/// taints, each with allocatable and the requests of the non-terminal pods bound to it.
+pub fn capacity_model<'a>(
+    nodes: impl IntoIterator<Item = &'a Node>,
+    pods: impl IntoIterator<Item = &'a Pod>,
+) -> CapacityModel {
+    let mut requested: BTreeMap<&str, Resources> = BTreeMap::new();
+    for pod in pods {
+        let Some(node) = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.node_name.as_deref())
+            .filter(|n| !n.is_empty())
+        else {
+            continue;
+        };
+        if is_terminal(pod) {
+            continue;
+        }
+        let entry = requested.entry(node).or_default();
+        *entry = entry.saturating_add(pod_requests(pod));
+    }
+
+    type GroupKey = (BTreeMap<String, String>, Vec<Taint>);
+    let mut groups: BTreeMap<GroupKey, Vec<NodeCapacity>> = BTreeMap::new();
+    let mut totals = CapacityTotals::default();
+    for node in nodes {
+        let name = node.metadata.name.clone().unwrap_or_default();
+        let labels: BTreeMap<String, String> = node
+            .metadata
+            .labels
+            .iter()
+            .flatten()
+            .filter(|(k, _)| !PER_NODE_LABELS.contains(&k.as_str()))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        let mut taints: Vec<Taint> = node
+            .spec
+            .as_ref()
+            .and_then(|s| s.taints.as_ref())
+            .into_iter()
+            .flatten()
+            .filter_map(|t| {
+                let effect = match t.effect.as_str() {
+                    "NoSchedule" => TaintEffect::NoSchedule,
+                    "PreferNoSchedule" => TaintEffect::PreferNoSchedule,
+                    "NoExecute" => TaintEffect::NoExecute,
+                    _ => return None,
+                };
+                Some(Taint {
+                    key: t.key.clone(),
+                    value: t.value.clone().unwrap_or_default(),
+                    effect,
+                })
+            })
+            .collect();
+        taints.sort();
+        taints.dedup();
+        let allocatable = node
+            .status
+            .as_ref()
+            .and_then(|s| s.allocatable.as_ref())
+            .map(|a| {
+                Resources::new(
+                    a.get("cpu").map_or(0, |q| parse_millis(&q.0)),
+                    a.get("memory").map_or(0, |q| parse_units(&q.0)),
+                    a.get("pods").map_or(0, |q| parse_units(&q.0)),
+                )
+            })
+            .unwrap_or_default();
+        let ready = node
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .into_iter()
+            .flatten()
+            .any(|c| c.type_ == "Ready" && c.status == "True");
+        let unschedulable = node.spec.as_ref().and_then(|s| s.unschedulable).unwrap_or(false);
+        let capacity = NodeCapacity {
+            requested: requested.get(name.as_str()).copied().unwrap_or_default(),
+            name,
+            allocatable,
+            ready,
+            unschedulable,
+        };
+        totals.nodes += 1;
+        if capacity.schedulable() {
+            totals.schedulable_nodes += 1;
+            totals.allocatable = totals.allocatable.saturating_add(capacity.allocatable);
+            totals.requested = totals.requested.saturating_add(capacity.requested);
+        }
+        groups.entry((labels, taints)).or_default().push(capacity);
+    }
+    let node_groups = groups
+        .into_iter()
+        .map(|((labels, taints), mut nodes)| {
+            nodes.sort_by(|a, b| a.name.cmp(&b.name));
+            NodeGroup {
+                labels,
+                taints,
+                nodes,
+            }
+        })
+        .collect();
+    CapacityModel { node_groups, totals }
+}
+
+/// Whether a pod is done (`Succeeded` or `Failed`) and holds no resources any more.
+pub fn is_terminal(pod: &Pod) -> bool {
+    matches!(
+        pod.status.as_ref().and_then(|s| s.phase.as_deref()),
+        Some("Succeeded" | "Failed")
+    )
+}
+
+/// What a pod takes from its node, as the scheduler counts it: per resource the larger of the
+/// containers' sum (plus restartable init containers, which keep running) and the peak during
+/// init, plus the pod overhead; one pod slot.
+pub fn pod_requests(pod: &Pod) -> Resources {
+    let Some(spec) = pod.spec.as_ref() else {
+        return Resources::new(0, 0, 1);
+    };
+    let mut containers = (0u64, 0u64);
+    for c in &spec.containers {
+        let (cpu, mem) = container_requests(c);
+        containers = (containers.0.saturating_add(cpu), containers.1.saturating_add(mem));
+    }
+    // Upstream `PodRequests`: sidecars (init containers with restartPolicy Always) run alongside
+    // everything after them; a regular init container runs alone next to the sidecars before it.
+    let mut sidecars = (0u64, 0u64);
+    let mut init_peak = (0u64, 0u64);
+    for c in spec.init_containers.iter().flatten() {
+        let (cpu, mem) = container_requests(c);
+        if c.restart_policy.as_deref() == Some("Always") {
+            sidecars = (sidecars.0.saturating_add(cpu), sidecars.1.saturating_add(mem));
+            init_peak = (init_peak.0.max(sidecars.0), init_peak.1.max(sidecars.1));
+        } else {
+            init_peak = (
+                init_peak.0.max(sidecars.0.saturating_add(cpu)),
+                init_peak.1.max(sidecars.1.saturating_add(mem)),
+            );
+        }
+    }
+    let running = (
+        containers.0.saturating_add(sidecars.0),
+        containers.1.saturating_add(sidecars.1),
+    );
+    let overhead = spec.overhead.as_ref();
+    let overhead_cpu = overhead
+        .and_then(|o| o.get("cpu"))
+        .map_or(0, |q| parse_millis(&q.0));
+    let overhead_mem = overhead
+        .and_then(|o| o.get("memory"))
+        .map_or(0, |q| parse_units(&q.0));
+    Resources::new(
+        running.0.max(init_peak.0).saturating_add(overhead_cpu),
+        running.1.max(init_peak.1).saturating_add(overhead_mem),
+        1,
+    )
+}
+
+/// A container's CPU millis and memory bytes requests; a limit stands in for a missing request,
+/// as the API server defaults it.
+fn container_requests(c: &Container) -> (u64, u64) {
+    let get = |r: &Option<ResourceRequirements>, name: &str| {
+        let r = r.as_ref()?;
+        r.requests
+            .as_ref()
+            .and_then(|m| m.get(name))
+            .or_else(|| r.limits.as_ref().and_then(|m| m.get(name)))
+            .map(|q| q.0.clone())
+    };
+    (
+        get(&c.resources, "cpu").map_or(0, |q| parse_millis(&q)),
+        get(&c.resources, "memory").map_or(0, |q| parse_units(&q)),
+    )
+}
+
+/// The workload of an object or pod, from its [`WORKLOAD_LABEL`].
+pub fn workload_of(labels: Option<&BTreeMap<String, String>>) -> Option<WorkloadRef> {
+    labels
+        .and_then(|l| l.get(WORKLOAD_LABEL))
+        .and_then(|v| WorkloadRef::from_label_value(v))
+}
+
+/// The pods the scheduler could not place (`PodScheduled=False`, not bound, not terminal), Nave's
+/// first, then by namespace and name; at most [`Heartbeat::MAX_PENDING_PODS`], with the number
+/// left out.
+pub fn pending_pods<'a>(pods: impl IntoIterator<Item = &'a Pod>) -> (Vec<PendingPod>, u64) {
+    let mut pending: Vec<PendingPod> = pods.into_iter().filter_map(pending_pod).collect();
+    pending.sort_by(|a, b| {
+        (a.workload.is_none(), &a.namespace, &a.name).cmp(&(b.workload.is_none(), &b.namespace, &b.name))
+    });
+    let omitted = pending.len().saturating_sub(Heartbeat::MAX_PENDING_PODS) as u64;
+    pending.truncate(Heartbeat::MAX_PENDING_PODS);
+    (pending, omitted)
+}
+
+/// The pod as a [`PendingPod`] if the scheduler could not place it.
+pub fn pending_pod(pod: &Pod) -> Option<PendingPod> {
+    let bound = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.node_name.as_deref())
+        .is_some_and(|n| !n.is_empty());
+    if bound || is_terminal(pod) || pod.metadata.deletion_timestamp.is_some() {
+        return None;
+    }
+    let condition = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .into_iter()
+        .flatten()
+        .find(|c| c.type_ == "PodScheduled" && c.status == "False")?;
+    Some(PendingPod {
+        namespace: pod.metadata.namespace.clone().unwrap_or_default(),
+        name: pod.metadata.name.clone().unwrap_or_default(),
+        workload: workload_of(pod.metadata.labels.as_ref()),
+        reason: condition
+            .reason
+            .clone()
+            .unwrap_or_else(|| "Unschedulable".to_owned()),
+        message: condition.message.clone().unwrap_or_default(),
+        since: condition.last_transition_time.clone(),
+    })
+}
+
+/// Pending pods per workload, for status reports.
+pub fn pending_by_workload<'a>(pods: impl IntoIterator<Item = &'a Pod>) -> BTreeMap<WorkloadRef, u32> {
+    let mut counts = BTreeMap::new();
+    for p in pods.into_iter().filter_map(pending_pod) {
+        if let Some(w) = p.workload {
+            *counts.entry(w).or_default() += 1;
+        }
+    }
+    counts
+}

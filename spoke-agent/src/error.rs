@@ -1,0 +1,109 @@
+//! The agent's one error type.
+
+use std::path::PathBuf;
+
+/// Why an agent operation failed. Each variant names the operation and keeps its cause.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The bootstrap token file could not be read.
+    #[error("reading the bootstrap token file {path}: {source}")]
+    ReadBootstrapToken {
+        /// The file.
+        path: PathBuf,
+        /// The IO error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The bootstrap token file is empty.
+    #[error("the bootstrap token file {0} is empty")]
+    EmptyBootstrapToken(PathBuf),
+    /// No Kubernetes client could be configured (kubeconfig or in-cluster).
+    #[error("configuring the Kubernetes client: {source}")]
+    KubeConfig {
+        /// What kube-rs said.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    /// The HTTP client for the hub could not be built.
+    #[error("building the HTTP client for the hub: {source}")]
+    HttpClient {
+        /// What reqwest said.
+        #[source]
+        source: reqwest::Error,
+    },
+    /// A request to the hub failed before an answer (connection, timeout, body).
+    #[error("hub request {operation}: {source}")]
+    HubRequest {
+        /// `register`, `heartbeat`, `work` or `status`.
+        operation: &'static str,
+        /// What reqwest said.
+        #[source]
+        source: reqwest::Error,
+    },
+    /// The hub rejected the token (`401`): the agent registers again.
+    #[error("hub request {operation}: token rejected ({message})")]
+    Unauthorized {
+        /// `register`, `heartbeat`, `work` or `status`.
+        operation: &'static str,
+        /// The hub's message.
+        message: String,
+    },
+    /// The hub answered with another error status.
+    #[error("hub request {operation}: {status} {code}: {message}")]
+    HubStatus {
+        /// `register`, `heartbeat`, `work` or `status`.
+        operation: &'static str,
+        /// HTTP status code.
+        status: u16,
+        /// The error code of the body, or empty.
+        code: String,
+        /// The hub's message.
+        message: String,
+    },
+    /// A Kubernetes API call failed.
+    #[error("{operation}: {source}")]
+    Kube {
+        /// What was being done, naming the object.
+        operation: String,
+        /// What kube-rs said.
+        #[source]
+        source: kube::Error,
+    },
+    /// An object of a work set cannot be applied as it is.
+    #[error("invalid object in the work set: {0}")]
+    InvalidObject(String),
+    /// Stored agent state (credential Secret, state ConfigMap) could not be decoded.
+    #[error("decoding {what}: {source}")]
+    Decode {
+        /// What was being decoded.
+        what: String,
+        /// What serde said.
+        #[source]
+        source: serde_json::Error,
+    },
+    /// A reflector stopped before its first list arrived.
+    #[error("waiting for the {0} reflector: it stopped")]
+    ReflectorStopped(&'static str),
+    /// The agent is shutting down; the operation was abandoned.
+    #[error("shutting down")]
+    ShuttingDown,
+}
+
+impl Error {
+    /// A [`Error::Kube`] for `operation`.
+    pub(crate) fn kube(operation: impl Into<String>) -> impl FnOnce(kube::Error) -> Error {
+        let operation = operation.into();
+        move |source| Error::Kube { operation, source }
+    }
+}
+
+/// The HTTP status of a Kubernetes API error, if it is one.
+pub(crate) fn api_code(e: &kube::Error) -> Option<u16> {
+    match e {
+        kube::Error::Api(status) => Some(status.code),
+        _ => None,
+    }
+}
+
+/// Result with the agent's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;

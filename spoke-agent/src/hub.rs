@@ -1,0 +1,151 @@
+//! The HTTP client of the hub's agent endpoints (`/agent/v1`), one method per endpoint.
+//!
+//! Transport only: no retries here. The loops retry with [`crate::backoff::Backoff`] and the
+//! [`crate::session::Session`] registers again when a credential is rejected.
+
+use std::time::{Duration, Instant};
+
+use nave_api::wire::{
+    ErrorBody, HEARTBEAT_PATH, Heartbeat, REGISTER_PATH, RegisterRequest, RegisterResponse, STATUS_PATH,
+    StatusReport, WORK_PATH, WorkQuery, WorkSet,
+};
+use reqwest::StatusCode;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use crate::error::{Error, Result};
+
+/// Time to open a connection to the hub.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// Time for a whole request that does not wait on purpose.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// Client of one hub.
+#[derive(Debug, Clone)]
+pub struct HubClient {
+    http: reqwest::Client,
+    base: String,
+}
+
+impl HubClient {
+    /// A client of the hub at `base_url` (e.g. `https://hub.example:8443`), over rustls with the
+    /// platform's webpki roots.
+    pub fn new(base_url: &str) -> Result<Self> {
+        let http = reqwest::Client::builder()
+            .connect_timeout(CONNECT_TIMEOUT)
+            .timeout(REQUEST_TIMEOUT)
+            .user_agent(concat!("nave-agent/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .map_err(|source| Error::HttpClient { source })?;
+        Ok(HubClient {
+            http,
+            base: base_url.trim_end_matches('/').to_owned(),
+        })
+    }
+
+    /// The hub's base URL.
+    pub fn base_url(&self) -> &str {
+        &self.base
+    }
+
+    /// `POST /agent/v1/register` with the bootstrap token.
+    pub async fn register(
+        &self,
+        bootstrap_token: &str,
+        request: &RegisterRequest,
+    ) -> Result<RegisterResponse> {
+        let response = self
+            .post("register", REGISTER_PATH, bootstrap_token, request)
+            .await?;
+        decode("register", response).await
+    }
+
+    /// `POST /agent/v1/heartbeat`; answers the round-trip time.
+    pub async fn heartbeat(&self, credential: &str, heartbeat: &Heartbeat) -> Result<Duration> {
+        let started = Instant::now();
+        self.post("heartbeat", HEARTBEAT_PATH, credential, heartbeat)
+            .await?;
+        Ok(started.elapsed())
+    }
+
+    /// `POST /agent/v1/status`.
+    pub async fn status(&self, credential: &str, report: &StatusReport) -> Result<()> {
+        self.post("status", STATUS_PATH, credential, report)
+            .await
+            .map(drop)
+    }
+
+    /// `GET /agent/v1/work`: `Some` work set once the hub's revision differs from `query.after`,
+    /// `None` when the hub answered `204` after waiting.
+    pub async fn work(&self, credential: &str, query: &WorkQuery) -> Result<Option<WorkSet>> {
+        let wait = Duration::from_secs(query.wait.unwrap_or(0));
+        let response = self
+            .http
+            .get(format!("{}{WORK_PATH}", self.base))
+            .bearer_auth(credential)
+            .query(query)
+            // The hub holds the request for up to `wait`: allow that plus the usual time.
+            .timeout(wait + REQUEST_TIMEOUT)
+            .send()
+            .await
+            .map_err(|source| Error::HubRequest {
+                operation: "work",
+                source,
+            })?;
+        let response = check("work", response).await?;
+        if response.status() == StatusCode::NO_CONTENT {
+            return Ok(None);
+        }
+        decode("work", response).await.map(Some)
+    }
+
+    async fn post(
+        &self,
+        operation: &'static str,
+        path: &str,
+        token: &str,
+        body: &impl Serialize,
+    ) -> Result<reqwest::Response> {
+        let response = self
+            .http
+            .post(format!("{}{path}", self.base))
+            .bearer_auth(token)
+            .json(body)
+            .send()
+            .await
+            .map_err(|source| Error::HubRequest { operation, source })?;
+        check(operation, response).await
+    }
+}
+
+/// The response when it is a success; the hub's `{error, message}` as an [`Error`] otherwise.
+async fn check(operation: &'static str, response: reqwest::Response) -> Result<reqwest::Response> {
+    let status = response.status();
+    if status.is_success() {
+        return Ok(response);
+    }
+    let text = response.text().await.unwrap_or_default();
+    let body: ErrorBody = serde_json::from_str(&text).unwrap_or_else(|_| ErrorBody {
+        error: String::new(),
+        message: text.chars().take(200).collect(),
+    });
+    if status == StatusCode::UNAUTHORIZED {
+        return Err(Error::Unauthorized {
+            operation,
+            message: body.message,
+        });
+    }
+    Err(Error::HubStatus {
+        operation,
+        status: status.as_u16(),
+        code: body.error,
+        message: body.message,
+    })
+}
+
+async fn decode<T: DeserializeOwned>(operation: &'static str, response: reqwest::Response) -> Result<T> {
+    response
+        .json()
+        .await
+        .map_err(|source| Error::HubRequest { operation, source })
+}

@@ -1,0 +1,626 @@
+//! nave-agent: the spoke of Nave in one workload cluster.
+//!
+//! It registers with the hub (bootstrap token -> per-cluster credential, kept in a Secret),
+//! reports the cluster's capacity and pending pods, pulls the cluster's work set by revision,
+//! applies it with server-side apply, prunes what it applied before and is no longer wanted, and
+//! reports status. Only outbound HTTP to the hub; nothing on the hub reaches into the cluster.
+//!
+//! ```text
+//!            reflectors (watch)                         hub /agent/v1
+//!   Nodes ──┐                                  ┌──────────────────────────────┐
+//!   Pods  ──┼─► capacity model, pending pods ──┼─► heartbeat loop  POST heartbeat
+//!           │                                  │
+//!           │         ┌── long-poll ───────────┼── work loop       GET work?after=R&wait=S
+//!           │         ▼                        │
+//!           │   SSA apply + prune ──► ConfigMap nave-agent-state (revision, applied objects)
+//!           │         │ wake                   │
+//!  Deploys ─┴─► status loop ───────────────────┼─► POST status
+//!                                              └──────────────────────────────┘
+//!   one CancellationToken (SIGTERM / Ctrl-C) stops every loop
+//! ```
+//!
+//! While the hub is unreachable nothing in the cluster changes: the loops log at warn and retry
+//! with exponential backoff and jitter; workloads keep running. A restarted agent reads its
+//! credential and the last applied revision back, so it neither registers again nor re-applies.
+#![forbid(unsafe_code)]
+
+pub mod apply;
+pub mod backoff;
+pub mod capacity;
+mod error;
+pub mod hub;
+pub mod quantity;
+pub mod session;
+pub mod status;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client};
+use nave_api::Coordinates;
+use nave_api::wire::{
+    ApplyError, Heartbeat, LatencySample, MANAGED_BY_LABEL, MANAGED_BY_VALUE, WorkQuery, WorkloadRef,
+};
+use tokio::sync::{Notify, RwLock};
+use tokio_util::sync::CancellationToken;
+use tracing::{info, instrument, warn};
+
+use crate::apply::Applier;
+pub use crate::apply::{AppliedState, ObjectRef};
+use crate::backoff::Backoff;
+use crate::capacity::{capacity_model, pending_pods};
+pub use crate::error::{Error, Result};
+use crate::hub::HubClient;
+use crate::session::Session;
+
+/// Version of this agent, sent to the hub.
+pub const AGENT_VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// Labels of the agent's own state (credential Secret, state ConfigMap). Deliberately not the
+/// ownership label: pruning must never find them.
+pub(crate) fn own_state_labels() -> BTreeMap<String, String> {
+    BTreeMap::from([("app.kubernetes.io/name".to_owned(), "nave-agent".to_owned())])
+}
+
+/// Command line of `nave-agent`.
+#[derive(Debug, Clone, clap::Parser)]
+#[command(name = "nave-agent", version, about = "Nave's agent in a workload cluster")]
+pub struct Args {
+    /// Base URL of the hub, e.g. `https://nave-hub.example:8443`.
+    #[arg(long, env = "NAVE_HUB_URL")]
+    pub hub_url: String,
+    /// Name of this workload cluster at the hub.
+    #[arg(long, env = "NAVE_CLUSTER_NAME")]
+    pub cluster_name: String,
+    /// File holding the bootstrap token (read again at every registration).
+    #[arg(long, env = "NAVE_BOOTSTRAP_TOKEN_FILE")]
+    pub bootstrap_token_file: PathBuf,
+    /// Kubeconfig of the workload cluster; default: in-cluster config or `$KUBECONFIG`.
+    #[arg(long, env = "KUBECONFIG")]
+    pub kubeconfig: Option<PathBuf>,
+    /// Namespace of the agent's own state (credential Secret, state ConfigMap).
+    #[arg(long, env = "POD_NAMESPACE", default_value = "nave-system")]
+    pub namespace: String,
+    /// Region of the cluster, sent at registration.
+    #[arg(long, env = "NAVE_REGION")]
+    pub region: Option<String>,
+    /// Zone of the cluster, sent at registration.
+    #[arg(long, env = "NAVE_ZONE")]
+    pub zone: Option<String>,
+    /// Cluster label proposed at registration, `key=value`; repeatable.
+    #[arg(long = "label", value_parser = parse_label)]
+    pub labels: Vec<(String, String)>,
+    /// Log as JSON lines instead of plain text.
+    #[arg(long, env = "NAVE_LOG_JSON")]
+    pub log_json: bool,
+}
+
+fn parse_label(s: &str) -> std::result::Result<(String, String), String> {
+    s.split_once('=')
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .ok_or_else(|| format!("expected key=value, got {s:?}"))
+}
+
+/// What the agent needs to run; [`Config::new`] has the production defaults.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Base URL of the hub.
+    pub hub_url: String,
+    /// Name of this cluster at the hub.
+    pub cluster_name: String,
+    /// File holding the bootstrap token.
+    pub bootstrap_token_file: PathBuf,
+    /// Namespace of the agent's own state.
+    pub namespace: String,
+    /// Labels proposed at registration.
+    pub labels: BTreeMap<String, String>,
+    /// Region, sent at registration.
+    pub region: Option<String>,
+    /// Zone, sent at registration.
+    pub zone: Option<String>,
+    /// Coordinates, sent at registration.
+    pub coordinates: Option<Coordinates>,
+    /// Heartbeat interval; `None` takes the hub's.
+    pub heartbeat_interval: Option<Duration>,
+    /// Longest time between two status reports.
+    pub status_interval: Duration,
+    /// `wait` of the work long-poll (capped by the hub).
+    pub work_wait: Duration,
+    /// How often the whole current set is fetched and applied again, to repair drift.
+    pub resync_interval: Duration,
+    /// First retry delay after a failure.
+    pub retry_initial: Duration,
+    /// Longest retry delay.
+    pub retry_max: Duration,
+}
+
+impl Config {
+    /// A configuration with the production defaults.
+    pub fn new(
+        hub_url: impl Into<String>,
+        cluster_name: impl Into<String>,
+        token_file: impl Into<PathBuf>,
+    ) -> Self {
+        Config {
+            hub_url: hub_url.into(),
+            cluster_name: cluster_name.into(),
+            bootstrap_token_file: token_file.into(),
+            namespace: "nave-system".to_owned(),
+            labels: BTreeMap::new(),
+            region: None,
+            zone: None,
+            coordinates: None,
+            heartbeat_interval: None,
+            status_interval: Duration::from_secs(30),
+            work_wait: Duration::from_secs(30),
+            resync_interval: Duration::from_secs(600),
+            retry_initial: Duration::from_millis(500),
+            retry_max: Duration::from_secs(30),
+        }
+    }
+}
+
+/// What the work loop last did, read by the status loop.
+#[derive(Debug, Clone, Default)]
+pub struct WorkState {
+    /// What is applied (persisted).
+    pub state: AppliedState,
+    /// The revision last attempted.
+    pub attempted: Option<u64>,
+    /// Objects of the last attempted (or, after a restart, the applied) set.
+    pub objects: Vec<(ObjectRef, Option<WorkloadRef>)>,
+    /// Failures of the last attempt.
+    pub errors: Vec<ApplyError>,
+}
+
+/// A running agent's shared parts.
+pub struct Agent {
+    config: Arc<Config>,
+    session: Session,
+    applier: Applier,
+    nodes: Store<Node>,
+    pods: Store<Pod>,
+    deployments: Store<Deployment>,
+    kubernetes_version: Option<String>,
+    work: RwLock<WorkState>,
+    status_wake: Notify,
+}
+
+impl std::fmt::Debug for Agent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Agent")
+            .field("cluster", &self.config.cluster_name)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Entry point of the binary: logs, Kubernetes client, signals, then [`run_agent`].
+pub async fn run(args: Args) -> anyhow::Result<()> {
+    init_tracing(args.log_json);
+    let client = kube_client(args.kubeconfig.as_deref()).await?;
+    let mut config = Config::new(args.hub_url, args.cluster_name, args.bootstrap_token_file);
+    config.namespace = args.namespace;
+    config.region = args.region;
+    config.zone = args.zone;
+    config.labels = args.labels.into_iter().collect();
+
+    let shutdown = CancellationToken::new();
+    tokio::spawn(cancel_on_signal(shutdown.clone()));
+    run_agent(config, client, shutdown).await?;
+    Ok(())
+}
+
+fn init_tracing(json: bool) {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter);
+    if json {
+        builder.json().init();
+    } else {
+        builder.init();
+    }
+}
+
+async fn kube_client(kubeconfig: Option<&std::path::Path>) -> Result<Client> {
+    let boxed = |e: Box<dyn std::error::Error + Send + Sync>| Error::KubeConfig { source: e };
+    let config = match kubeconfig {
+        Some(path) => {
+            let kubeconfig = kube::config::Kubeconfig::read_from(path).map_err(|e| boxed(Box::new(e)))?;
+            kube::Config::from_custom_kubeconfig(kubeconfig, &kube::config::KubeConfigOptions::default())
+                .await
+                .map_err(|e| boxed(Box::new(e)))?
+        }
+        None => kube::Config::infer().await.map_err(|e| boxed(Box::new(e)))?,
+    };
+    Client::try_from(config).map_err(|e| boxed(Box::new(e)))
+}
+
+/// Cancels `shutdown` on SIGTERM or Ctrl-C.
+async fn cancel_on_signal(shutdown: CancellationToken) {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(term) => term,
+            Err(e) => {
+                warn!(error = %e, "cannot listen for SIGTERM; Ctrl-C only");
+                let _ = ctrl_c.await;
+                shutdown.cancel();
+                return;
+            }
+        };
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = ctrl_c.await;
+    info!("shutting down");
+    shutdown.cancel();
+}
+
+/// Runs the agent against `client` until `shutdown` is cancelled.
+#[instrument(skip_all, fields(cluster = %config.cluster_name, hub = %config.hub_url))]
+pub async fn run_agent(config: Config, client: Client, shutdown: CancellationToken) -> Result<()> {
+    let config = Arc::new(config);
+    let kubernetes_version = match client.apiserver_version().await {
+        Ok(info) => Some(info.git_version),
+        Err(e) => {
+            warn!(error = %e, "cannot read the Kubernetes version");
+            None
+        }
+    };
+    let hub = HubClient::new(&config.hub_url)?;
+    let applier = Applier::new(client.clone(), &config.namespace);
+    ensure_with_retries(&applier, &config, &shutdown).await?;
+    let state = load_with_retries(&applier, &config, &shutdown).await?;
+    info!(applied_revision = ?state.revision, objects = state.objects.len(), "resuming");
+
+    let mut tasks = tokio::task::JoinSet::new();
+    let (nodes, nodes_writer) = reflector::store::<Node>();
+    let (pods, pods_writer) = reflector::store::<Pod>();
+    let (deployments, deployments_writer) = reflector::store::<Deployment>();
+    let agent = Arc::new(Agent {
+        session: Session::new(hub, client.clone(), config.clone(), kubernetes_version.clone()),
+        applier,
+        nodes,
+        pods,
+        deployments,
+        kubernetes_version,
+        work: RwLock::new(WorkState {
+            objects: state
+                .objects
+                .iter()
+                .map(|(r, w)| (r.clone(), w.clone()))
+                .collect(),
+            state,
+            ..Default::default()
+        }),
+        status_wake: Notify::new(),
+        config,
+    });
+
+    // Reflectors: their watch events only wake the status loop; the heartbeat reads snapshots.
+    let wake = |agent: &Arc<Agent>| {
+        let agent = agent.clone();
+        move || agent.status_wake.notify_one()
+    };
+    let stream = reflector::reflector(
+        nodes_writer,
+        watcher(Api::<Node>::all(client.clone()), watcher::Config::default()),
+    );
+    tasks.spawn(drain(
+        stream.default_backoff().boxed(),
+        shutdown.clone(),
+        "nodes",
+        None,
+    ));
+    let stream = reflector::reflector(
+        pods_writer,
+        watcher(Api::<Pod>::all(client.clone()), watcher::Config::default()),
+    );
+    let pod_wake = wake(&agent);
+    let stream = stream
+        .default_backoff()
+        .touched_objects()
+        .map(move |pod| {
+            if let Ok(pod) = &pod
+                && status::pod_matters(pod)
+            {
+                pod_wake();
+            }
+            pod.map(|_| ())
+        })
+        .boxed();
+    tasks.spawn(drain_items(stream, shutdown.clone(), "pods"));
+    let selector = format!("{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}");
+    let stream = reflector::reflector(
+        deployments_writer,
+        watcher(
+            Api::<Deployment>::all(client.clone()),
+            watcher::Config::default().labels(&selector),
+        ),
+    );
+    tasks.spawn(drain(
+        stream.default_backoff().boxed(),
+        shutdown.clone(),
+        "deployments",
+        Some(Box::new(wake(&agent))),
+    ));
+
+    let ready = async {
+        agent
+            .nodes
+            .wait_until_ready()
+            .await
+            .map_err(|_| Error::ReflectorStopped("nodes"))?;
+        agent
+            .pods
+            .wait_until_ready()
+            .await
+            .map_err(|_| Error::ReflectorStopped("pods"))?;
+        agent
+            .deployments
+            .wait_until_ready()
+            .await
+            .map_err(|_| Error::ReflectorStopped("deployments"))
+    };
+    tokio::select! {
+        () = shutdown.cancelled() => return Ok(()),
+        ready = ready => ready?,
+    }
+
+    tasks.spawn(log_exit(
+        "heartbeat",
+        heartbeat_loop(agent.clone(), shutdown.clone()),
+    ));
+    tasks.spawn(log_exit("work", work_loop(agent.clone(), shutdown.clone())));
+    tasks.spawn(log_exit(
+        "status",
+        status::status_loop(agent.clone(), shutdown.clone()),
+    ));
+    while tasks.join_next().await.is_some() {}
+    info!("stopped");
+    Ok(())
+}
+
+async fn ensure_with_retries(applier: &Applier, config: &Config, shutdown: &CancellationToken) -> Result<()> {
+    let mut backoff = Backoff::new(config.retry_initial, config.retry_max);
+    loop {
+        match applier.ensure_own_namespace().await {
+            Ok(()) => return Ok(()),
+            Err(e) => {
+                let delay = backoff.next_delay();
+                warn!(error = %e, namespace = %config.namespace, retry_in_ms = delay.as_millis() as u64,
+                    "cannot ensure the agent namespace");
+                tokio::select! {
+                    () = shutdown.cancelled() => return Err(Error::ShuttingDown),
+                    () = tokio::time::sleep(delay) => {}
+                }
+            }
+        }
+    }
+}
+
+async fn load_with_retries(
+    applier: &Applier,
+    config: &Config,
+    shutdown: &CancellationToken,
+) -> Result<AppliedState> {
+    let mut backoff = Backoff::new(config.retry_initial, config.retry_max);
+    loop {
+        match applier.load_state().await {
+            Ok(state) => return Ok(state),
+            // A state that cannot be decoded is not going to improve: start afresh (pruning by
+            // label still finds what was applied before).
+            Err(e @ Error::Decode { .. }) => {
+                warn!(error = %e, "discarding unreadable agent state");
+                return Ok(AppliedState::default());
+            }
+            Err(e) => {
+                let delay = backoff.next_delay();
+                warn!(error = %e, retry_in_ms = delay.as_millis() as u64, "cannot read the agent state");
+                tokio::select! {
+                    () = shutdown.cancelled() => return Err(Error::ShuttingDown),
+                    () = tokio::time::sleep(delay) => {}
+                }
+            }
+        }
+    }
+}
+
+type BoxedEvents<K> =
+    futures::stream::BoxStream<'static, std::result::Result<watcher::Event<K>, watcher::Error>>;
+
+/// Drives a reflector stream until shutdown; `on_event` runs on every event.
+async fn drain<K: Send + 'static>(
+    mut stream: BoxedEvents<K>,
+    shutdown: CancellationToken,
+    kind: &'static str,
+    on_event: Option<Box<dyn Fn() + Send + Sync>>,
+) {
+    loop {
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            event = stream.next() => match event {
+                Some(Ok(_)) => if let Some(f) = &on_event { f() },
+                // The stream backs off by itself; the store keeps its last view meanwhile.
+                Some(Err(e)) => warn!(kind, error = %e, "watch failed"),
+                None => return,
+            }
+        }
+    }
+}
+
+async fn drain_items(
+    mut stream: futures::stream::BoxStream<'static, std::result::Result<(), watcher::Error>>,
+    shutdown: CancellationToken,
+    kind: &'static str,
+) {
+    loop {
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            item = stream.next() => match item {
+                Some(Ok(())) => {}
+                Some(Err(e)) => warn!(kind, error = %e, "watch failed"),
+                None => return,
+            }
+        }
+    }
+}
+
+async fn log_exit(name: &'static str, task: impl Future<Output = Result<()>>) {
+    if let Err(e) = task.await {
+        warn!(task = name, error = %e, "loop stopped");
+    }
+}
+
+/// Sends the capacity model every heartbeat interval; on failure retries sooner, with backoff,
+/// never faster than the backoff allows.
+#[instrument(skip_all, fields(cluster = %agent.config.cluster_name))]
+async fn heartbeat_loop(agent: Arc<Agent>, shutdown: CancellationToken) -> Result<()> {
+    let mut backoff = Backoff::new(agent.config.retry_initial, agent.config.retry_max);
+    let mut last_rtt: Option<Duration> = None;
+    loop {
+        let heartbeat = {
+            let nodes = agent.nodes.state();
+            let pods = agent.pods.state();
+            let (pending, omitted) = pending_pods(pods.iter().map(|p| p.as_ref()));
+            Heartbeat {
+                cluster_name: Some(agent.config.cluster_name.clone()),
+                agent_version: AGENT_VERSION.to_owned(),
+                kubernetes_version: agent.kubernetes_version.clone(),
+                capacity: capacity_model(nodes.iter().map(|n| n.as_ref()), pods.iter().map(|p| p.as_ref())),
+                pending_pods: pending,
+                pending_pods_omitted: omitted,
+                usage: None,
+                latency_samples: last_rtt
+                    .map(|rtt| LatencySample {
+                        peer: LatencySample::HUB.to_owned(),
+                        rtt_millis: rtt.as_secs_f64() * 1000.0,
+                    })
+                    .into_iter()
+                    .collect(),
+                applied_revision: agent.work.read().await.state.revision,
+            }
+        };
+        let sent = agent
+            .session
+            .call(&shutdown, |credential| {
+                let heartbeat = &heartbeat;
+                let hub = agent.session.hub();
+                async move { hub.heartbeat(&credential, heartbeat).await }
+            })
+            .await;
+        let delay = match sent {
+            Ok(rtt) => {
+                last_rtt = Some(rtt);
+                backoff.reset();
+                agent.session.heartbeat_interval(&shutdown).await?
+            }
+            Err(Error::ShuttingDown) => return Ok(()),
+            Err(e) => {
+                let delay = backoff.next_delay();
+                warn!(error = %e, hub = %agent.config.hub_url, retry_in_ms = delay.as_millis() as u64,
+                    "heartbeat failed; workloads stay as they are");
+                delay
+            }
+        };
+        tokio::select! {
+            () = shutdown.cancelled() => return Ok(()),
+            () = tokio::time::sleep(delay) => {}
+        }
+    }
+}
+
+/// Long-polls for work and applies each new revision. On failure the applied revision stays, so
+/// the next poll returns the current set at once and the apply is retried after a backoff.
+#[instrument(skip_all, fields(cluster = %agent.config.cluster_name))]
+async fn work_loop(agent: Arc<Agent>, shutdown: CancellationToken) -> Result<()> {
+    let mut backoff = Backoff::new(agent.config.retry_initial, agent.config.retry_max);
+    let mut last_full = tokio::time::Instant::now();
+    loop {
+        let applied = agent.work.read().await.state.revision;
+        // Asking without `after` returns the current set at once: a periodic re-apply repairs
+        // objects someone changed or deleted behind the agent's back.
+        let resync = last_full.elapsed() >= agent.config.resync_interval;
+        let wait = match agent.session.work_wait(&shutdown).await {
+            Ok(wait) => wait,
+            Err(Error::ShuttingDown) => return Ok(()),
+            Err(e) => return Err(e),
+        };
+        let query = WorkQuery {
+            after: if resync { None } else { Some(applied.unwrap_or(0)) },
+            wait: Some(wait),
+            cluster: Some(agent.config.cluster_name.clone()),
+        };
+        let polled = tokio::select! {
+            () = shutdown.cancelled() => return Ok(()),
+            polled = agent.session.call(&shutdown, |credential| {
+                let query = &query;
+                let hub = agent.session.hub();
+                async move { hub.work(&credential, query).await }
+            }) => polled,
+        };
+        let retry = match polled {
+            Ok(None) => {
+                backoff.reset();
+                false
+            }
+            Ok(Some(set)) => {
+                if resync {
+                    last_full = tokio::time::Instant::now();
+                }
+                if set.cluster != agent.config.cluster_name {
+                    warn!(got = %set.cluster, "the hub sent another cluster's work; ignoring it");
+                    true
+                } else {
+                    !apply_set(&agent, &set).await
+                }
+            }
+            Err(Error::ShuttingDown) => return Ok(()),
+            Err(e) => {
+                warn!(error = %e, hub = %agent.config.hub_url, "polling for work failed; workloads stay as they are");
+                true
+            }
+        };
+        if retry {
+            let delay = backoff.next_delay();
+            tokio::select! {
+                () = shutdown.cancelled() => return Ok(()),
+                () = tokio::time::sleep(delay) => {}
+            }
+        } else {
+            backoff.reset();
+        }
+    }
+}
+
+/// Applies a set, persists the state, wakes the status loop; answers whether it all worked.
+async fn apply_set(agent: &Agent, set: &nave_api::wire::WorkSet) -> bool {
+    let mut state = agent.work.read().await.state.clone();
+    let outcome = agent.applier.apply(set, &mut state).await;
+    let mut ok = outcome.errors.is_empty();
+    if let Err(e) = agent.applier.save_state(&state).await {
+        // Unsaved, a restart would re-apply (harmless) and prune by label (still correct); retry.
+        warn!(error = %e, "cannot persist the applied state");
+        ok = false;
+    }
+    {
+        let mut work = agent.work.write().await;
+        work.state = state;
+        work.attempted = Some(outcome.revision);
+        work.objects = outcome.objects;
+        work.errors = outcome.errors;
+    }
+    agent.status_wake.notify_one();
+    ok
+}

@@ -1,0 +1,285 @@
+//! The agent's identity at the hub: the per-cluster credential, kept in a Secret so a restart does
+//! not register again, and registration with the bootstrap token when it is missing or rejected.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::time::Duration;
+
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::Secret;
+use kube::Api;
+use kube::api::{ObjectMeta, Patch, PatchParams};
+use nave_api::AGENT_FIELD_MANAGER;
+use nave_api::wire::{RegisterRequest, RegisterResponse};
+use tokio::sync::Mutex;
+use tokio_util::sync::CancellationToken;
+use tracing::{info, instrument, warn};
+
+use crate::Config;
+use crate::backoff::Backoff;
+use crate::error::{Error, Result, api_code};
+use crate::hub::HubClient;
+
+/// Name of the Secret, in the agent's namespace, that holds the credential.
+pub const CREDENTIAL_SECRET: &str = "nave-agent-credential";
+
+/// The credential and what the hub said with it.
+#[derive(Clone, PartialEq)]
+struct Credential {
+    token: String,
+    heartbeat_interval_seconds: u64,
+    max_work_wait_seconds: u64,
+}
+
+#[derive(Default)]
+struct State {
+    current: Option<Credential>,
+    /// The stored credential was rejected: do not load it again, register.
+    stored_rejected: bool,
+}
+
+/// Hands out the credential, registering when there is none; shared by the loops.
+pub struct Session {
+    hub: HubClient,
+    secrets: Api<Secret>,
+    config: std::sync::Arc<Config>,
+    kubernetes_version: Option<String>,
+    state: Mutex<State>,
+}
+
+impl std::fmt::Debug for Session {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Session")
+            .field("hub", &self.hub.base_url())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Session {
+    /// A session with no credential yet.
+    pub fn new(
+        hub: HubClient,
+        client: kube::Client,
+        config: std::sync::Arc<Config>,
+        kubernetes_version: Option<String>,
+    ) -> Self {
+        Session {
+            hub,
+            secrets: Api::namespaced(client, &config.namespace),
+            config,
+            kubernetes_version,
+            state: Mutex::new(State::default()),
+        }
+    }
+
+    /// The hub client.
+    pub fn hub(&self) -> &HubClient {
+        &self.hub
+    }
+
+    /// The heartbeat interval: the configured one, else the hub's.
+    pub async fn heartbeat_interval(&self, shutdown: &CancellationToken) -> Result<Duration> {
+        if let Some(interval) = self.config.heartbeat_interval {
+            return Ok(interval);
+        }
+        let credential = self.credential(shutdown).await?;
+        Ok(Duration::from_secs(credential.heartbeat_interval_seconds.max(1)))
+    }
+
+    /// The long-poll wait: the configured one, capped at what the hub honours.
+    pub async fn work_wait(&self, shutdown: &CancellationToken) -> Result<u64> {
+        let credential = self.credential(shutdown).await?;
+        Ok(self
+            .config
+            .work_wait
+            .as_secs()
+            .min(credential.max_work_wait_seconds))
+    }
+
+    /// Runs `call` with the credential; when the hub rejects it, registers again and retries once.
+    pub async fn call<T, F, Fut>(&self, shutdown: &CancellationToken, call: F) -> Result<T>
+    where
+        F: Fn(String) -> Fut,
+        Fut: Future<Output = Result<T>>,
+    {
+        let credential = self.credential(shutdown).await?;
+        match call(credential.token.clone()).await {
+            Err(Error::Unauthorized { operation, message }) => {
+                warn!(
+                    operation,
+                    message, "hub rejected the credential; registering again"
+                );
+                self.rejected(&credential).await;
+                let credential = self.credential(shutdown).await?;
+                call(credential.token).await
+            }
+            other => other,
+        }
+    }
+
+    async fn rejected(&self, credential: &Credential) {
+        let mut state = self.state.lock().await;
+        if state.current.as_ref() == Some(credential) {
+            state.current = None;
+            state.stored_rejected = true;
+        }
+    }
+
+    /// The current credential: in memory, else from the Secret, else from registering (retried
+    /// with backoff until it works or the agent shuts down).
+    async fn credential(&self, shutdown: &CancellationToken) -> Result<Credential> {
+        // Held across registration on purpose: the other loops wait for it instead of
+        // registering in parallel.
+        let mut state = self.state.lock().await;
+        if let Some(credential) = &state.current {
+            return Ok(credential.clone());
+        }
+        if !state.stored_rejected {
+            match self.load().await {
+                Ok(Some(credential)) => {
+                    info!(cluster = %self.config.cluster_name, "using the stored credential");
+                    state.current = Some(credential.clone());
+                    return Ok(credential);
+                }
+                Ok(None) => {}
+                Err(e) => warn!(error = %e, "cannot read the stored credential; registering"),
+            }
+        }
+        let credential = self.register_with_retries(shutdown).await?;
+        state.current = Some(credential.clone());
+        state.stored_rejected = false;
+        Ok(credential)
+    }
+
+    async fn register_with_retries(&self, shutdown: &CancellationToken) -> Result<Credential> {
+        let mut backoff = Backoff::new(self.config.retry_initial, self.config.retry_max);
+        loop {
+            match self.register().await {
+                Ok(credential) => return Ok(credential),
+                Err(e) => {
+                    let delay = backoff.next_delay();
+                    warn!(error = %e, hub = %self.hub.base_url(), retry_in_ms = delay.as_millis() as u64,
+                        "registration failed");
+                    tokio::select! {
+                        () = shutdown.cancelled() => return Err(Error::ShuttingDown),
+                        () = tokio::time::sleep(delay) => {}
+                    }
+                }
+            }
+        }
+    }
+
+    #[instrument(skip_all, fields(cluster = %self.config.cluster_name, hub = %self.hub.base_url()))]
+    async fn register(&self) -> Result<Credential> {
+        let path = &self.config.bootstrap_token_file;
+        // Read on every attempt: the token may be rotated or mounted late.
+        let token = tokio::fs::read_to_string(path)
+            .await
+            .map_err(|source| Error::ReadBootstrapToken {
+                path: path.clone(),
+                source,
+            })?;
+        let token = token.trim();
+        if token.is_empty() {
+            return Err(Error::EmptyBootstrapToken(path.clone()));
+        }
+        let request = RegisterRequest {
+            cluster_name: self.config.cluster_name.clone(),
+            agent_version: crate::AGENT_VERSION.to_owned(),
+            kubernetes_version: self.kubernetes_version.clone(),
+            labels: self.config.labels.clone(),
+            region: self.config.region.clone(),
+            zone: self.config.zone.clone(),
+            coordinates: self.config.coordinates,
+        };
+        let response = self.hub.register(token, &request).await?;
+        if response.cluster_name != self.config.cluster_name {
+            return Err(Error::HubStatus {
+                operation: "register",
+                status: 200,
+                code: String::new(),
+                message: format!(
+                    "the hub registered cluster {:?}, not {:?}",
+                    response.cluster_name, self.config.cluster_name
+                ),
+            });
+        }
+        info!("registered with the hub");
+        let credential = Credential {
+            token: response.credential.clone(),
+            heartbeat_interval_seconds: response.heartbeat_interval_seconds,
+            max_work_wait_seconds: response.max_work_wait_seconds,
+        };
+        // A credential that cannot be stored still works until the next restart.
+        if let Err(e) = self.store(&response).await {
+            warn!(error = %e, secret = CREDENTIAL_SECRET, "cannot store the credential");
+        }
+        Ok(credential)
+    }
+
+    async fn load(&self) -> Result<Option<Credential>> {
+        let secret = match self.secrets.get_opt(CREDENTIAL_SECRET).await {
+            Ok(secret) => secret,
+            Err(e) if api_code(&e) == Some(404) => None,
+            Err(e) => return Err(Error::kube(format!("reading Secret {CREDENTIAL_SECRET}"))(e)),
+        };
+        let Some(data) = secret.and_then(|s| s.data) else {
+            return Ok(None);
+        };
+        let text = |key: &str| data.get(key).and_then(|b| String::from_utf8(b.0.clone()).ok());
+        // A credential of another cluster or hub (the agent was reconfigured) is not ours.
+        if text("clusterName").as_deref() != Some(self.config.cluster_name.as_str())
+            || text("hubUrl").as_deref() != Some(self.hub.base_url())
+        {
+            return Ok(None);
+        }
+        let Some(token) = text("credential").filter(|t| !t.is_empty()) else {
+            return Ok(None);
+        };
+        let number = |key: &str, default: u64| text(key).and_then(|t| t.parse().ok()).unwrap_or(default);
+        Ok(Some(Credential {
+            token,
+            heartbeat_interval_seconds: number(
+                "heartbeatIntervalSeconds",
+                nave_api::wire::DEFAULT_HEARTBEAT_INTERVAL_SECONDS,
+            ),
+            max_work_wait_seconds: number("maxWorkWaitSeconds", nave_api::wire::MAX_WORK_WAIT_SECONDS),
+        }))
+    }
+
+    async fn store(&self, response: &RegisterResponse) -> Result<()> {
+        let bytes = |s: String| ByteString(s.into_bytes());
+        let secret = Secret {
+            metadata: ObjectMeta {
+                name: Some(CREDENTIAL_SECRET.to_owned()),
+                namespace: Some(self.config.namespace.clone()),
+                labels: Some(crate::own_state_labels()),
+                ..Default::default()
+            },
+            type_: Some("Opaque".to_owned()),
+            data: Some(BTreeMap::from([
+                ("credential".to_owned(), bytes(response.credential.clone())),
+                ("clusterName".to_owned(), bytes(response.cluster_name.clone())),
+                ("hubUrl".to_owned(), bytes(self.hub.base_url().to_owned())),
+                (
+                    "heartbeatIntervalSeconds".to_owned(),
+                    bytes(response.heartbeat_interval_seconds.to_string()),
+                ),
+                (
+                    "maxWorkWaitSeconds".to_owned(),
+                    bytes(response.max_work_wait_seconds.to_string()),
+                ),
+            ])),
+            ..Default::default()
+        };
+        self.secrets
+            .patch(
+                CREDENTIAL_SECRET,
+                &PatchParams::apply(AGENT_FIELD_MANAGER).force(),
+                &Patch::Apply(&secret),
+            )
+            .await
+            .map_err(Error::kube(format!("storing Secret {CREDENTIAL_SECRET}")))?;
+        Ok(())
+    }
+}

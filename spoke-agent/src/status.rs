@@ -1,0 +1,151 @@
+//! Status reports: per object of the work set, Deployment replicas and pending pods per workload,
+//! sent after each apply, when Deployments or pods change, and periodically.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::Pod;
+use kube::runtime::reflector::{ObjectRef as StoreRef, Store};
+use nave_api::wire::{ConditionSummary, ObjectStatus, StatusReport};
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, instrument, warn};
+
+use crate::backoff::Backoff;
+use crate::capacity::{pending_by_workload, pending_pod};
+use crate::error::Result;
+use crate::{Agent, WorkState};
+
+/// Builds the report from what was applied and the reflectors' view.
+pub fn build_report(
+    cluster: &str,
+    work: &WorkState,
+    deployments: &Store<Deployment>,
+    pods: &[Arc<Pod>],
+) -> StatusReport {
+    let pending = pending_by_workload(pods.iter().map(|p| p.as_ref()));
+    let objects = work
+        .objects
+        .iter()
+        .map(|(object_ref, workload)| {
+            let mut status = ObjectStatus {
+                api_version: object_ref.api_version.clone(),
+                kind: object_ref.kind.clone(),
+                namespace: object_ref.namespace.clone(),
+                name: object_ref.name.clone(),
+                workload: workload.clone(),
+                error: work
+                    .errors
+                    .iter()
+                    .find(|e| {
+                        e.kind == object_ref.kind
+                            && e.name == object_ref.name
+                            && e.namespace == object_ref.namespace
+                    })
+                    .map(|e| e.message.clone()),
+                ..Default::default()
+            };
+            if object_ref.kind == "Deployment" && object_ref.api_version == "apps/v1" {
+                let key =
+                    StoreRef::new(&object_ref.name).within(object_ref.namespace.as_deref().unwrap_or(""));
+                if let Some(d) = deployments.get(&key) {
+                    let s = d.status.clone().unwrap_or_default();
+                    status.replicas = Some(d.spec.replicas.unwrap_or(1));
+                    status.ready_replicas = Some(s.ready_replicas.unwrap_or(0));
+                    status.available_replicas = Some(s.available_replicas.unwrap_or(0));
+                    status.updated_replicas = Some(s.updated_replicas.unwrap_or(0));
+                    status.conditions = s
+                        .conditions
+                        .unwrap_or_default()
+                        .into_iter()
+                        .map(|c| ConditionSummary {
+                            type_: c.type_.unwrap_or_default(),
+                            status: c.status.unwrap_or_default(),
+                            reason: c.reason,
+                            message: c.message,
+                        })
+                        .collect();
+                }
+                status.pending_pods = Some(
+                    workload
+                        .as_ref()
+                        .and_then(|w| pending.get(w))
+                        .copied()
+                        .unwrap_or(0),
+                );
+            }
+            status
+        })
+        .collect();
+    StatusReport {
+        cluster_name: Some(cluster.to_owned()),
+        applied_revision: work.state.revision,
+        attempted_revision: work.attempted.filter(|a| Some(*a) != work.state.revision),
+        objects,
+        apply_errors: work.errors.clone(),
+    }
+}
+
+/// Sends a report whenever it changed (woken by applies and watch events) and at least every
+/// `status_interval`; retries with backoff while the hub is unreachable.
+#[instrument(skip_all, fields(cluster = %agent.config.cluster_name))]
+pub async fn status_loop(agent: Arc<Agent>, shutdown: CancellationToken) -> Result<()> {
+    let mut backoff = Backoff::new(agent.config.retry_initial, agent.config.retry_max);
+    let mut last_sent: Option<StatusReport> = None;
+    let mut due = tokio::time::Instant::now();
+    loop {
+        let report = {
+            let work = agent.work.read().await;
+            let pods = agent.pods.state();
+            build_report(&agent.config.cluster_name, &work, &agent.deployments, &pods)
+        };
+        let periodic = tokio::time::Instant::now() >= due;
+        let mut retry_in = None;
+        if periodic || last_sent.as_ref() != Some(&report) {
+            let sent = agent
+                .session
+                .call(&shutdown, |credential| {
+                    let report = &report;
+                    let hub = agent.session.hub();
+                    async move { hub.status(&credential, report).await }
+                })
+                .await;
+            match sent {
+                Ok(()) => {
+                    debug!(applied_revision = ?report.applied_revision, objects = report.objects.len(), "status sent");
+                    last_sent = Some(report);
+                    due = tokio::time::Instant::now() + agent.config.status_interval;
+                    backoff.reset();
+                }
+                Err(crate::Error::ShuttingDown) => return Ok(()),
+                Err(e) => {
+                    let delay = backoff.next_delay();
+                    warn!(error = %e, retry_in_ms = delay.as_millis() as u64, "status report failed");
+                    retry_in = Some(delay);
+                }
+            }
+        }
+        let sleep = retry_in.unwrap_or_else(|| due.saturating_duration_since(tokio::time::Instant::now()));
+        tokio::select! {
+            () = shutdown.cancelled() => return Ok(()),
+            () = agent.status_wake.notified(), if retry_in.is_none() => {
+                // Coalesce bursts of watch events (a rollout touches many pods) into one report.
+                tokio::time::sleep(STATUS_COALESCE).await;
+            }
+            () = tokio::time::sleep(sleep) => {}
+        }
+    }
+}
+
+/// How long the status loop gathers watch events before reporting.
+const STATUS_COALESCE: Duration = Duration::from_millis(300);
+
+/// Whether a pod change can change a status report: pending state or Nave ownership.
+pub fn pod_matters(pod: &Pod) -> bool {
+    pending_pod(pod).is_some()
+        || pod
+            .metadata
+            .labels
+            .as_ref()
+            .is_some_and(|l| l.contains_key(nave_api::wire::WORKLOAD_LABEL))
+}
