@@ -319,7 +319,7 @@ impl Applier {
             Scope::Cluster => object_ref.namespace = None,
         }
         if object_ref.namespace.as_deref() == Some(self.namespace.as_str())
-            && [crate::session::CREDENTIAL_SECRET, STATE_CONFIG_MAP].contains(&object_ref.name.as_str())
+            && [crate::identity::CREDENTIAL_SECRET, STATE_CONFIG_MAP].contains(&object_ref.name.as_str())
         {
             let e = Error::InvalidObject("the name is reserved for the agent's own state".to_owned());
             return Err((object_ref, e));

@@ -1,7 +1,7 @@
 //! The HTTP client of the hub's agent endpoints (`/agent/v1`), one method per endpoint.
 //!
 //! Transport only: no retries here. The loops retry with [`crate::backoff::Backoff`] and the
-//! [`crate::session::Session`] registers again when a credential is rejected.
+//! [`crate::identity::Identity`] registers again when a credential is rejected.
 
 use std::time::{Duration, Instant};
 

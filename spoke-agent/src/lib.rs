@@ -29,8 +29,8 @@ pub mod backoff;
 pub mod capacity;
 mod error;
 pub mod hub;
+pub mod identity;
 pub mod quantity;
-pub mod session;
 pub mod status;
 
 use std::collections::BTreeMap;
@@ -58,7 +58,7 @@ use crate::backoff::Backoff;
 use crate::capacity::{capacity_model, pending_pods};
 pub use crate::error::{Error, Result};
 use crate::hub::HubClient;
-use crate::session::Session;
+use crate::identity::Identity;
 
 /// Version of this agent, sent to the hub.
 pub const AGENT_VERSION: &str = env!("CARGO_PKG_VERSION");
@@ -183,7 +183,7 @@ pub struct WorkState {
 /// A running agent's shared parts.
 pub struct Agent {
     config: Arc<Config>,
-    session: Session,
+    identity: Identity,
     applier: Applier,
     nodes: Store<Node>,
     pods: Store<Pod>,
@@ -289,7 +289,7 @@ pub async fn run_agent(config: Config, client: Client, shutdown: CancellationTok
     let (pods, pods_writer) = reflector::store::<Pod>();
     let (deployments, deployments_writer) = reflector::store::<Deployment>();
     let agent = Arc::new(Agent {
-        session: Session::new(hub, client.clone(), config.clone(), kubernetes_version.clone()),
+        identity: Identity::new(hub, client.clone(), config.clone(), kubernetes_version.clone()),
         applier,
         nodes,
         pods,
@@ -513,10 +513,10 @@ async fn heartbeat_loop(agent: Arc<Agent>, shutdown: CancellationToken) -> Resul
             }
         };
         let sent = agent
-            .session
+            .identity
             .call(&shutdown, |credential| {
                 let heartbeat = &heartbeat;
-                let hub = agent.session.hub();
+                let hub = agent.identity.hub();
                 async move { hub.heartbeat(&credential, heartbeat).await }
             })
             .await;
@@ -524,7 +524,7 @@ async fn heartbeat_loop(agent: Arc<Agent>, shutdown: CancellationToken) -> Resul
             Ok(rtt) => {
                 last_rtt = Some(rtt);
                 backoff.reset();
-                agent.session.heartbeat_interval(&shutdown).await?
+                agent.identity.heartbeat_interval(&shutdown).await?
             }
             Err(Error::ShuttingDown) => return Ok(()),
             Err(e) => {
@@ -552,7 +552,7 @@ async fn work_loop(agent: Arc<Agent>, shutdown: CancellationToken) -> Result<()>
         // Asking without `after` returns the current set at once: a periodic re-apply repairs
         // objects someone changed or deleted behind the agent's back.
         let resync = last_full.elapsed() >= agent.config.resync_interval;
-        let wait = match agent.session.work_wait(&shutdown).await {
+        let wait = match agent.identity.work_wait(&shutdown).await {
             Ok(wait) => wait,
             Err(Error::ShuttingDown) => return Ok(()),
             Err(e) => return Err(e),
@@ -564,9 +564,9 @@ async fn work_loop(agent: Arc<Agent>, shutdown: CancellationToken) -> Result<()>
         };
         let polled = tokio::select! {
             () = shutdown.cancelled() => return Ok(()),
-            polled = agent.session.call(&shutdown, |credential| {
+            polled = agent.identity.call(&shutdown, |credential| {
                 let query = &query;
-                let hub = agent.session.hub();
+                let hub = agent.identity.hub();
                 async move { hub.work(&credential, query).await }
             }) => polled,
         };

@@ -103,10 +103,10 @@ pub async fn status_loop(agent: Arc<Agent>, shutdown: CancellationToken) -> Resu
         let mut retry_in = None;
         if periodic || last_sent.as_ref() != Some(&report) {
             let sent = agent
-                .session
+                .identity
                 .call(&shutdown, |credential| {
                     let report = &report;
-                    let hub = agent.session.hub();
+                    let hub = agent.identity.hub();
                     async move { hub.status(&credential, report).await }
                 })
                 .await;

@@ -39,7 +39,7 @@ struct State {
 }
 
 /// Hands out the credential, registering when there is none; shared by the loops.
-pub struct Session {
+pub struct Identity {
     hub: HubClient,
     secrets: Api<Secret>,
     config: std::sync::Arc<Config>,
@@ -47,23 +47,23 @@ pub struct Session {
     state: Mutex<State>,
 }
 
-impl std::fmt::Debug for Session {
+impl std::fmt::Debug for Identity {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Session")
+        f.debug_struct("Identity")
             .field("hub", &self.hub.base_url())
             .finish_non_exhaustive()
     }
 }
 
-impl Session {
-    /// A session with no credential yet.
+impl Identity {
+    /// An identity with no credential yet.
     pub fn new(
         hub: HubClient,
         client: kube::Client,
         config: std::sync::Arc<Config>,
         kubernetes_version: Option<String>,
     ) -> Self {
-        Session {
+        Identity {
             hub,
             secrets: Api::namespaced(client, &config.namespace),
             config,

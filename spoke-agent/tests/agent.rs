@@ -1,0 +1,733 @@
+//! The agent against a simulated workload cluster (nave-sim, in process) and a hub test double
+//! that speaks the `/agent/v1` protocol: registration, heartbeats with the real capacity, apply
+//! and prune, restart, hub outage, pending pods.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::extract::{Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, Secret, Service};
+use kube::api::{ObjectMeta, PostParams};
+use kube::{Api, Client};
+use nave_agent::Config;
+use nave_api::wire::{
+    ErrorBody, HEARTBEAT_PATH, Heartbeat, MANAGED_BY_LABEL, REGISTER_PATH, REVISION_ANNOTATION,
+    RegisterRequest, RegisterResponse, STATUS_PATH, StatusReport, WORK_PATH, WORKLOAD_LABEL, WorkQuery,
+    WorkSet,
+};
+use nave_sim::{ClusterConfig, ServeOptions, SimCluster};
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+const BOOTSTRAP_TOKEN: &str = "bootstrap-s3cret";
+const DEADLINE: Duration = Duration::from_secs(30);
+
+// ---------------------------------------------------------------------------------------------
+// Hub test double: the protocol's semantics, none of the hub's logic.
+
+/// What the hub test double saw, and the work set it serves.
+#[derive(Default)]
+struct HubDoubleState {
+    registrations: Vec<RegisterRequest>,
+    /// credential -> cluster.
+    credentials: BTreeMap<String, String>,
+    heartbeats: Vec<Heartbeat>,
+    statuses: Vec<StatusReport>,
+    work_queries: Vec<WorkQuery>,
+}
+
+/// A minimal protocol-conformant stand-in for the hub's agent endpoints. Restartable on the same
+/// port to simulate an outage; what it recorded and serves survives restarts.
+#[derive(Clone)]
+struct HubDouble {
+    state: Arc<Mutex<HubDoubleState>>,
+    work: Arc<tokio::sync::watch::Sender<Option<WorkSet>>>,
+    addr: SocketAddr,
+    server: Arc<Mutex<Option<tokio::task::JoinHandle<()>>>>,
+}
+
+impl HubDouble {
+    async fn start() -> HubDouble {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let double = HubDouble {
+            state: Arc::default(),
+            work: Arc::new(tokio::sync::watch::channel(None).0),
+            addr: listener.local_addr().unwrap(),
+            server: Arc::default(),
+        };
+        double.serve(listener);
+        double
+    }
+
+    fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    fn serve(&self, listener: tokio::net::TcpListener) {
+        let router = Router::new()
+            .route(REGISTER_PATH, post(register))
+            .route(HEARTBEAT_PATH, post(heartbeat))
+            .route(STATUS_PATH, post(status))
+            .route(WORK_PATH, get(work))
+            .with_state(self.clone());
+        let task = tokio::spawn(async move {
+            axum::serve(listener, router).await.unwrap();
+        });
+        *self.server.lock().unwrap() = Some(task);
+    }
+
+    /// Stops answering: the listener and every open connection are dropped.
+    fn stop(&self) {
+        if let Some(task) = self.server.lock().unwrap().take() {
+            task.abort();
+        }
+    }
+
+    /// Answers again on the same address.
+    async fn restart(&self) {
+        let listener = wait_for("the hub double's port to be free again", || async {
+            tokio::net::TcpListener::bind(self.addr).await.ok()
+        })
+        .await;
+        self.serve(listener);
+    }
+
+    fn set_work(&self, revision: u64, objects: Vec<Value>) {
+        self.work.send_replace(Some(WorkSet {
+            cluster: "sim-1".into(),
+            revision,
+            objects,
+        }));
+    }
+
+    fn snapshot<T>(&self, f: impl FnOnce(&HubDoubleState) -> T) -> T {
+        f(&self.state.lock().unwrap())
+    }
+}
+
+fn error(status: StatusCode, code: &str, message: &str) -> Response {
+    let body = ErrorBody {
+        error: code.into(),
+        message: message.into(),
+    };
+    (status, Json(body)).into_response()
+}
+
+fn reject(status: StatusCode, code: &str, message: &str) -> Box<Response> {
+    Box::new(error(status, code, message))
+}
+
+fn bearer(headers: &HeaderMap) -> Option<String> {
+    headers
+        .get("authorization")?
+        .to_str()
+        .ok()?
+        .strip_prefix("Bearer ")
+        .map(str::to_owned)
+}
+
+/// The credential's cluster, or the 401/403 answer.
+fn authorize(hub: &HubDouble, headers: &HeaderMap, named: Option<&str>) -> Result<String, Box<Response>> {
+    let state = hub.state.lock().unwrap();
+    let Some(cluster) = bearer(headers).and_then(|t| state.credentials.get(&t).cloned()) else {
+        return Err(reject(
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            "unknown credential",
+        ));
+    };
+    if named.is_some_and(|n| n != cluster) {
+        return Err(reject(
+            StatusCode::FORBIDDEN,
+            "forbidden",
+            "credential of another cluster",
+        ));
+    }
+    Ok(cluster)
+}
+
+async fn register(
+    State(hub): State<HubDouble>,
+    headers: HeaderMap,
+    Json(req): Json<RegisterRequest>,
+) -> Response {
+    if bearer(&headers).as_deref() != Some(BOOTSTRAP_TOKEN) {
+        return error(StatusCode::UNAUTHORIZED, "unauthorized", "bad bootstrap token");
+    }
+    let mut state = hub.state.lock().unwrap();
+    let credential = format!("cred-{}-{}", req.cluster_name, state.registrations.len());
+    state.credentials.retain(|_, c| *c != req.cluster_name);
+    state
+        .credentials
+        .insert(credential.clone(), req.cluster_name.clone());
+    state.registrations.push(req.clone());
+    Json(RegisterResponse {
+        cluster_name: req.cluster_name,
+        credential,
+        heartbeat_interval_seconds: 10,
+        max_work_wait_seconds: 60,
+    })
+    .into_response()
+}
+
+async fn heartbeat(State(hub): State<HubDouble>, headers: HeaderMap, Json(hb): Json<Heartbeat>) -> Response {
+    if let Err(r) = authorize(&hub, &headers, hb.cluster_name.as_deref()) {
+        return *r;
+    }
+    hub.state.lock().unwrap().heartbeats.push(hb);
+    StatusCode::NO_CONTENT.into_response()
+}
+
+async fn status(
+    State(hub): State<HubDouble>,
+    headers: HeaderMap,
+    Json(report): Json<StatusReport>,
+) -> Response {
+    if let Err(r) = authorize(&hub, &headers, report.cluster_name.as_deref()) {
+        return *r;
+    }
+    hub.state.lock().unwrap().statuses.push(report);
+    StatusCode::NO_CONTENT.into_response()
+}
+
+async fn work(State(hub): State<HubDouble>, headers: HeaderMap, Query(q): Query<WorkQuery>) -> Response {
+    if let Err(r) = authorize(&hub, &headers, q.cluster.as_deref()) {
+        return *r;
+    }
+    hub.state.lock().unwrap().work_queries.push(q.clone());
+    let mut rx = hub.work.subscribe();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(q.wait.unwrap_or(0).min(60));
+    loop {
+        let current = rx.borrow_and_update().clone();
+        if let Some(set) = current
+            && Some(set.revision) != q.after
+        {
+            return Json(set).into_response();
+        }
+        if tokio::time::timeout_at(deadline, rx.changed()).await.is_err() {
+            return StatusCode::NO_CONTENT.into_response();
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Fixtures
+
+async fn start_cluster() -> (SimCluster, Client) {
+    let config = ClusterConfig {
+        name: "sim-1".into(),
+        ..ClusterConfig::default()
+    };
+    let sim = SimCluster::start(config, ServeOptions::default())
+        .await
+        .expect("sim starts");
+    let client = sim.client().await.expect("sim client");
+    (sim, client)
+}
+
+struct RunningAgent {
+    shutdown: CancellationToken,
+    task: tokio::task::JoinHandle<nave_agent::Result<()>>,
+}
+
+impl RunningAgent {
+    async fn stop(self) {
+        self.shutdown.cancel();
+        tokio::time::timeout(Duration::from_secs(10), self.task)
+            .await
+            .expect("the agent stops within 10s of shutdown")
+            .expect("agent task")
+            .expect("agent ends cleanly");
+    }
+}
+
+fn token_file() -> tempfile::NamedTempFile {
+    let file = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(file.path(), format!("{BOOTSTRAP_TOKEN}\n")).unwrap();
+    file
+}
+
+fn start_agent(client: &Client, hub: &HubDouble, token: &tempfile::NamedTempFile) -> RunningAgent {
+    let mut config = Config::new(hub.url(), "sim-1", token.path());
+    config.heartbeat_interval = Some(Duration::from_millis(200));
+    config.status_interval = Duration::from_secs(1);
+    config.work_wait = Duration::from_secs(2);
+    config.retry_initial = Duration::from_millis(50);
+    config.retry_max = Duration::from_millis(500);
+    let shutdown = CancellationToken::new();
+    let task = tokio::spawn(nave_agent::run_agent(config, client.clone(), shutdown.clone()));
+    RunningAgent { shutdown, task }
+}
+
+/// Polls `probe` until it answers `Some`, failing after [`DEADLINE`] with `what`.
+async fn wait_for<T, F, Fut>(what: &str, mut probe: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + DEADLINE;
+    loop {
+        if let Some(v) = probe().await {
+            return v;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out after {DEADLINE:?} waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn deployment(name: &str, replicas: i32, cpu: &str) -> Value {
+    json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": name, "namespace": "shop", "labels": {WORKLOAD_LABEL: format!("shop.{name}")}},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {"app": name}},
+            "template": {
+                "metadata": {"labels": {"app": name}},
+                "spec": {"containers": [{
+                    "name": "app", "image": "nginx:1.27",
+                    "resources": {"requests": {"cpu": cpu, "memory": "64Mi"}}
+                }]}
+            }
+        }
+    })
+}
+
+fn service(name: &str) -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": name, "namespace": "shop", "labels": {WORKLOAD_LABEL: format!("shop.{name}")}},
+        "spec": {"selector": {"app": name}, "ports": [{"port": 80, "targetPort": 8080}]}
+    })
+}
+
+fn config_map(name: &str) -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": name, "namespace": "shop", "labels": {WORKLOAD_LABEL: "shop.web"}},
+        "data": {"greeting": "hello"}
+    })
+}
+
+/// The latest status report the double received that says `revision` is applied.
+async fn wait_applied(hub: &HubDouble, revision: u64) -> StatusReport {
+    wait_for(
+        &format!("a status report with appliedRevision {revision}"),
+        || async {
+            hub.snapshot(|s| {
+                s.statuses
+                    .iter()
+                    .rev()
+                    .find(|r| r.applied_revision == Some(revision))
+                    .cloned()
+            })
+        },
+    )
+    .await
+}
+
+async fn get_opt<K>(client: &Client, name: &str) -> Option<K>
+where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+    K::DynamicType: Default,
+{
+    Api::<K>::namespaced(client.clone(), "shop")
+        .get_opt(name)
+        .await
+        .expect("GET works")
+}
+
+// ---------------------------------------------------------------------------------------------
+// Tests
+
+#[tokio::test]
+async fn registers_then_heartbeats_the_real_capacity_of_the_cluster() {
+    let (sim, client) = start_cluster().await;
+    let hub = HubDouble::start().await;
+    let token = token_file();
+    let nodes = Api::<Node>::all(client.clone())
+        .list(&Default::default())
+        .await
+        .unwrap();
+    let first = nodes.items[0].metadata.name.clone().unwrap();
+    // Room taken by pods the agent does not own must show as requested.
+    let answer = reqwest::Client::new()
+        .post(format!("{}/_sim/v1/foreign-pods", sim.url()))
+        .json(&json!({"count": 2, "cpu": "500m", "memory": "1Gi", "nodes": [first]}))
+        .send()
+        .await
+        .unwrap();
+    assert!(
+        answer.status().is_success(),
+        "creating foreign pods: {}",
+        answer.status()
+    );
+
+    let agent = start_agent(&client, &hub, &token);
+    let hb = wait_for("a heartbeat with 1000m requested on the first node", || async {
+        hub.snapshot(|s| {
+            s.heartbeats
+                .iter()
+                .rev()
+                .find(|h| h.capacity.totals.requested.cpu_millis == 1000)
+                .cloned()
+        })
+    })
+    .await;
+
+    let registrations = hub.snapshot(|s| s.registrations.clone());
+    assert_eq!(
+        registrations.len(),
+        1,
+        "expected one registration, saw {registrations:?}"
+    );
+    assert_eq!(registrations[0].cluster_name, "sim-1");
+    assert!(
+        registrations[0].kubernetes_version.is_some(),
+        "the Kubernetes version is sent"
+    );
+
+    let cap = &hb.capacity;
+    assert_eq!(
+        cap.node_groups.len(),
+        1,
+        "3 identical nodes form one group, saw {:#?}",
+        cap.node_groups
+    );
+    assert_eq!(cap.totals.nodes, 3);
+    assert_eq!(cap.totals.schedulable_nodes, 3);
+    assert_eq!(cap.totals.allocatable.cpu_millis, 12_000, "3 nodes x 4 CPU");
+    assert_eq!(
+        cap.totals.allocatable.memory_bytes,
+        3 * (16 << 30),
+        "3 nodes x 16Gi"
+    );
+    assert_eq!(cap.totals.allocatable.pods, 330, "3 nodes x 110 pods");
+    assert_eq!(cap.totals.requested.memory_bytes, 2 << 30);
+    let node = cap.node_groups[0].nodes.iter().find(|n| n.name == first).unwrap();
+    assert_eq!(node.free().cpu_millis, 3000, "4 CPU minus 2 x 500m on {first}");
+    assert_eq!(node.requested.pods, 2);
+    assert!(node.ready);
+    assert!(!cap.node_groups[0].labels.contains_key("kubernetes.io/hostname"));
+
+    let secret: Option<Secret> = Api::namespaced(client.clone(), "nave-system")
+        .get_opt("nave-agent-credential")
+        .await
+        .unwrap();
+    assert!(
+        secret.is_some(),
+        "the credential is stored in nave-system/nave-agent-credential"
+    );
+    agent.stop().await;
+    hub.stop();
+    sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn applies_with_ownership_labels_then_prunes_only_what_it_owns() {
+    let (sim, client) = start_cluster().await;
+    let hub = HubDouble::start().await;
+    let token = token_file();
+    // A namespace and a ConfigMap someone else made: the agent must leave both alone.
+    let ns = Namespace {
+        metadata: ObjectMeta {
+            name: Some("shop".into()),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &ns)
+        .await
+        .unwrap();
+    let foreign = ConfigMap {
+        metadata: ObjectMeta {
+            name: Some("foreign".into()),
+            namespace: Some("shop".into()),
+            ..Default::default()
+        },
+        data: Some(BTreeMap::from([("k".into(), "v".into())])),
+        ..Default::default()
+    };
+    Api::<ConfigMap>::namespaced(client.clone(), "shop")
+        .create(&PostParams::default(), &foreign)
+        .await
+        .unwrap();
+
+    hub.set_work(
+        1,
+        vec![
+            deployment("web", 2, "100m"),
+            service("web"),
+            config_map("web-config"),
+        ],
+    );
+    let agent = start_agent(&client, &hub, &token);
+    let report = wait_applied(&hub, 1).await;
+    assert!(
+        report.apply_errors.is_empty(),
+        "expected no apply errors, saw {:?}",
+        report.apply_errors
+    );
+
+    let d: Deployment = get_opt(&client, "web").await.expect("Deployment web exists");
+    let labels = d.metadata.labels.clone().unwrap_or_default();
+    assert_eq!(
+        labels.get(MANAGED_BY_LABEL).map(String::as_str),
+        Some("nave-agent"),
+        "labels: {labels:?}"
+    );
+    assert_eq!(
+        d.metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(REVISION_ANNOTATION))
+            .map(String::as_str),
+        Some("1")
+    );
+    let managers: Vec<_> = d
+        .metadata
+        .managed_fields
+        .iter()
+        .flatten()
+        .filter_map(|m| m.manager.clone())
+        .collect();
+    assert!(
+        managers.iter().any(|m| m == "nave-agent"),
+        "expected field manager nave-agent, saw {managers:?}"
+    );
+    let template_labels = d
+        .spec
+        .template
+        .metadata
+        .as_ref()
+        .and_then(|m| m.labels.clone())
+        .unwrap_or_default();
+    assert_eq!(
+        template_labels.get(WORKLOAD_LABEL).map(String::as_str),
+        Some("shop.web")
+    );
+    assert!(
+        get_opt::<Service>(&client, "web").await.is_some(),
+        "Service web exists"
+    );
+    assert!(
+        get_opt::<ConfigMap>(&client, "web-config").await.is_some(),
+        "ConfigMap web-config exists"
+    );
+
+    // Status follows the Deployment to 2 ready replicas.
+    wait_for("a status report with Deployment web 2/2 ready", || async {
+        hub.snapshot(|s| {
+            s.statuses
+                .iter()
+                .rev()
+                .find_map(|r| {
+                    r.objects
+                        .iter()
+                        .find(|o| o.kind == "Deployment" && o.name == "web" && o.ready_replicas == Some(2))
+                })
+                .cloned()
+        })
+    })
+    .await;
+
+    hub.set_work(2, vec![deployment("web", 2, "100m"), service("web")]);
+    wait_applied(&hub, 2).await;
+    assert!(
+        get_opt::<ConfigMap>(&client, "web-config").await.is_none(),
+        "ConfigMap web-config was dropped from the set and must be pruned"
+    );
+    assert!(
+        get_opt::<ConfigMap>(&client, "foreign").await.is_some(),
+        "the foreign ConfigMap survives pruning"
+    );
+    assert!(
+        get_opt::<Deployment>(&client, "web").await.is_some(),
+        "Deployment web stays"
+    );
+    let ns = Api::<Namespace>::all(client.clone())
+        .get_opt("shop")
+        .await
+        .unwrap();
+    assert!(ns.is_some(), "the namespace is never deleted");
+    agent.stop().await;
+    hub.stop();
+    sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn restart_resumes_from_the_stored_revision_and_still_prunes() {
+    let (sim, client) = start_cluster().await;
+    let hub = HubDouble::start().await;
+    let token = token_file();
+    hub.set_work(1, vec![deployment("web", 1, "100m"), config_map("web-config")]);
+    let agent = start_agent(&client, &hub, &token);
+    wait_applied(&hub, 1).await;
+    agent.stop().await;
+
+    let queries_before = hub.snapshot(|s| s.work_queries.len());
+    let agent = start_agent(&client, &hub, &token);
+    let first_query = wait_for("the restarted agent's first work poll", || async {
+        hub.snapshot(|s| s.work_queries.get(queries_before).cloned())
+    })
+    .await;
+    assert_eq!(
+        first_query.after,
+        Some(1),
+        "the restarted agent resumes after revision 1: {first_query:?}"
+    );
+    let registrations = hub.snapshot(|s| s.registrations.len());
+    assert_eq!(
+        registrations, 1,
+        "the stored credential is reused; saw {registrations} registrations"
+    );
+
+    hub.set_work(2, vec![deployment("web", 1, "100m")]);
+    wait_applied(&hub, 2).await;
+    assert!(
+        get_opt::<ConfigMap>(&client, "web-config").await.is_none(),
+        "the ConfigMap applied before the restart is pruned after it"
+    );
+    agent.stop().await;
+    hub.stop();
+    sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn hub_outage_keeps_workloads_and_the_agent_recovers() {
+    let (sim, client) = start_cluster().await;
+    let hub = HubDouble::start().await;
+    let token = token_file();
+    hub.set_work(1, vec![deployment("web", 2, "100m"), config_map("web-config")]);
+    let agent = start_agent(&client, &hub, &token);
+    wait_applied(&hub, 1).await;
+
+    hub.stop();
+    let heartbeats_before = hub.snapshot(|s| s.heartbeats.len());
+    // Several heartbeat intervals and retries pass without the hub: nothing may disappear.
+    let outage_end = tokio::time::Instant::now() + Duration::from_secs(2);
+    while tokio::time::Instant::now() < outage_end {
+        assert!(
+            get_opt::<Deployment>(&client, "web").await.is_some(),
+            "Deployment web gone during the outage"
+        );
+        assert!(
+            get_opt::<ConfigMap>(&client, "web-config").await.is_some(),
+            "ConfigMap gone during the outage"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let d: Deployment = get_opt(&client, "web").await.unwrap();
+    assert_eq!(d.spec.replicas, Some(2), "replicas unchanged during the outage");
+
+    hub.set_work(2, vec![deployment("web", 3, "100m"), config_map("web-config")]);
+    hub.restart().await;
+    wait_for("a heartbeat after the hub came back", || async {
+        hub.snapshot(|s| (s.heartbeats.len() > heartbeats_before).then_some(()))
+    })
+    .await;
+    wait_applied(&hub, 2).await;
+    let d: Deployment = get_opt(&client, "web").await.unwrap();
+    assert_eq!(d.spec.replicas, Some(3), "revision 2 applied after the outage");
+    agent.stop().await;
+    hub.stop();
+    sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn pending_pods_are_reported_unschedulable_when_the_deployment_is_too_big() {
+    let (sim, client) = start_cluster().await;
+    let hub = HubDouble::start().await;
+    let token = token_file();
+    // 3 nodes of 4 CPU hold one 3-CPU replica each: 2 of 5 stay pending.
+    hub.set_work(1, vec![deployment("big", 5, "3")]);
+    let agent = start_agent(&client, &hub, &token);
+    let hb = wait_for("a heartbeat with 2 pending pods of shop/big", || async {
+        hub.snapshot(|s| {
+            s.heartbeats
+                .iter()
+                .rev()
+                .find(|h| {
+                    h.pending_pods
+                        .iter()
+                        .filter(|p| p.workload.as_ref().is_some_and(|w| w.name == "big"))
+                        .count()
+                        == 2
+                })
+                .cloned()
+        })
+    })
+    .await;
+    for pod in &hb.pending_pods {
+        assert_eq!(pod.reason, "Unschedulable", "pending pod {pod:?}");
+        assert!(
+            pod.message.contains("Insufficient cpu"),
+            "scheduler message: {:?}",
+            pod.message
+        );
+        assert!(pod.since.is_some(), "since is set: {pod:?}");
+    }
+    wait_for(
+        "a status report with 2 pending pods for Deployment big",
+        || async {
+            hub.snapshot(|s| {
+                s.statuses
+                    .iter()
+                    .rev()
+                    .find_map(|r| {
+                        r.objects.iter().find(|o| {
+                            o.name == "big" && o.pending_pods == Some(2) && o.ready_replicas == Some(3)
+                        })
+                    })
+                    .cloned()
+            })
+        },
+    )
+    .await;
+    agent.stop().await;
+    hub.stop();
+    sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_revoked_credential_makes_the_agent_register_again() {
+    let (sim, client) = start_cluster().await;
+    let hub = HubDouble::start().await;
+    let token = token_file();
+    let agent = start_agent(&client, &hub, &token);
+    wait_for("a first heartbeat", || async {
+        hub.snapshot(|s| (!s.heartbeats.is_empty()).then_some(()))
+    })
+    .await;
+
+    // The hub forgets every credential (e.g. an admin revoked it): the next call gets 401.
+    hub.state.lock().unwrap().credentials.clear();
+    let heartbeats_before = hub.snapshot(|s| s.heartbeats.len());
+    wait_for(
+        "a second registration and a heartbeat with the new credential",
+        || async {
+            hub.snapshot(|s| {
+                (s.registrations.len() == 2 && s.heartbeats.len() > heartbeats_before).then_some(())
+            })
+        },
+    )
+    .await;
+    agent.stop().await;
+    hub.stop();
+    sim.shutdown().await;
+}
