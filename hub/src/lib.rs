@@ -15,10 +15,183 @@
 //!   CRD status     per-cluster work (object set @ revision) ──► agents pull and apply
 //! ```
 //!
+//! Inside the hub:
+//!
+//! ```text
+//!  agent ──HTTP──► agent_api ──► store (clusters, heartbeats, work status)
+//!                      │  └────► WorkloadCluster objects (Joined, capacity; rate-limited)
+//!                      └──► ReconcileTrigger ──┐ (capacity or status changed)
+//!  MCD watch ──────────────────────────────────┴─► controller::mcd::reconcile
+//!     validate ─► Fleet + Request + Ledger ─► nave_policies::decide ─► store placement + history
+//!     render (render.rs) ─► merge into each cluster's work set ─► store put_work ─► WorkSignals
+//!     agents' status reports ─► MCD status (per cluster, totals, conditions) + Events
+//! ```
+//!
 //! Everything the hub learns or decides that is not desired state lives in the [`store`]:
 //! clusters, agent credentials (hashed), heartbeats, placements with their history, and each
 //! cluster's work and status. The CRDs stay the source of desired state.
 
 #![forbid(unsafe_code)]
 
+pub mod agent_api;
+pub mod cli;
+pub mod context;
+pub mod controller;
+mod error;
+pub mod render;
+pub mod scheduler;
 pub mod store;
+
+use std::sync::Arc;
+
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::Api;
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use tokio_util::sync::CancellationToken;
+use tracing::{error, info};
+
+pub use error::Error;
+
+use crate::agent_api::{AgentState, ClusterObjects};
+use crate::cli::RunArgs;
+use crate::context::{Context, ReconcileTrigger, Timings, WorkSignals};
+
+/// The CRDs of `nave-api` as one YAML stream, for `kubectl apply -f -`.
+pub fn crds_yaml() -> String {
+    nave_api::crds()
+        .iter()
+        .map(nave_api::crd_yaml)
+        .collect::<Vec<_>>()
+        .join("---\n")
+}
+
+/// Logs to stderr, filtered by `RUST_LOG` (default `info`), plain or as JSON lines.
+pub fn init_tracing(json: bool) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    let _ = if json {
+        builder.json().try_init()
+    } else {
+        builder.try_init()
+    };
+}
+
+/// Runs the hub until SIGTERM or Ctrl-C.
+pub async fn run(args: RunArgs) -> Result<(), Error> {
+    let shutdown = CancellationToken::new();
+    tokio::spawn(shutdown_on_signal(shutdown.clone()));
+    run_until(args, shutdown).await
+}
+
+async fn shutdown_on_signal(shutdown: CancellationToken) {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(e) => {
+                error!(error = %e, "cannot listen for SIGTERM");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => info!("Ctrl-C received, shutting down"),
+        () = term => info!("SIGTERM received, shutting down"),
+    }
+    shutdown.cancel();
+}
+
+/// Runs the hub until `shutdown` is cancelled: checks the CRDs, opens the store, then serves
+/// the agent endpoints and runs the controllers, all stopping on the same token.
+pub async fn run_until(args: RunArgs, shutdown: CancellationToken) -> Result<(), Error> {
+    let token =
+        std::fs::read_to_string(&args.bootstrap_token_file).map_err(|source| Error::ReadBootstrapToken {
+            path: args.bootstrap_token_file.display().to_string(),
+            source,
+        })?;
+    let token = token.trim();
+    if token.is_empty() {
+        return Err(Error::EmptyBootstrapToken {
+            path: args.bootstrap_token_file.display().to_string(),
+        });
+    }
+    let client = kube_client(args.kubeconfig.as_deref()).await?;
+    check_crds(&client).await?;
+    let store = store::connect(&args.database_url)
+        .await
+        .map_err(Error::OpenStore)?;
+    let signals = Arc::new(WorkSignals::default());
+    let timings = Timings::default();
+    let (trigger, triggered) = ReconcileTrigger::new();
+    let ctx = Arc::new(Context::new(
+        client.clone(),
+        store.clone(),
+        signals.clone(),
+        timings.clone(),
+    ));
+    let state = AgentState::new(
+        store.clone(),
+        signals,
+        token,
+        Some(ClusterObjects::new(client)),
+        Some(trigger),
+        timings,
+    );
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .map_err(|source| Error::Listen {
+            addr: args.listen.to_string(),
+            source,
+        })?;
+    info!(addr = %args.listen, backend = %store.backend(), "hub started");
+    let server = axum::serve(listener, agent_api::router(state))
+        .with_graceful_shutdown(shutdown.clone().cancelled_owned());
+    let controllers = controller::run(ctx, triggered, shutdown.clone());
+    let (served, ()) = tokio::join!(
+        async {
+            let result = server.await.map_err(Error::Serve);
+            // The controllers stop too when the server fails.
+            shutdown.cancel();
+            result
+        },
+        controllers
+    );
+    store.close().await.map_err(Error::OpenStore)?;
+    served
+}
+
+async fn kube_client(kubeconfig: Option<&std::path::Path>) -> Result<kube::Client, Error> {
+    let boxed = |e: Box<dyn std::error::Error + Send + Sync>| Error::KubeClient(e);
+    let config = match kubeconfig {
+        Some(path) => {
+            let kc = Kubeconfig::read_from(path).map_err(|e| boxed(Box::new(e)))?;
+            kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+                .await
+                .map_err(|e| boxed(Box::new(e)))?
+        }
+        None => kube::Config::infer().await.map_err(|e| boxed(Box::new(e)))?,
+    };
+    kube::Client::try_from(config).map_err(|e| boxed(Box::new(e)))
+}
+
+/// Fails with how to install them when the CRDs are missing from the management cluster.
+pub async fn check_crds(client: &kube::Client) -> Result<(), Error> {
+    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    for crd in nave_api::crds() {
+        let name = crd.metadata.name.clone().unwrap_or_default();
+        match api.get_opt(&name).await {
+            Ok(Some(_)) => {}
+            Ok(None) => return Err(Error::CrdMissing { name }),
+            Err(source) => return Err(Error::CheckCrd { name, source }),
+        }
+    }
+    Ok(())
+}

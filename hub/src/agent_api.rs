@@ -1,0 +1,459 @@
+//! The agent endpoints under `/agent/v1` (see `nave_api::wire` for the protocol).
+//!
+//! ```text
+//!  register  (bootstrap token) ─► store: cluster + rotated credential ─► WorkloadCluster (Joined)
+//!  heartbeat (credential)      ─► store: heartbeat ─► WorkloadCluster status (rate-limited)
+//!                                                  └► reconcile all when capacity changed
+//!  work      (credential)      ◄─ store: work set; waits on the cluster's WorkSignals
+//!  status    (credential)      ─► store: work status ─► reconcile all when it changed
+//! ```
+//!
+//! A credential is scoped to its cluster: naming another cluster is `403`, because another
+//! cluster's work may hold Secrets.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::extract::{
+    FromRequest, Query, Request, State, rejection::JsonRejection, rejection::QueryRejection,
+};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use nave_api::wire::{
+    self, ErrorBody, Heartbeat, RegisterRequest, RegisterResponse, StatusReport, WorkQuery, WorkSet,
+    error_codes,
+};
+use serde::de::DeserializeOwned;
+use sha2::{Digest, Sha256};
+use tracing::{debug, instrument, warn};
+
+use crate::context::{ReconcileTrigger, Timings, WorkSignals};
+use crate::store::{
+    AgentIdentity, ClusterUpsert, NewHeartbeat, Store, StoreError, StoreErrorKind, WorkStatus,
+};
+
+mod cluster_object;
+#[cfg(test)]
+mod tests;
+
+pub use cluster_object::ClusterObjects;
+
+/// State of the agent endpoints.
+#[derive(Clone)]
+pub struct AgentState {
+    /// Clusters, credentials, heartbeats, work and status.
+    pub store: Arc<dyn Store>,
+    /// Wakes long-polls when work changes.
+    pub signals: Arc<WorkSignals>,
+    /// The fleet's bootstrap token, accepted by `register` only.
+    pub bootstrap_token: Arc<str>,
+    /// Writes WorkloadCluster objects; `None` where there is no management cluster (tests).
+    pub cluster_objects: Option<ClusterObjects>,
+    /// Asks the controllers for a pass when capacity or status changed.
+    pub trigger: Option<ReconcileTrigger>,
+    /// Heartbeat interval and grace.
+    pub timings: Timings,
+    /// When each cluster's WorkloadCluster status was last written, and what it said.
+    last_status_write: Arc<Mutex<HashMap<String, (Instant, serde_json::Value)>>>,
+}
+
+impl std::fmt::Debug for AgentState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The bootstrap token is a secret.
+        f.debug_struct("AgentState")
+            .field("store", &self.store)
+            .finish_non_exhaustive()
+    }
+}
+
+impl AgentState {
+    /// The state of the endpoints.
+    pub fn new(
+        store: Arc<dyn Store>,
+        signals: Arc<WorkSignals>,
+        bootstrap_token: &str,
+        cluster_objects: Option<ClusterObjects>,
+        trigger: Option<ReconcileTrigger>,
+        timings: Timings,
+    ) -> Self {
+        AgentState {
+            store,
+            signals,
+            bootstrap_token: Arc::from(bootstrap_token),
+            cluster_objects,
+            trigger,
+            timings,
+            last_status_write: Arc::default(),
+        }
+    }
+
+    fn trigger(&self) {
+        if let Some(trigger) = &self.trigger {
+            trigger.trigger();
+        }
+    }
+}
+
+/// The agent endpoints, with their state applied.
+pub fn router(state: AgentState) -> Router {
+    Router::new()
+        .route(wire::REGISTER_PATH, post(register))
+        .route(wire::HEARTBEAT_PATH, post(heartbeat))
+        .route(wire::WORK_PATH, get(work))
+        .route(wire::STATUS_PATH, post(status))
+        .fallback(not_found)
+        .with_state(state)
+}
+
+/// Every error answer of the agent endpoints; the body is a [`ErrorBody`].
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    /// Malformed request or body.
+    #[error("{0}")]
+    BadRequest(String),
+    /// Missing, unknown or revoked token.
+    #[error("{0}")]
+    Unauthorized(&'static str),
+    /// The credential is for another cluster.
+    #[error("{0}")]
+    Forbidden(String),
+    /// No such endpoint.
+    #[error("no such endpoint")]
+    NotFound,
+    /// The store failed; its text is logged, never sent.
+    #[error("store operation failed")]
+    Store(#[source] StoreError),
+}
+
+impl ApiError {
+    /// The HTTP status of this error.
+    pub fn status_code(&self) -> StatusCode {
+        match self {
+            ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
+            ApiError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
+            ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
+            ApiError::NotFound => StatusCode::NOT_FOUND,
+            ApiError::Store(e) => match e.kind() {
+                StoreErrorKind::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+                StoreErrorKind::InvalidInput => StatusCode::BAD_REQUEST,
+                StoreErrorKind::UnknownCluster => StatusCode::NOT_FOUND,
+                StoreErrorKind::Internal => StatusCode::INTERNAL_SERVER_ERROR,
+            },
+        }
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(error: StoreError) -> Self {
+        ApiError::Store(error)
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let status = self.status_code();
+        let (code, message) = match &self {
+            ApiError::BadRequest(m) => (error_codes::BAD_REQUEST, m.clone()),
+            ApiError::Unauthorized(m) => (error_codes::UNAUTHORIZED, (*m).to_owned()),
+            ApiError::Forbidden(m) => (error_codes::FORBIDDEN, m.clone()),
+            ApiError::NotFound => (error_codes::NOT_FOUND, self.to_string()),
+            ApiError::Store(e) => {
+                warn!(error = %e, source = ?std::error::Error::source(e), "agent request failed in the store");
+                let code = match e.kind() {
+                    StoreErrorKind::InvalidInput => error_codes::BAD_REQUEST,
+                    StoreErrorKind::UnknownCluster => error_codes::NOT_FOUND,
+                    _ => error_codes::INTERNAL,
+                };
+                (code, e.client_message())
+            }
+        };
+        let body = ErrorBody {
+            error: code.to_owned(),
+            message,
+        };
+        (status, axum::Json(body)).into_response()
+    }
+}
+
+/// A JSON body whose rejection is an [`ApiError::BadRequest`] with the JSON error body.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Json<T>(pub T);
+
+impl<T, S> FromRequest<S> for Json<T>
+where
+    T: DeserializeOwned,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        match axum::Json::<T>::from_request(req, state).await {
+            Ok(axum::Json(value)) => Ok(Json(value)),
+            Err(rejection) => Err(ApiError::BadRequest(json_rejection_message(&rejection))),
+        }
+    }
+}
+
+fn json_rejection_message(rejection: &JsonRejection) -> String {
+    rejection.body_text()
+}
+
+impl<T: serde::Serialize> IntoResponse for Json<T> {
+    fn into_response(self) -> Response {
+        axum::Json(self.0).into_response()
+    }
+}
+
+async fn not_found() -> ApiError {
+    ApiError::NotFound
+}
+
+const MISSING_TOKEN: &str = "missing bearer token in the Authorization header";
+const BAD_BOOTSTRAP_TOKEN: &str = "invalid bootstrap token";
+const BAD_CREDENTIAL: &str = "unknown or revoked credential; register again";
+
+fn bearer(headers: &HeaderMap) -> Result<&str, ApiError> {
+    headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::trim)
+        .filter(|t| !t.is_empty())
+        .ok_or(ApiError::Unauthorized(MISSING_TOKEN))
+}
+
+/// Compares two secrets in time independent of where they differ: both are hashed first, so the
+/// comparison also does not reveal the expected length.
+fn constant_time_eq(presented: &str, expected: &str) -> bool {
+    let a = Sha256::digest(presented.as_bytes());
+    let b = Sha256::digest(expected.as_bytes());
+    a.iter().zip(b.iter()).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+async fn authenticate(state: &AgentState, headers: &HeaderMap) -> Result<AgentIdentity, ApiError> {
+    let token = bearer(headers)?;
+    state
+        .store
+        .authenticate_agent(token)
+        .await?
+        .ok_or(ApiError::Unauthorized(BAD_CREDENTIAL))
+}
+
+fn check_scope(identity: &AgentIdentity, named: Option<&str>) -> Result<(), ApiError> {
+    match named {
+        Some(name) if name != identity.cluster => Err(ApiError::Forbidden(format!(
+            "this credential is for cluster {:?}, not {name:?}",
+            identity.cluster
+        ))),
+        _ => Ok(()),
+    }
+}
+
+/// Whether `name` can name a WorkloadCluster (a DNS subdomain).
+fn valid_cluster_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 253
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
+        && name.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && name.ends_with(|c: char| c.is_ascii_alphanumeric())
+}
+
+#[instrument(skip_all, fields(cluster = %request.cluster_name))]
+async fn register(
+    State(state): State<AgentState>,
+    headers: HeaderMap,
+    Json(request): Json<RegisterRequest>,
+) -> Result<Json<RegisterResponse>, ApiError> {
+    let token = bearer(&headers)?;
+    if !constant_time_eq(token, &state.bootstrap_token) {
+        return Err(ApiError::Unauthorized(BAD_BOOTSTRAP_TOKEN));
+    }
+    if !valid_cluster_name(&request.cluster_name) {
+        return Err(ApiError::BadRequest(format!(
+            "clusterName {:?} is not a valid cluster name (lowercase letters, digits, '-' and '.')",
+            request.cluster_name
+        )));
+    }
+    let existing = state.store.get_cluster(&request.cluster_name).await?;
+    // An existing cluster keeps what an admin set (labels, cordon, burst-only); a new one takes
+    // what the agent proposes.
+    let upsert = match &existing {
+        Some(record) => ClusterUpsert {
+            name: record.name.clone(),
+            labels: record.labels.clone(),
+            region: record.region.clone().or(request.region.clone()),
+            zone: record.zone.clone().or(request.zone.clone()),
+            coordinates: record.coordinates.or(request.coordinates.map(store_coordinates)),
+            agent_version: Some(request.agent_version.clone()),
+            kubernetes_version: request.kubernetes_version.clone(),
+            cordoned: record.cordoned,
+            burst_only: record.burst_only,
+        },
+        None => ClusterUpsert {
+            name: request.cluster_name.clone(),
+            labels: request.labels.clone(),
+            region: request.region.clone(),
+            zone: request.zone.clone(),
+            coordinates: request.coordinates.map(store_coordinates),
+            agent_version: Some(request.agent_version.clone()),
+            kubernetes_version: request.kubernetes_version.clone(),
+            cordoned: false,
+            burst_only: false,
+        },
+    };
+    state.store.upsert_cluster(&upsert).await?;
+    // Registering again revokes the previous credential: an agent that lost it re-joins as itself.
+    let issued = state.store.rotate_credential(&request.cluster_name).await?;
+    if let Some(objects) = &state.cluster_objects
+        && let Err(error) = objects.joined(&request).await
+    {
+        // The store is the record of registration; the object is written again on heartbeats.
+        warn!(error = %error, "writing the WorkloadCluster after registration failed");
+    }
+    state.trigger();
+    debug!(credential_id = issued.id, "agent registered");
+    Ok(Json(RegisterResponse {
+        cluster_name: request.cluster_name,
+        credential: issued.token.expose().to_owned(),
+        heartbeat_interval_seconds: state.timings.heartbeat_interval.as_secs(),
+        max_work_wait_seconds: wire::MAX_WORK_WAIT_SECONDS,
+    }))
+}
+
+fn store_coordinates(c: nave_api::Coordinates) -> crate::store::Coordinates {
+    crate::store::Coordinates {
+        latitude: c.latitude,
+        longitude: c.longitude,
+    }
+}
+
+#[instrument(skip_all, fields(cluster = tracing::field::Empty))]
+async fn heartbeat(
+    State(state): State<AgentState>,
+    headers: HeaderMap,
+    Json(beat): Json<Heartbeat>,
+) -> Result<StatusCode, ApiError> {
+    let identity = authenticate(&state, &headers).await?;
+    tracing::Span::current().record("cluster", identity.cluster.as_str());
+    check_scope(&identity, beat.cluster_name.as_deref())?;
+    let before = state.store.get_cluster(&identity.cluster).await?;
+    let capacity = serde_json::to_value(&beat.capacity).ok();
+    let now = jiff::Timestamp::now();
+    let record = NewHeartbeat {
+        cluster: identity.cluster.clone(),
+        received_at: now,
+        payload: serde_json::to_value(&beat).unwrap_or_default(),
+        capacity: capacity.clone(),
+        agent_version: Some(beat.agent_version.clone()),
+        kubernetes_version: beat.kubernetes_version.clone(),
+    };
+    state.store.record_heartbeat(&record).await?;
+    // A pass of the controllers only when placement inputs changed: new capacity, or a cluster
+    // that was not Ready (no heartbeat within the grace period) coming back.
+    let was_ready = before
+        .as_ref()
+        .and_then(|c| c.last_heartbeat_at)
+        .is_some_and(|at| now.duration_since(at).unsigned_abs() < state.timings.heartbeat_grace);
+    let capacity_changed = before.as_ref().and_then(|c| c.capacity.as_ref()) != capacity.as_ref();
+    if capacity_changed || !was_ready {
+        state.trigger();
+    }
+    if let Some(objects) = &state.cluster_objects {
+        let summary = cluster_object::status_summary(&beat);
+        let due = {
+            let last = state.last_status_write.lock().unwrap_or_else(|e| e.into_inner());
+            match last.get(&identity.cluster) {
+                Some((at, said)) => {
+                    at.elapsed() >= state.timings.cluster_status_interval || *said != summary || !was_ready
+                }
+                None => true,
+            }
+        };
+        if due {
+            match objects.heartbeat(&identity.cluster, &beat, now).await {
+                Ok(()) => {
+                    let mut last = state.last_status_write.lock().unwrap_or_else(|e| e.into_inner());
+                    last.insert(identity.cluster.clone(), (Instant::now(), summary));
+                }
+                Err(error) => warn!(error = %error, "writing WorkloadCluster status failed"),
+            }
+        }
+    }
+    Ok(StatusCode::NO_CONTENT)
+}
+
+#[instrument(skip_all, fields(cluster = tracing::field::Empty, after, wait))]
+async fn work(
+    State(state): State<AgentState>,
+    headers: HeaderMap,
+    query: Result<Query<WorkQuery>, QueryRejection>,
+) -> Result<Response, ApiError> {
+    let identity = authenticate(&state, &headers).await?;
+    let Query(query) = query.map_err(|rejection| ApiError::BadRequest(rejection.body_text()))?;
+    tracing::Span::current().record("cluster", identity.cluster.as_str());
+    check_scope(&identity, query.cluster.as_deref())?;
+    let wait = Duration::from_secs(query.wait.unwrap_or(0).min(wire::MAX_WORK_WAIT_SECONDS));
+    let deadline = tokio::time::Instant::now() + wait;
+    // Subscribe before reading, so a revision put in between still wakes this poll.
+    let mut changes = state.signals.subscribe(&identity.cluster);
+    loop {
+        changes.borrow_and_update();
+        let current = state.store.get_work(&identity.cluster).await?;
+        let revision = current.as_ref().map_or(0, |w| w.revision);
+        if query.after != Some(revision) {
+            let set = match current {
+                Some(w) => WorkSet {
+                    cluster: w.cluster,
+                    revision: w.revision,
+                    objects: w.objects,
+                },
+                None => WorkSet {
+                    cluster: identity.cluster.clone(),
+                    revision: 0,
+                    objects: Vec::new(),
+                },
+            };
+            return Ok(Json(set).into_response());
+        }
+        tokio::select! {
+            changed = changes.changed() => {
+                if changed.is_err() {
+                    return Ok(StatusCode::NO_CONTENT.into_response());
+                }
+            }
+            () = tokio::time::sleep_until(deadline) => return Ok(StatusCode::NO_CONTENT.into_response()),
+        }
+    }
+}
+
+#[instrument(skip_all, fields(cluster = tracing::field::Empty))]
+async fn status(
+    State(state): State<AgentState>,
+    headers: HeaderMap,
+    Json(report): Json<StatusReport>,
+) -> Result<StatusCode, ApiError> {
+    let identity = authenticate(&state, &headers).await?;
+    tracing::Span::current().record("cluster", identity.cluster.as_str());
+    check_scope(&identity, report.cluster_name.as_deref())?;
+    let objects = serde_json::to_value(&report).unwrap_or_default();
+    let before = state.store.get_work_status(&identity.cluster).await?;
+    let changed = before.as_ref().is_none_or(|b| b.objects != objects);
+    state
+        .store
+        .put_work_status(&WorkStatus {
+            cluster: identity.cluster.clone(),
+            applied_revision: report.applied_revision.unwrap_or(0),
+            objects,
+            reported_at: jiff::Timestamp::now(),
+        })
+        .await?;
+    if changed {
+        state.trigger();
+    }
+    Ok(StatusCode::NO_CONTENT)
+}

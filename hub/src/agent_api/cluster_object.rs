@@ -1,0 +1,160 @@
+//! Writes of WorkloadCluster objects on behalf of agents: created on registration, status from
+//! heartbeats.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::core::ObjectMeta;
+use nave_api::conditions::{self, reasons, types};
+use nave_api::wire::{Heartbeat, RegisterRequest, Resources};
+use nave_api::{WorkloadCluster, WorkloadClusterSpec};
+use serde_json::{Value, json};
+
+use crate::context::HUB_NAME;
+
+/// Writes WorkloadCluster objects in the management cluster.
+#[derive(Clone)]
+pub struct ClusterObjects {
+    api: Api<WorkloadCluster>,
+}
+
+impl std::fmt::Debug for ClusterObjects {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ClusterObjects")
+    }
+}
+
+impl ClusterObjects {
+    /// Writer over the management cluster's client.
+    pub fn new(client: kube::Client) -> Self {
+        ClusterObjects {
+            api: Api::all(client),
+        }
+    }
+
+    async fn ensure(
+        &self,
+        name: &str,
+        request: Option<&RegisterRequest>,
+    ) -> Result<WorkloadCluster, kube::Error> {
+        if let Some(existing) = self.api.get_opt(name).await? {
+            return Ok(existing);
+        }
+        let mut object = WorkloadCluster::new(name, WorkloadClusterSpec::default());
+        if let Some(request) = request {
+            object.metadata = ObjectMeta {
+                name: Some(name.to_owned()),
+                labels: (!request.labels.is_empty()).then(|| request.labels.clone()),
+                ..ObjectMeta::default()
+            };
+            object.spec.region = request.region.clone();
+            object.spec.zone = request.zone.clone();
+            object.spec.coordinates = request.coordinates;
+        }
+        match self.api.create(&PostParams::default(), &object).await {
+            Ok(created) => Ok(created),
+            // Created meanwhile (an admin, or a concurrent request): use that one.
+            Err(kube::Error::Api(s)) if s.code == 409 => self.api.get(name).await,
+            Err(e) => Err(e),
+        }
+    }
+
+    async fn patch_status(&self, name: &str, status: Value) -> Result<(), kube::Error> {
+        let patch = json!({"apiVersion": nave_api::API_VERSION, "kind": "WorkloadCluster", "status": status});
+        self.api
+            .patch_status(name, &PatchParams::apply(HUB_NAME), &Patch::Merge(&patch))
+            .await?;
+        Ok(())
+    }
+
+    /// Creates the WorkloadCluster when missing and sets `Joined=True`.
+    pub async fn joined(&self, request: &RegisterRequest) -> Result<(), kube::Error> {
+        let object = self.ensure(&request.cluster_name, Some(request)).await?;
+        let mut conds = object.status.map(|s| s.conditions).unwrap_or_default();
+        conditions::upsert(
+            &mut conds,
+            condition(
+                types::JOINED,
+                conditions::TRUE,
+                reasons::AGENT_REGISTERED,
+                "an agent registered",
+            ),
+        );
+        let mut status = json!({"conditions": conds, "agentVersion": request.agent_version});
+        if let Some(v) = &request.kubernetes_version {
+            status["kubernetesVersion"] = json!(v);
+        }
+        self.patch_status(&request.cluster_name, status).await
+    }
+
+    /// Writes the heartbeat's capacity summary, time and versions, and `Ready=True`.
+    pub async fn heartbeat(
+        &self,
+        name: &str,
+        beat: &Heartbeat,
+        at: jiff::Timestamp,
+    ) -> Result<(), kube::Error> {
+        let object = self.ensure(name, None).await?;
+        let mut conds = object.status.map(|s| s.conditions).unwrap_or_default();
+        conditions::upsert(
+            &mut conds,
+            condition(
+                types::READY,
+                conditions::TRUE,
+                reasons::HEARTBEAT_RECEIVED,
+                "heartbeats arrive",
+            ),
+        );
+        let mut status = status_summary(beat);
+        status["conditions"] = json!(conds);
+        status["lastHeartbeatTime"] = json!(Time(at));
+        status["agentVersion"] = json!(beat.agent_version);
+        if let Some(v) = &beat.kubernetes_version {
+            status["kubernetesVersion"] = json!(v);
+        }
+        self.patch_status(name, status).await
+    }
+}
+
+fn condition(type_: &str, status: &str, reason: &str, message: &str) -> Condition {
+    Condition {
+        type_: type_.to_owned(),
+        status: status.to_owned(),
+        reason: reason.to_owned(),
+        message: message.to_owned(),
+        last_transition_time: Time(jiff::Timestamp::now()),
+        observed_generation: None,
+    }
+}
+
+fn amounts(r: Resources) -> Value {
+    json!({
+        "cpu": format!("{}m", r.cpu_millis),
+        "memory": r.memory_bytes.to_string(),
+        "pods": r.pods.to_string(),
+    })
+}
+
+fn percent(part: u64, whole: u64) -> Option<u64> {
+    (whole > 0).then(|| part.saturating_mul(100) / whole)
+}
+
+/// The capacity part of a WorkloadCluster's status from a heartbeat; what the rate limit
+/// compares to decide whether a write is due early.
+pub fn status_summary(beat: &Heartbeat) -> Value {
+    let totals = &beat.capacity.totals;
+    let mut capacity = json!({
+        "nodes": totals.schedulable_nodes,
+        "allocatable": amounts(totals.allocatable),
+        "requested": amounts(totals.requested),
+    });
+    if let Some(usage) = beat.usage {
+        capacity["usage"] = amounts(usage);
+    }
+    if let Some(p) = percent(totals.requested.cpu_millis, totals.allocatable.cpu_millis) {
+        capacity["cpuRequestedPercent"] = json!(p);
+    }
+    if let Some(p) = percent(totals.requested.memory_bytes, totals.allocatable.memory_bytes) {
+        capacity["memoryRequestedPercent"] = json!(p);
+    }
+    json!({"capacity": capacity})
+}

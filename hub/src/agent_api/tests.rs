@@ -1,0 +1,215 @@
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::http::{Method, Request, StatusCode};
+use http_body_util::BodyExt;
+use nave_api::wire::{self, ErrorBody, RegisterRequest, RegisterResponse, WorkSet, error_codes};
+use serde_json::{Value, json};
+use tower::ServiceExt;
+
+use super::*;
+use crate::context::{Timings, WorkSignals};
+use crate::store;
+
+const BOOTSTRAP: &str = "bootstrap-secret";
+
+struct Harness {
+    state: AgentState,
+    _dir: tempfile::TempDir,
+}
+
+async fn harness() -> Harness {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("hub.db").display());
+    let store = store::connect(&url).await.unwrap();
+    let state = AgentState::new(
+        store,
+        Arc::new(WorkSignals::default()),
+        BOOTSTRAP,
+        None,
+        None,
+        Timings::default(),
+    );
+    Harness { state, _dir: dir }
+}
+
+async fn call(
+    state: &AgentState,
+    method: Method,
+    uri: &str,
+    token: &str,
+    body: Option<String>,
+) -> (StatusCode, Value) {
+    let mut req = Request::builder()
+        .method(method)
+        .uri(uri)
+        .header("authorization", format!("Bearer {token}"));
+    if body.is_some() {
+        req = req.header("content-type", "application/json");
+    }
+    let req = req.body(body.map_or_else(Body::empty, Body::from)).unwrap();
+    let res = router(state.clone()).oneshot(req).await.unwrap();
+    let status = res.status();
+    let bytes = res.into_body().collect().await.unwrap().to_bytes();
+    let value = if bytes.is_empty() {
+        Value::Null
+    } else {
+        serde_json::from_slice(&bytes).unwrap()
+    };
+    (status, value)
+}
+
+async fn register(state: &AgentState, cluster: &str) -> String {
+    let body = serde_json::to_string(&RegisterRequest {
+        cluster_name: cluster.to_owned(),
+        agent_version: "0.1.0".to_owned(),
+        ..RegisterRequest::default()
+    })
+    .unwrap();
+    let (status, value) = call(state, Method::POST, wire::REGISTER_PATH, BOOTSTRAP, Some(body)).await;
+    assert_eq!(status, StatusCode::OK, "register {cluster}: {value}");
+    let response: RegisterResponse = serde_json::from_value(value).unwrap();
+    response.credential
+}
+
+fn error_code(value: &Value) -> String {
+    let body: ErrorBody =
+        serde_json::from_value(value.clone()).unwrap_or_else(|e| panic!("not an error body: {value} ({e})"));
+    assert!(!body.message.is_empty());
+    body.error
+}
+
+#[tokio::test]
+async fn register_with_wrong_bootstrap_token_is_401_json() {
+    let h = harness().await;
+    let body = json!({"clusterName": "eu-1", "agentVersion": "0.1.0"}).to_string();
+    let (status, value) = call(&h.state, Method::POST, wire::REGISTER_PATH, "wrong", Some(body)).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    assert_eq!(error_code(&value), error_codes::UNAUTHORIZED);
+}
+
+#[tokio::test]
+async fn malformed_body_is_400_json() {
+    let h = harness().await;
+    let (status, value) = call(
+        &h.state,
+        Method::POST,
+        wire::REGISTER_PATH,
+        BOOTSTRAP,
+        Some("{not json".to_owned()),
+    )
+    .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert_eq!(error_code(&value), error_codes::BAD_REQUEST);
+    let credential = register(&h.state, "eu-1").await;
+    let (status, value) = call(
+        &h.state,
+        Method::POST,
+        wire::HEARTBEAT_PATH,
+        &credential,
+        Some(json!({"capacity": 1}).to_string()),
+    )
+    .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{value}");
+    assert_eq!(error_code(&value), error_codes::BAD_REQUEST);
+}
+
+#[tokio::test]
+async fn unknown_or_revoked_credential_is_401() {
+    let h = harness().await;
+    let (status, value) = call(&h.state, Method::GET, wire::WORK_PATH, "made-up", None).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    assert_eq!(error_code(&value), error_codes::UNAUTHORIZED);
+    let first = register(&h.state, "eu-1").await;
+    let _second = register(&h.state, "eu-1").await;
+    let (status, _) = call(&h.state, Method::GET, wire::WORK_PATH, &first, None).await;
+    assert_eq!(
+        status,
+        StatusCode::UNAUTHORIZED,
+        "registering again must revoke the old credential"
+    );
+}
+
+#[tokio::test]
+async fn credential_for_a_cannot_read_bs_work() {
+    let h = harness().await;
+    let a = register(&h.state, "a").await;
+    let _b = register(&h.state, "b").await;
+    let (status, value) = call(
+        &h.state,
+        Method::GET,
+        &format!("{}?cluster=b", wire::WORK_PATH),
+        &a,
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    assert_eq!(error_code(&value), error_codes::FORBIDDEN);
+    let beat = json!({"clusterName": "b", "agentVersion": "0.1.0", "capacity": {"nodeGroups": [], "totals": {
+        "nodes": 0, "schedulableNodes": 0,
+        "allocatable": {"cpuMillis": 0, "memoryBytes": 0, "pods": 0},
+        "requested": {"cpuMillis": 0, "memoryBytes": 0, "pods": 0}}}});
+    let (status, _) = call(
+        &h.state,
+        Method::POST,
+        wire::HEARTBEAT_PATH,
+        &a,
+        Some(beat.to_string()),
+    )
+    .await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    let (status, _) = call(
+        &h.state,
+        Method::POST,
+        wire::STATUS_PATH,
+        &a,
+        Some(json!({"clusterName": "b"}).to_string()),
+    )
+    .await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    let (status, value) = call(
+        &h.state,
+        Method::GET,
+        &format!("{}?cluster=a", wire::WORK_PATH),
+        &a,
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{value}");
+}
+
+#[tokio::test]
+async fn long_poll_returns_when_a_new_revision_is_put() {
+    let h = harness().await;
+    let credential = register(&h.state, "eu-1").await;
+    let objects = vec![json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "one"}})];
+    let first = h.state.store.put_work("eu-1", &objects).await.unwrap();
+    assert_eq!(first.revision, 1);
+
+    // Nothing newer than 1: the poll answers 204 at its timeout.
+    let (status, _) = call(
+        &h.state,
+        Method::GET,
+        &format!("{}?after=1&wait=1", wire::WORK_PATH),
+        &credential,
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::NO_CONTENT);
+
+    let state = h.state.clone();
+    let uri = format!("{}?after=1&wait=30", wire::WORK_PATH);
+    let poll = tokio::spawn(async move { call(&state, Method::GET, &uri, &credential, None).await });
+    let objects = vec![json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "two"}})];
+    let second = h.state.store.put_work("eu-1", &objects).await.unwrap();
+    h.state.signals.notify("eu-1", second.revision);
+    let (status, value) = tokio::time::timeout(Duration::from_secs(10), poll)
+        .await
+        .expect("the long-poll should answer as soon as revision 2 is put, not at its 30 s timeout")
+        .unwrap();
+    assert_eq!(status, StatusCode::OK);
+    let set: WorkSet = serde_json::from_value(value).unwrap();
+    assert_eq!(set.revision, 2, "expected revision 2, saw {}", set.revision);
+    assert_eq!(set.objects, objects);
+}

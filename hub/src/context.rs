@@ -1,0 +1,143 @@
+//! State shared by the controllers, the agent endpoints and the loops.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use kube::runtime::events::{Recorder, Reporter};
+use tokio::sync::{mpsc, watch};
+
+use crate::store::Store;
+
+/// Field manager and event reporter name of the hub.
+pub const HUB_NAME: &str = nave_api::HUB_FIELD_MANAGER;
+
+/// Timings of the hub.
+#[derive(Clone, Debug)]
+pub struct Timings {
+    /// Heartbeat interval asked of agents.
+    pub heartbeat_interval: Duration,
+    /// A cluster without a heartbeat for this long is not Ready (no new replicas).
+    pub heartbeat_grace: Duration,
+    /// Shortest interval between two WorkloadCluster status writes of one cluster, unless its
+    /// capacity summary or readiness changed: every heartbeat is stored, but writing each to the
+    /// API server would load it for nothing.
+    pub cluster_status_interval: Duration,
+    /// Resync period of the controllers.
+    pub resync: Duration,
+}
+
+impl Default for Timings {
+    fn default() -> Self {
+        Timings {
+            heartbeat_interval: Duration::from_secs(nave_api::wire::DEFAULT_HEARTBEAT_INTERVAL_SECONDS),
+            heartbeat_grace: Duration::from_secs(3 * nave_api::wire::DEFAULT_HEARTBEAT_INTERVAL_SECONDS + 10),
+            cluster_status_interval: Duration::from_secs(30),
+            resync: Duration::from_secs(300),
+        }
+    }
+}
+
+/// Per-cluster notification of new work revisions, for the agents' long-polls.
+///
+/// A `watch` channel per cluster rather than one `Notify`: a poller that subscribes and then
+/// reads the store cannot miss a revision put between the two, since `changed()` sees every
+/// send after the subscription.
+#[derive(Debug, Default)]
+pub struct WorkSignals {
+    senders: Mutex<HashMap<String, watch::Sender<u64>>>,
+}
+
+impl WorkSignals {
+    /// A receiver that wakes when `cluster`'s work revision changes.
+    pub fn subscribe(&self, cluster: &str) -> watch::Receiver<u64> {
+        let mut senders = self.senders.lock().unwrap_or_else(|e| e.into_inner());
+        senders
+            .entry(cluster.to_owned())
+            .or_insert_with(|| watch::channel(0).0)
+            .subscribe()
+    }
+
+    /// Wakes `cluster`'s long-pollers: its work is now at `revision`.
+    pub fn notify(&self, cluster: &str, revision: u64) {
+        let senders = self.senders.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(sender) = senders.get(cluster) {
+            sender.send_replace(revision);
+        }
+    }
+}
+
+/// Asks the controllers to reconcile every object (agents reported status or capacity changed).
+///
+/// A channel of capacity one: a burst of reports while a pass is pending coalesces into that one
+/// pass.
+#[derive(Clone, Debug)]
+pub struct ReconcileTrigger {
+    sender: mpsc::Sender<()>,
+}
+
+impl ReconcileTrigger {
+    /// A trigger and the stream the controller reads it from.
+    pub fn new() -> (ReconcileTrigger, mpsc::Receiver<()>) {
+        let (sender, receiver) = mpsc::channel(1);
+        (ReconcileTrigger { sender }, receiver)
+    }
+
+    /// Requests a pass; a no-op when one is already pending.
+    pub fn trigger(&self) {
+        let _ = self.sender.try_send(());
+    }
+}
+
+/// What every reconcile and handler needs.
+#[derive(Clone)]
+pub struct Context {
+    /// Client of the management cluster (CRDs, ConfigMaps/Secrets to copy, events).
+    pub client: kube::Client,
+    /// Operational state: clusters, heartbeats, placements, work, status.
+    pub store: Arc<dyn Store>,
+    /// Publishes Kubernetes Events on the objects the controllers reconcile.
+    pub recorder: Recorder,
+    /// Wakes agents' long-polls when a cluster's work changes.
+    pub signals: Arc<WorkSignals>,
+    /// Serializes the read-modify-write of the per-cluster work sets, which several workloads
+    /// share: two reconciles writing at once would lose one's objects.
+    pub work_lock: Arc<tokio::sync::Mutex<()>>,
+    /// Timings (heartbeat grace, resync, ...).
+    pub timings: Timings,
+    /// Failed reconciles in a row per object (`namespace/name`), for the retry backoff.
+    pub backoff: Arc<Mutex<HashMap<String, u32>>>,
+}
+
+impl std::fmt::Debug for Context {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Context")
+            .field("store", &self.store)
+            .field("timings", &self.timings)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Context {
+    /// A context over a client and a store.
+    pub fn new(
+        client: kube::Client,
+        store: Arc<dyn Store>,
+        signals: Arc<WorkSignals>,
+        timings: Timings,
+    ) -> Self {
+        let reporter = Reporter {
+            controller: HUB_NAME.to_owned(),
+            instance: std::env::var("POD_NAME").ok(),
+        };
+        Context {
+            recorder: Recorder::new(client.clone(), reporter),
+            client,
+            store,
+            signals,
+            work_lock: Arc::default(),
+            timings,
+            backoff: Arc::default(),
+        }
+    }
+}

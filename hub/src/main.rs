@@ -1,0 +1,23 @@
+//! `nave-hub`: see the library for what it does.
+#![forbid(unsafe_code)]
+
+use clap::Parser;
+use nave_hub::cli::{Cli, Command};
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    // kube and reqwest use rustls; pick its ring provider once for the process.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Crds => {
+            print!("{}", nave_hub::crds_yaml());
+            Ok(())
+        }
+        Command::Run(args) => {
+            nave_hub::init_tracing(args.log_json);
+            nave_hub::run(args).await?;
+            Ok(())
+        }
+    }
+}

@@ -1,0 +1,305 @@
+//! Rendering: from a MultiClusterDeployment (and its MultiClusterServices) to the Kubernetes
+//! objects one workload cluster should run. Pure functions over JSON, so they test in
+//! microseconds.
+//!
+//! ```text
+//!  spec.template ──► Deployment (replicas = the cluster's share, workload label)
+//!                        └─► spec.overrides matching the cluster (RFC 6902, this copy only)
+//!  pod template ──► referenced ConfigMaps/Secrets (volumes, env, envFrom, imagePullSecrets)
+//!                        └─► copied from the management cluster (when dependencies are on)
+//!  MultiClusterService ──► Service (+ Cilium global annotations)
+//!  every namespace used ──► Namespace
+//! ```
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use nave_api::wire::{WORKLOAD_LABEL, WorkloadRef};
+use nave_api::{Dependencies, DependencyKind, MultiClusterDeployment, MultiClusterService};
+use serde_json::{Map, Value, json};
+
+/// Label on every rendered object naming the MultiClusterDeployment's name (handy for `kubectl -l`).
+pub const MCD_NAME_LABEL: &str = "nave.dev/mcd";
+
+/// Why a cluster's Deployment could not be rendered.
+#[derive(Debug, thiserror::Error)]
+pub enum RenderError {
+    /// An override's cluster selector is invalid.
+    #[error(transparent)]
+    Selector(#[from] nave_api::Error),
+    /// An override's patches do not parse as RFC 6902 operations.
+    #[error("spec.overrides[{index}].patches: {source}")]
+    ParsePatch {
+        /// Position of the override.
+        index: usize,
+        /// Why.
+        #[source]
+        source: serde_json::Error,
+    },
+    /// An override's patches do not apply to the Deployment.
+    #[error("spec.overrides[{index}] does not apply to the Deployment for cluster {cluster}: {source}")]
+    ApplyPatch {
+        /// Position of the override.
+        index: usize,
+        /// The cluster whose copy was patched.
+        cluster: String,
+        /// What failed.
+        #[source]
+        source: json_patch::PatchError,
+    },
+}
+
+/// The workload reference of an MCD.
+pub fn workload_ref(mcd: &MultiClusterDeployment) -> WorkloadRef {
+    WorkloadRef::new(
+        mcd.metadata.namespace.clone().unwrap_or_default(),
+        mcd.metadata.name.clone().unwrap_or_default(),
+    )
+}
+
+/// The labels Nave puts on every object it renders for a workload.
+pub fn workload_labels(workload: &WorkloadRef) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        (WORKLOAD_LABEL.to_owned(), workload.label_value()),
+        (MCD_NAME_LABEL.to_owned(), workload.name.clone()),
+    ])
+}
+
+/// The Deployment for one cluster: the template's metadata and spec, `replicas` set to the
+/// cluster's share, the workload labels on the Deployment and its pod template, then every
+/// override that applies to `cluster` (by name or by its `labels`), in order.
+pub fn render_deployment(
+    mcd: &MultiClusterDeployment,
+    cluster: &str,
+    cluster_labels: &BTreeMap<String, String>,
+    replicas: u32,
+) -> Result<Value, RenderError> {
+    let workload = workload_ref(mcd);
+    let template = &mcd.spec.template;
+    let mut labels = template.metadata.labels.clone();
+    labels.extend(workload_labels(&workload));
+    let mut metadata = json!({
+        "name": workload.name,
+        "namespace": workload.namespace,
+        "labels": labels,
+    });
+    if !template.metadata.annotations.is_empty() {
+        metadata["annotations"] = json!(template.metadata.annotations);
+    }
+    let mut spec = template.spec.clone();
+    if !spec.is_object() {
+        spec = Value::Object(Map::new());
+    }
+    spec["replicas"] = json!(replicas);
+    // The agent reports status per workload from the pods' label; set it here so it holds from
+    // the first pod on.
+    let pod_labels = pointer_object(&mut spec, &["template", "metadata", "labels"]);
+    pod_labels.insert(WORKLOAD_LABEL.to_owned(), json!(workload.label_value()));
+    let mut deployment = json!({
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": metadata,
+        "spec": spec,
+    });
+    for (index, over) in mcd.spec.overrides.iter().enumerate() {
+        if !over.applies_to(index, cluster, cluster_labels)? {
+            continue;
+        }
+        let ops = serde_json::to_value(&over.patches)
+            .map_err(|source| RenderError::ParsePatch { index, source })?;
+        let patch: json_patch::Patch =
+            serde_json::from_value(ops).map_err(|source| RenderError::ParsePatch { index, source })?;
+        json_patch::patch(&mut deployment, &patch).map_err(|source| RenderError::ApplyPatch {
+            index,
+            cluster: cluster.to_owned(),
+            source,
+        })?;
+    }
+    Ok(deployment)
+}
+
+/// The object at `path` under `root`, created as an empty object (and made one) where missing.
+fn pointer_object<'a>(root: &'a mut Value, path: &[&str]) -> &'a mut Map<String, Value> {
+    let mut current = root;
+    for key in path {
+        if !current.is_object() {
+            *current = Value::Object(Map::new());
+        }
+        current = current
+            .as_object_mut()
+            .expect("made an object above")
+            .entry(*key)
+            .or_insert_with(|| Value::Object(Map::new()));
+    }
+    if !current.is_object() {
+        *current = Value::Object(Map::new());
+    }
+    current.as_object_mut().expect("made an object above")
+}
+
+/// The ConfigMaps and Secrets a pod template (`spec.template` of a DeploymentSpec, as JSON)
+/// refers to, plus `include`, minus `exclude`; empty when dependencies are off.
+pub fn dependencies(deployment_spec: &Value, deps: &Dependencies) -> BTreeSet<(DependencyKind, String)> {
+    let mut found = BTreeSet::new();
+    if !deps.enabled {
+        return found;
+    }
+    let pod = &deployment_spec["template"]["spec"];
+    let mut add = |kind: DependencyKind, name: &Value| {
+        if let Some(name) = name.as_str().filter(|n| !n.is_empty()) {
+            found.insert((kind, name.to_owned()));
+        }
+    };
+    for volume in pod["volumes"].as_array().into_iter().flatten() {
+        add(DependencyKind::ConfigMap, &volume["configMap"]["name"]);
+        add(DependencyKind::Secret, &volume["secret"]["secretName"]);
+        for source in volume["projected"]["sources"].as_array().into_iter().flatten() {
+            add(DependencyKind::ConfigMap, &source["configMap"]["name"]);
+            add(DependencyKind::Secret, &source["secret"]["name"]);
+        }
+    }
+    for secret in pod["imagePullSecrets"].as_array().into_iter().flatten() {
+        add(DependencyKind::Secret, &secret["name"]);
+    }
+    let containers = ["initContainers", "containers", "ephemeralContainers"]
+        .into_iter()
+        .flat_map(|key| pod[key].as_array().into_iter().flatten());
+    for container in containers {
+        for env in container["env"].as_array().into_iter().flatten() {
+            add(
+                DependencyKind::ConfigMap,
+                &env["valueFrom"]["configMapKeyRef"]["name"],
+            );
+            add(DependencyKind::Secret, &env["valueFrom"]["secretKeyRef"]["name"]);
+        }
+        for from in container["envFrom"].as_array().into_iter().flatten() {
+            add(DependencyKind::ConfigMap, &from["configMapRef"]["name"]);
+            add(DependencyKind::Secret, &from["secretRef"]["name"]);
+        }
+    }
+    for include in &deps.include {
+        found.insert((include.kind, include.name.clone()));
+    }
+    for exclude in &deps.exclude {
+        found.remove(&(exclude.kind, exclude.name.clone()));
+    }
+    found
+}
+
+/// A copy of a ConfigMap or Secret read from the management cluster, for a workload cluster:
+/// its data and type, its own labels and annotations plus the workload labels; server-assigned
+/// metadata (uid, resourceVersion, managedFields, owner references) left out.
+pub fn copy_dependency(object: &Value, workload: &WorkloadRef) -> Value {
+    let meta = &object["metadata"];
+    let mut labels: BTreeMap<String, Value> = meta["labels"]
+        .as_object()
+        .map(|m| m.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
+        .unwrap_or_default();
+    for (key, value) in workload_labels(workload) {
+        labels.insert(key, json!(value));
+    }
+    let mut metadata = json!({
+        "name": meta["name"],
+        "namespace": meta["namespace"],
+        "labels": labels,
+    });
+    if let Some(annotations) = meta["annotations"].as_object() {
+        // The last-applied annotation describes the source object, not the copy.
+        let kept: Map<String, Value> = annotations
+            .iter()
+            .filter(|(k, _)| k.as_str() != "kubectl.kubernetes.io/last-applied-configuration")
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        if !kept.is_empty() {
+            metadata["annotations"] = Value::Object(kept);
+        }
+    }
+    let mut copy = json!({
+        "apiVersion": "v1",
+        "kind": object["kind"],
+        "metadata": metadata,
+    });
+    for key in ["data", "binaryData", "stringData", "type", "immutable"] {
+        if let Some(value) = object.get(key).filter(|v| !v.is_null()) {
+            copy[key] = value.clone();
+        }
+    }
+    copy
+}
+
+/// A Namespace object, for a cluster that runs workloads in it.
+pub fn namespace(name: &str) -> Value {
+    json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+}
+
+/// The Service of a MultiClusterService, for every cluster that runs `workload` (the MCD it
+/// follows, whose pod selector is the default). Labelled with that workload, so it goes and
+/// comes with it.
+pub fn render_service(
+    mcs: &MultiClusterService,
+    workload: &WorkloadRef,
+    default_selector: &BTreeMap<String, String>,
+) -> Result<Value, serde_json::Error> {
+    let mut labels = mcs.spec.metadata.labels.clone();
+    labels.extend(workload_labels(workload));
+    let mut metadata = json!({
+        "name": mcs.metadata.name,
+        "namespace": mcs.metadata.namespace,
+        "labels": labels,
+    });
+    let annotations = mcs.spec.service_annotations();
+    if !annotations.is_empty() {
+        metadata["annotations"] = json!(annotations);
+    }
+    Ok(json!({
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": metadata,
+        "spec": serde_json::to_value(mcs.spec.service_spec(default_selector))?,
+    }))
+}
+
+/// The identity of an object in a work set: kind, namespace, name.
+pub fn object_key(object: &Value) -> (String, String, String) {
+    let text = |v: &Value| v.as_str().unwrap_or_default().to_owned();
+    (
+        text(&object["kind"]),
+        text(&object["metadata"]["namespace"]),
+        text(&object["metadata"]["name"]),
+    )
+}
+
+/// Whether an object of a work set belongs to `workload` (by its workload label).
+pub fn belongs_to(object: &Value, workload: &WorkloadRef) -> bool {
+    object["metadata"]["labels"][WORKLOAD_LABEL].as_str() == Some(workload.label_value().as_str())
+}
+
+/// Replaces `workload`'s objects in a cluster's work set with `objects`, and the Namespaces with
+/// exactly those the remaining namespaced objects use. An object another workload already
+/// contributes (a ConfigMap two workloads share) is kept once, the first one.
+pub fn merge_work(current: &[Value], workload: &WorkloadRef, objects: Vec<Value>) -> Vec<Value> {
+    let mut seen = BTreeSet::new();
+    let mut merged = Vec::new();
+    let kept = current
+        .iter()
+        .filter(|o| o["kind"] != "Namespace" && !belongs_to(o, workload))
+        .cloned();
+    for object in kept.chain(objects) {
+        if object["kind"] == "Namespace" {
+            continue;
+        }
+        if seen.insert(object_key(&object)) {
+            merged.push(object);
+        }
+    }
+    let namespaces: BTreeSet<String> = merged
+        .iter()
+        .filter_map(|o| o["metadata"]["namespace"].as_str().map(str::to_owned))
+        .filter(|ns| !ns.is_empty())
+        .collect();
+    merged.extend(namespaces.iter().map(|ns| namespace(ns)));
+    merged.sort_by_key(object_key);
+    merged
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,227 @@
+use std::collections::BTreeMap;
+
+use nave_api::wire::{WORKLOAD_LABEL, WorkloadRef};
+use nave_api::{
+    ClusterOverride, Dependencies, DependencyKind, DependencyRef, DeploymentTemplate, JsonPatchOperation,
+    MultiClusterDeployment, MultiClusterDeploymentSpec, MultiClusterService, PatchOp,
+};
+use serde_json::{Value, json};
+
+use super::*;
+
+fn template(spec: Value) -> DeploymentTemplate {
+    serde_json::from_value(json!({"metadata": {"labels": {"team": "web"}}, "spec": spec})).unwrap()
+}
+
+fn web_spec() -> Value {
+    json!({
+        "selector": {"matchLabels": {"app": "web"}},
+        "template": {
+            "metadata": {"labels": {"app": "web"}},
+            "spec": {"containers": [{"name": "web", "image": "nginx:1.27"}]}
+        }
+    })
+}
+
+fn mk_mcd(overrides: Vec<ClusterOverride>) -> MultiClusterDeployment {
+    let spec: MultiClusterDeploymentSpec = serde_json::from_value(json!({
+        "replicas": 5,
+        "template": template(web_spec()),
+    }))
+    .unwrap();
+    let mut mcd = MultiClusterDeployment::new("web", MultiClusterDeploymentSpec { overrides, ..spec });
+    mcd.metadata.namespace = Some("shop".to_owned());
+    mcd
+}
+
+fn image_override(clusters: &[&str], image: &str) -> ClusterOverride {
+    ClusterOverride {
+        clusters: clusters.iter().map(|c| (*c).to_owned()).collect(),
+        cluster_selector: None,
+        patches: vec![JsonPatchOperation {
+            op: PatchOp::Replace,
+            path: "/spec/template/spec/containers/0/image".to_owned(),
+            from: None,
+            value: Some(json!(image)),
+        }],
+    }
+}
+
+#[test]
+fn deployment_gets_the_clusters_share_name_and_workload_labels() {
+    let mcd = mk_mcd(vec![]);
+    let d = render_deployment(&mcd, "eu-1", &BTreeMap::new(), 3).unwrap();
+    assert_eq!(d["kind"], "Deployment");
+    assert_eq!(d["metadata"]["name"], "web");
+    assert_eq!(d["metadata"]["namespace"], "shop");
+    assert_eq!(d["metadata"]["labels"]["team"], "web");
+    assert_eq!(d["metadata"]["labels"][WORKLOAD_LABEL], "shop.web");
+    assert_eq!(d["spec"]["replicas"], 3);
+    assert_eq!(
+        d["spec"]["template"]["metadata"]["labels"][WORKLOAD_LABEL],
+        "shop.web"
+    );
+    assert_eq!(d["spec"]["template"]["metadata"]["labels"]["app"], "web");
+}
+
+#[test]
+fn override_applies_to_its_cluster_only() {
+    let mcd = mk_mcd(vec![image_override(&["cn-1"], "mirror.cn/nginx:1.27")]);
+    let image = |d: &Value| d["spec"]["template"]["spec"]["containers"][0]["image"].clone();
+    let cn = render_deployment(&mcd, "cn-1", &BTreeMap::new(), 2).unwrap();
+    let eu = render_deployment(&mcd, "eu-1", &BTreeMap::new(), 2).unwrap();
+    assert_eq!(image(&cn), "mirror.cn/nginx:1.27");
+    assert_eq!(image(&eu), "nginx:1.27", "eu-1 must keep the template's image");
+}
+
+#[test]
+fn override_by_selector_matches_cluster_labels() {
+    let mut over = image_override(&[], "mirror.cn/nginx:1.27");
+    over.cluster_selector = Some(serde_json::from_value(json!({"matchLabels": {"region": "cn"}})).unwrap());
+    let mcd = mk_mcd(vec![over]);
+    let cn_labels = BTreeMap::from([("region".to_owned(), "cn".to_owned())]);
+    let cn = render_deployment(&mcd, "x", &cn_labels, 1).unwrap();
+    let other = render_deployment(&mcd, "y", &BTreeMap::new(), 1).unwrap();
+    assert_eq!(
+        cn["spec"]["template"]["spec"]["containers"][0]["image"],
+        "mirror.cn/nginx:1.27"
+    );
+    assert_eq!(
+        other["spec"]["template"]["spec"]["containers"][0]["image"],
+        "nginx:1.27"
+    );
+}
+
+#[test]
+fn failing_override_names_its_index_and_cluster() {
+    let mut over = image_override(&["eu-1"], "x");
+    over.patches[0].path = "/spec/nothing/here".to_owned();
+    let mcd = mk_mcd(vec![over]);
+    let err = render_deployment(&mcd, "eu-1", &BTreeMap::new(), 1)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("spec.overrides[0]") && err.contains("eu-1"),
+        "got: {err}"
+    );
+}
+
+#[test]
+fn dependencies_are_found_in_volumes_env_and_env_from() {
+    let spec = json!({"template": {"spec": {
+        "volumes": [
+            {"name": "a", "configMap": {"name": "cm-volume"}},
+            {"name": "b", "secret": {"secretName": "secret-volume"}},
+            {"name": "c", "projected": {"sources": [{"configMap": {"name": "cm-projected"}}]}}
+        ],
+        "imagePullSecrets": [{"name": "pull"}],
+        "initContainers": [{"name": "i", "envFrom": [{"secretRef": {"name": "secret-init"}}]}],
+        "containers": [{
+            "name": "web",
+            "env": [
+                {"name": "A", "valueFrom": {"configMapKeyRef": {"name": "cm-env", "key": "a"}}},
+                {"name": "B", "valueFrom": {"secretKeyRef": {"name": "secret-env", "key": "b"}}},
+                {"name": "C", "value": "plain"}
+            ],
+            "envFrom": [{"configMapRef": {"name": "cm-envfrom"}}]
+        }]
+    }}});
+    let deps = Dependencies::default();
+    let found = dependencies(&spec, &deps);
+    let expected: std::collections::BTreeSet<_> = [
+        (DependencyKind::ConfigMap, "cm-volume"),
+        (DependencyKind::ConfigMap, "cm-projected"),
+        (DependencyKind::ConfigMap, "cm-env"),
+        (DependencyKind::ConfigMap, "cm-envfrom"),
+        (DependencyKind::Secret, "secret-volume"),
+        (DependencyKind::Secret, "secret-env"),
+        (DependencyKind::Secret, "secret-init"),
+        (DependencyKind::Secret, "pull"),
+    ]
+    .into_iter()
+    .map(|(k, n)| (k, n.to_owned()))
+    .collect();
+    assert_eq!(found, expected);
+
+    let deps = Dependencies {
+        enabled: true,
+        include: vec![DependencyRef {
+            kind: DependencyKind::ConfigMap,
+            name: "extra".to_owned(),
+        }],
+        exclude: vec![DependencyRef {
+            kind: DependencyKind::Secret,
+            name: "pull".to_owned(),
+        }],
+    };
+    let found = dependencies(&spec, &deps);
+    assert!(found.contains(&(DependencyKind::ConfigMap, "extra".to_owned())));
+    assert!(!found.contains(&(DependencyKind::Secret, "pull".to_owned())));
+
+    let off = Dependencies {
+        enabled: false,
+        ..Dependencies::default()
+    };
+    assert!(dependencies(&spec, &off).is_empty());
+}
+
+#[test]
+fn copied_dependency_drops_server_fields_and_gets_workload_labels() {
+    let source = json!({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "cfg", "namespace": "shop", "uid": "u", "resourceVersion": "7",
+                     "labels": {"a": "b"},
+                     "annotations": {"kubectl.kubernetes.io/last-applied-configuration": "{}"}},
+        "data": {"k": "v"}
+    });
+    let copy = copy_dependency(&source, &WorkloadRef::new("shop", "web"));
+    assert_eq!(copy["metadata"]["uid"], Value::Null);
+    assert_eq!(copy["metadata"]["resourceVersion"], Value::Null);
+    assert_eq!(copy["metadata"]["annotations"], Value::Null);
+    assert_eq!(copy["metadata"]["labels"]["a"], "b");
+    assert_eq!(copy["metadata"]["labels"][WORKLOAD_LABEL], "shop.web");
+    assert_eq!(copy["data"]["k"], "v");
+}
+
+#[test]
+fn global_service_gets_both_cilium_annotations() {
+    let mut mcs: MultiClusterService = serde_json::from_value(json!({
+        "apiVersion": "nave.dev/v1alpha1", "kind": "MultiClusterService",
+        "metadata": {"name": "web", "namespace": "shop"},
+        "spec": {"deployment": "web", "global": true, "ports": [{"port": 80}]}
+    }))
+    .unwrap();
+    let selector = BTreeMap::from([("app".to_owned(), "web".to_owned())]);
+    let svc = render_service(&mcs, &WorkloadRef::new("shop", "web"), &selector).unwrap();
+    assert_eq!(svc["metadata"]["annotations"]["service.cilium.io/global"], "true");
+    assert_eq!(svc["metadata"]["annotations"]["io.cilium/global-service"], "true");
+    assert_eq!(svc["spec"]["selector"]["app"], "web");
+    mcs.spec.global = false;
+    let svc = render_service(&mcs, &WorkloadRef::new("shop", "web"), &selector).unwrap();
+    assert_eq!(svc["metadata"]["annotations"], Value::Null);
+}
+
+#[test]
+fn merge_replaces_only_the_workloads_objects_and_tracks_namespaces() {
+    let a = WorkloadRef::new("shop", "web");
+    let b = WorkloadRef::new("blog", "api");
+    let mcd = mk_mcd(vec![]);
+    let web = render_deployment(&mcd, "eu-1", &BTreeMap::new(), 2).unwrap();
+    let mut api = web.clone();
+    api["metadata"]["name"] = json!("api");
+    api["metadata"]["namespace"] = json!("blog");
+    api["metadata"]["labels"][WORKLOAD_LABEL] = json!(b.label_value());
+    let set = merge_work(&[], &a, vec![web.clone()]);
+    let set = merge_work(&set, &b, vec![api.clone()]);
+    let kinds: Vec<_> = set.iter().map(object_key).collect();
+    assert_eq!(set.len(), 4, "two deployments and two namespaces, got {kinds:?}");
+    let set = merge_work(&set, &a, vec![]);
+    let keys: Vec<_> = set.iter().map(object_key).collect();
+    assert_eq!(
+        keys,
+        vec![
+            ("Deployment".to_owned(), "blog".to_owned(), "api".to_owned()),
+            ("Namespace".to_owned(), String::new(), "blog".to_owned()),
+        ]
+    );
+}
