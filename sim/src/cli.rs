@@ -34,6 +34,22 @@ pub enum Command {
         #[arg(long)]
         kubeconfig_out: PathBuf,
     },
+    /// The playground: a simulated management cluster with Nave's CRDs and a fleet of workload
+    /// clusters, until Ctrl-C / SIGTERM.
+    Up {
+        /// How many workload clusters of the default fleet (different sizes and regions).
+        #[arg(long, default_value_t = 3, conflicts_with = "config", value_parser = clap::value_parser!(u16).range(1..=100))]
+        clusters: u16,
+        /// A fleet file instead of the default fleet.
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// Where to write kubeconfigs and `ready.json`.
+        #[arg(long, default_value = ".nave")]
+        dir: PathBuf,
+        /// Serve HTTPS with generated CAs.
+        #[arg(long)]
+        tls: bool,
+    },
     /// Serve every cluster of a fleet file, one listener each.
     Fleet {
         /// Fleet configuration (YAML).
@@ -95,6 +111,16 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             tracing::info!(cluster = sim.name(), url = sim.url(), kubeconfig = %kubeconfig_out.display(), "serving");
             shutdown_signal().await;
             sim.shutdown().await;
+        }
+        Command::Up { clusters, config, dir, tls } => {
+            let fleet = match config {
+                Some(p) => FleetConfig::from_file(&p)?,
+                None => crate::up::default_fleet(usize::from(clusters)),
+            };
+            let playground = crate::up::Playground::start(crate::up::UpOptions { fleet, dir, tls }).await?;
+            print!("{}", playground.next_steps());
+            shutdown_signal().await;
+            playground.shutdown().await;
         }
         Command::Fleet { config, out, tls } => {
             let config = FleetConfig::from_file(&config)?;

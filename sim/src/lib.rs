@@ -27,6 +27,7 @@ pub mod config;
 pub mod controllers;
 pub mod metrics;
 pub mod server;
+pub mod up;
 
 pub use cluster::{Faults, ServeOptions, SimCluster, SimError, SimFleet, install_crypto_provider};
 pub use config::{ClusterConfig, FleetConfig};

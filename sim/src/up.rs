@@ -1,0 +1,231 @@
+//! `nave-sim up`: the playground.  One process serves a simulated management cluster with Nave's
+//! custom resources installed and a fleet of simulated workload clusters, and writes everything a
+//! user needs to talk to them.
+//!
+//! ```text
+//!   .nave/kubeconfig ──► management cluster (CRDs: mcd, mcsvc, wcl; WorkloadClusters declared)
+//!   .nave/clusters/<name>.kubeconfig ──► workload cluster <name> (nodes, scheduler, kubelet, /metrics)
+//!   .nave/ready.json   written last: every URL above is serving
+//! ```
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, PostParams};
+use nave_api::{WorkloadCluster, WorkloadClusterSpec};
+
+use crate::cluster::{ServeOptions, SimCluster, SimFleet};
+use crate::config::{ClusterConfig, Coordinates, FleetConfig, NodePool};
+
+/// Name of the simulated management cluster.
+pub const MANAGEMENT_CLUSTER: &str = "management";
+
+/// What `up` serves and where it writes.
+#[derive(Debug, Clone)]
+pub struct UpOptions {
+    /// The workload clusters.
+    pub fleet: FleetConfig,
+    /// Directory for kubeconfigs and `ready.json`.
+    pub dir: PathBuf,
+    /// Serve HTTPS with generated CAs.
+    pub tls: bool,
+}
+
+/// The running playground.
+#[derive(Debug)]
+pub struct Playground {
+    /// The management cluster (Nave's CRDs installed).
+    pub management: SimCluster,
+    /// The workload clusters.
+    pub fleet: SimFleet,
+    dir: PathBuf,
+}
+
+/// The default fleet: `n` clusters of different sizes in different regions.
+pub fn default_fleet(n: usize) -> FleetConfig {
+    const REGIONS: [(&str, f64, f64); 5] = [
+        ("eu-west", 53.35, -6.26),
+        ("us-east", 38.9, -77.04),
+        ("ap-south", 19.08, 72.88),
+        ("eu-central", 50.11, 8.68),
+        ("us-west", 45.52, -122.68),
+    ];
+    // Sizes differ so that worst-fit and best-fit choose differently.
+    const SIZES: [(u32, &str, &str); 3] = [(4, "8", "32Gi"), (3, "4", "16Gi"), (2, "4", "8Gi")];
+    let clusters = (0..n)
+        .map(|i| {
+            let (region, latitude, longitude) = REGIONS[i % REGIONS.len()];
+            let (count, cpu, memory) = SIZES[i % SIZES.len()];
+            let ordinal = i / REGIONS.len() + 1;
+            ClusterConfig {
+                name: format!("{region}-{ordinal}"),
+                region: Some(region.to_owned()),
+                zone: Some(format!("{region}-{ordinal}a")),
+                coordinates: Some(Coordinates { latitude, longitude }),
+                node_pools: vec![NodePool {
+                    name: "general".to_owned(),
+                    count,
+                    cpu: cpu.to_owned(),
+                    memory: memory.to_owned(),
+                    ..NodePool::default()
+                }],
+                ..ClusterConfig::default()
+            }
+        })
+        .collect();
+    FleetConfig { clusters }
+}
+
+impl Playground {
+    /// Starts the management cluster, installs the CRDs, starts the fleet, declares a
+    /// WorkloadCluster per workload cluster and writes the kubeconfigs and `ready.json`.
+    pub async fn start(opts: UpOptions) -> anyhow::Result<Playground> {
+        opts.fleet.check().map_err(|e| anyhow::anyhow!("fleet configuration: {e}"))?;
+        let serve = ServeOptions { tls: opts.tls, ..ServeOptions::default() };
+        let management_config = ClusterConfig {
+            name: MANAGEMENT_CLUSTER.to_owned(),
+            node_pools: vec![NodePool { count: 1, ..NodePool::default() }],
+            ..ClusterConfig::default()
+        };
+        let management = SimCluster::start(management_config, serve.clone()).await?;
+        let client = management.client().await?;
+        install_crds(&client).await?;
+        let fleet = SimFleet::start(opts.fleet.clone(), serve).await?;
+        declare_clusters(&client, &opts.fleet).await?;
+        let playground = Playground { management, fleet, dir: opts.dir };
+        playground.write_files()?;
+        Ok(playground)
+    }
+
+    fn write_files(&self) -> anyhow::Result<()> {
+        let clusters_dir = self.dir.join("clusters");
+        std::fs::create_dir_all(&clusters_dir)?;
+        let management_kubeconfig = self.dir.join("kubeconfig");
+        self.management.write_kubeconfig(&management_kubeconfig)?;
+        let mut clusters = Vec::new();
+        for c in &self.fleet.clusters {
+            let path = clusters_dir.join(format!("{}.kubeconfig", c.name()));
+            c.write_kubeconfig(&path)?;
+            clusters.push(serde_json::json!({
+                "name": c.name(),
+                "url": c.url(),
+                "kubeconfig": path.display().to_string(),
+                "metricsUrl": c.metrics_url(),
+            }));
+        }
+        let ready = serde_json::json!({
+            "management": {
+                "url": self.management.url(),
+                "kubeconfig": management_kubeconfig.display().to_string(),
+            },
+            "clusters": clusters,
+        });
+        // Written last and atomically: its presence means everything above is serving.
+        let tmp = self.dir.join("ready.json.tmp");
+        std::fs::write(&tmp, serde_json::to_string_pretty(&ready)?)?;
+        std::fs::rename(&tmp, self.dir.join("ready.json"))?;
+        Ok(())
+    }
+
+    /// What to type next, printed by `nave-sim up`.
+    pub fn next_steps(&self) -> String {
+        let dir = self.dir.display();
+        let mut s = String::new();
+        s.push_str(&format!("management cluster  {}\n", self.management.url()));
+        for c in &self.fleet.clusters {
+            s.push_str(&format!("workload cluster    {:<14} {}  (metrics {})\n", c.name(), c.url(), c.metrics_url()));
+        }
+        s.push_str(&format!(
+            "\nNext, in another terminal:\n  export KUBECONFIG={dir}/kubeconfig\n  kubectl get workloadclusters\n  \
+             kubectl apply -f examples/web.yaml\n  kubectl get mcd\n  \
+             kubectl --kubeconfig {dir}/clusters/<name>.kubeconfig get nodes\n\nCtrl-C stops everything.\n"
+        ));
+        s
+    }
+
+    /// Stops every cluster and removes `ready.json`.
+    pub async fn shutdown(self) {
+        let _ = std::fs::remove_file(self.dir.join("ready.json"));
+        self.fleet.shutdown().await;
+        self.management.shutdown().await;
+    }
+
+    /// The directory the playground writes to.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+}
+
+/// Creates (or replaces) Nave's CRDs and waits until each is Established.
+async fn install_crds(client: &kube::Client) -> anyhow::Result<()> {
+    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    for crd in nave_api::crds() {
+        let name = crd.metadata.name.clone().unwrap_or_default();
+        match api.create(&PostParams::default(), &crd).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(e)) if e.code == 409 => {
+                let live = api.get(&name).await?;
+                let mut crd = crd.clone();
+                crd.metadata.resource_version = live.metadata.resource_version;
+                api.replace(&name, &PostParams::default(), &crd).await?;
+            }
+            Err(e) => return Err(anyhow::anyhow!("installing CRD {name}: {e}")),
+        }
+        let established = kube::runtime::wait::await_condition(
+            api.clone(),
+            &name,
+            kube::runtime::wait::conditions::is_crd_established(),
+        );
+        tokio::time::timeout(Duration::from_secs(10), established)
+            .await
+            .map_err(|_| anyhow::anyhow!("CRD {name} was not Established within 10 s"))??;
+    }
+    Ok(())
+}
+
+/// Declares one WorkloadCluster per simulated workload cluster, as an admin would before its agent
+/// registers: region, zone and coordinates come from the fleet configuration.
+async fn declare_clusters(client: &kube::Client, fleet: &FleetConfig) -> anyhow::Result<()> {
+    let api: Api<WorkloadCluster> = Api::all(client.clone());
+    for c in &fleet.clusters {
+        let spec = WorkloadClusterSpec {
+            region: c.region.clone(),
+            zone: c.zone.clone(),
+            coordinates: c
+                .coordinates
+                .map(|p| nave_api::Coordinates { latitude: p.latitude, longitude: p.longitude }),
+            ..WorkloadClusterSpec::default()
+        };
+        let mut wcl = WorkloadCluster::new(&c.name, spec);
+        let mut labels = c.labels.clone();
+        if let Some(region) = &c.region {
+            labels.insert("topology.kubernetes.io/region".to_owned(), region.clone());
+        }
+        if let Some(zone) = &c.zone {
+            labels.insert("topology.kubernetes.io/zone".to_owned(), zone.clone());
+        }
+        wcl.metadata.labels = Some(labels);
+        match api.create(&PostParams::default(), &wcl).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(e)) if e.code == 409 => {}
+            Err(e) => return Err(anyhow::anyhow!("declaring WorkloadCluster {}: {e}", c.name)),
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_fleet_has_distinct_valid_clusters_of_different_sizes() {
+        let fleet = default_fleet(7);
+        fleet.check().expect("the default fleet is valid");
+        assert_eq!(fleet.clusters.len(), 7);
+        let sizes: std::collections::BTreeSet<_> =
+            fleet.clusters.iter().map(|c| (c.node_pools[0].count, c.node_pools[0].cpu.clone())).collect();
+        assert!(sizes.len() >= 3, "expected at least 3 different cluster sizes, saw {sizes:?}");
+    }
+}
