@@ -112,7 +112,12 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             shutdown_signal().await;
             sim.shutdown().await;
         }
-        Command::Up { clusters, config, dir, tls } => {
+        Command::Up {
+            clusters,
+            config,
+            dir,
+            tls,
+        } => {
             let fleet = match config {
                 Some(p) => FleetConfig::from_file(&p)?,
                 None => crate::up::default_fleet(usize::from(clusters)),

@@ -81,11 +81,19 @@ impl Playground {
     /// Starts the management cluster, installs the CRDs, starts the fleet, declares a
     /// WorkloadCluster per workload cluster and writes the kubeconfigs and `ready.json`.
     pub async fn start(opts: UpOptions) -> anyhow::Result<Playground> {
-        opts.fleet.check().map_err(|e| anyhow::anyhow!("fleet configuration: {e}"))?;
-        let serve = ServeOptions { tls: opts.tls, ..ServeOptions::default() };
+        opts.fleet
+            .check()
+            .map_err(|e| anyhow::anyhow!("fleet configuration: {e}"))?;
+        let serve = ServeOptions {
+            tls: opts.tls,
+            ..ServeOptions::default()
+        };
         let management_config = ClusterConfig {
             name: MANAGEMENT_CLUSTER.to_owned(),
-            node_pools: vec![NodePool { count: 1, ..NodePool::default() }],
+            node_pools: vec![NodePool {
+                count: 1,
+                ..NodePool::default()
+            }],
             ..ClusterConfig::default()
         };
         let management = SimCluster::start(management_config, serve.clone()).await?;
@@ -93,7 +101,11 @@ impl Playground {
         install_crds(&client).await?;
         let fleet = SimFleet::start(opts.fleet.clone(), serve).await?;
         declare_clusters(&client, &opts.fleet).await?;
-        let playground = Playground { management, fleet, dir: opts.dir };
+        let playground = Playground {
+            management,
+            fleet,
+            dir: opts.dir,
+        };
         playground.write_files()?;
         Ok(playground)
     }
@@ -134,7 +146,12 @@ impl Playground {
         let mut s = String::new();
         s.push_str(&format!("management cluster  {}\n", self.management.url()));
         for c in &self.fleet.clusters {
-            s.push_str(&format!("workload cluster    {:<14} {}  (metrics {})\n", c.name(), c.url(), c.metrics_url()));
+            s.push_str(&format!(
+                "workload cluster    {:<14} {}  (metrics {})\n",
+                c.name(),
+                c.url(),
+                c.metrics_url()
+            ));
         }
         s.push_str(&format!(
             "\nNext, in another terminal:\n  export KUBECONFIG={dir}/kubeconfig\n  kubectl get workloadclusters\n  \
@@ -192,9 +209,10 @@ async fn declare_clusters(client: &kube::Client, fleet: &FleetConfig) -> anyhow:
         let spec = WorkloadClusterSpec {
             region: c.region.clone(),
             zone: c.zone.clone(),
-            coordinates: c
-                .coordinates
-                .map(|p| nave_api::Coordinates { latitude: p.latitude, longitude: p.longitude }),
+            coordinates: c.coordinates.map(|p| nave_api::Coordinates {
+                latitude: p.latitude,
+                longitude: p.longitude,
+            }),
             ..WorkloadClusterSpec::default()
         };
         let mut wcl = WorkloadCluster::new(&c.name, spec);
@@ -224,8 +242,14 @@ mod tests {
         let fleet = default_fleet(7);
         fleet.check().expect("the default fleet is valid");
         assert_eq!(fleet.clusters.len(), 7);
-        let sizes: std::collections::BTreeSet<_> =
-            fleet.clusters.iter().map(|c| (c.node_pools[0].count, c.node_pools[0].cpu.clone())).collect();
-        assert!(sizes.len() >= 3, "expected at least 3 different cluster sizes, saw {sizes:?}");
+        let sizes: std::collections::BTreeSet<_> = fleet
+            .clusters
+            .iter()
+            .map(|c| (c.node_pools[0].count, c.node_pools[0].cpu.clone()))
+            .collect();
+        assert!(
+            sizes.len() >= 3,
+            "expected at least 3 different cluster sizes, saw {sizes:?}"
+        );
     }
 }
