@@ -205,7 +205,9 @@ pub struct UsageModel {
 
 impl Default for UsageModel {
     fn default() -> Self {
-        UsageModel { factor: default_usage_factor() }
+        UsageModel {
+            factor: default_usage_factor(),
+        }
     }
 }
 
@@ -264,7 +266,10 @@ impl ClusterConfig {
     /// Checks what serde cannot: names, sizes, quantities.
     pub fn check(&self) -> Result<(), String> {
         if !is_dns_label(&self.name) {
-            return Err(format!("name: invalid value {:?}: must be a DNS-1123 label", self.name));
+            return Err(format!(
+                "name: invalid value {:?}: must be a DNS-1123 label",
+                self.name
+            ));
         }
         let mut pool_names = std::collections::BTreeSet::new();
         for (i, pool) in self.node_pools.iter().enumerate() {
@@ -272,7 +277,10 @@ impl ClusterConfig {
                 return Err(format!("nodePools[{i}].name: duplicate value {:?}", pool.name));
             }
             if !is_dns_label(&pool.name) {
-                return Err(format!("nodePools[{i}].name: invalid value {:?}: must be a DNS-1123 label", pool.name));
+                return Err(format!(
+                    "nodePools[{i}].name: invalid value {:?}: must be a DNS-1123 label",
+                    pool.name
+                ));
             }
             for (field, value) in [("cpu", &pool.cpu), ("memory", &pool.memory)] {
                 match nave_sim_core::quantity::parse_milli(value) {
@@ -285,7 +293,10 @@ impl ClusterConfig {
                 }
             }
             for (j, taint) in pool.taints.iter().enumerate() {
-                if !matches!(taint.effect.as_str(), "NoSchedule" | "PreferNoSchedule" | "NoExecute") {
+                if !matches!(
+                    taint.effect.as_str(),
+                    "NoSchedule" | "PreferNoSchedule" | "NoExecute"
+                ) {
                     return Err(format!(
                         "nodePools[{i}].taints[{j}].effect: unsupported value {:?}: supported values: \"NoSchedule\", \"PreferNoSchedule\", \"NoExecute\"",
                         taint.effect
@@ -300,7 +311,10 @@ impl ClusterConfig {
             ));
         }
         if !(self.usage.factor.is_finite() && self.usage.factor >= 0.0) {
-            return Err(format!("usage.factor: invalid value {}: must be >= 0", self.usage.factor));
+            return Err(format!(
+                "usage.factor: invalid value {}: must be >= 0",
+                self.usage.factor
+            ));
         }
         Ok(())
     }
@@ -333,20 +347,28 @@ impl FleetConfig {
 }
 
 fn parse_file<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, ConfigError> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|source| ConfigError::Read { path: path.display().to_string(), source })?;
-    serde_saphyr::from_str(&text)
-        .map_err(|e| ConfigError::Parse { path: path.display().to_string(), message: e.to_string() })
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        path: path.display().to_string(),
+        source,
+    })?;
+    serde_saphyr::from_str(&text).map_err(|e| ConfigError::Parse {
+        path: path.display().to_string(),
+        message: e.to_string(),
+    })
 }
 
 fn invalid(path: &Path, message: String) -> ConfigError {
-    ConfigError::Invalid { path: path.display().to_string(), message }
+    ConfigError::Invalid {
+        path: path.display().to_string(),
+        message,
+    }
 }
 
 fn is_dns_label(s: &str) -> bool {
     !s.is_empty()
         && s.len() <= 63
-        && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
         && !s.starts_with('-')
         && !s.ends_with('-')
 }
@@ -368,14 +390,21 @@ mod tests {
     #[test]
     fn unknown_fields_are_rejected_with_their_name() {
         let err = serde_saphyr::from_str::<ClusterConfig>("name: a\nnodepools: []\n").expect_err("rejects");
-        assert!(err.to_string().contains("nodepools"), "error should name the field, saw: {err}");
+        assert!(
+            err.to_string().contains("nodepools"),
+            "error should name the field, saw: {err}"
+        );
     }
 
     #[test]
     fn bad_taint_effect_names_the_field() {
         let c = ClusterConfig {
             node_pools: vec![NodePool {
-                taints: vec![Taint { key: "a".into(), value: String::new(), effect: "Never".into() }],
+                taints: vec![Taint {
+                    key: "a".into(),
+                    value: String::new(),
+                    effect: "Never".into(),
+                }],
                 ..NodePool::default()
             }],
             ..ClusterConfig::default()
@@ -386,7 +415,9 @@ mod tests {
 
     #[test]
     fn duplicate_cluster_names_are_rejected() {
-        let f = FleetConfig { clusters: vec![ClusterConfig::default(), ClusterConfig::default()] };
+        let f = FleetConfig {
+            clusters: vec![ClusterConfig::default(), ClusterConfig::default()],
+        };
         let err = f.check().expect_err("rejects");
         assert_eq!(err, "clusters[1].name: duplicate value \"sim\"");
     }
