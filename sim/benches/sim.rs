@@ -67,6 +67,38 @@ async fn main() {
     nave_sim::install_crypto_provider();
     let mut rows: Vec<(String, String)> = Vec::new();
 
+    // First, while the heap is small: 100 idle clusters (3 nodes each, control plane on).
+    let before = rss_kib();
+    let mut clusters = Vec::new();
+    let t = Instant::now();
+    for i in 0..100 {
+        clusters.push(
+            SimCluster::start(config(&format!("c{i}")), ServeOptions::default())
+                .await
+                .expect("cluster"),
+        );
+    }
+    let start_secs = t.elapsed().as_secs_f64();
+    // Wait until every control plane has created its nodes, then let it settle.
+    for c in &clusters {
+        while c.state().store.list("/nodes", None, None).0.len() < 3 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let after = rss_kib();
+    rows.push((
+        "start 100 clusters (3 nodes each)".into(),
+        format!("{start_secs:.1} s"),
+    ));
+    rows.push((
+        "RSS per idle cluster (100 clusters)".into(),
+        format!("{:.2} MiB", after.saturating_sub(before) as f64 / 1024.0 / 100.0),
+    ));
+    for c in clusters {
+        c.shutdown().await;
+    }
+
     // Throughput over loopback (HTTP/1.1, one kube-rs client, 8 concurrent tasks).
     let sim = SimCluster::start(
         config("bench"),
@@ -203,9 +235,24 @@ async fn main() {
         t.await.expect("creator");
     }
     let create_secs = start.elapsed().as_secs_f64();
+    let after_create = rss_kib();
     rows.push((
         "create 10,000 pods (8 concurrent)".into(),
         format!("{create_secs:.1} s ({:.0} pods/s)", 10_000.0 / create_secs),
+    ));
+    let mut raw = Vec::new();
+    for _ in 0..5 {
+        let t = Instant::now();
+        let req = http::Request::get("/api/v1/namespaces/default/pods")
+            .body(Vec::new())
+            .expect("req");
+        let text = client.request_text(req).await.expect("raw list");
+        assert!(text.len() > 1_000_000);
+        raw.push(t.elapsed().as_secs_f64() * 1000.0);
+    }
+    rows.push((
+        "list 10,000 pods, raw JSON (server + transfer, median of 5)".into(),
+        format!("{:.0} ms", percentile(&mut raw, 0.5)),
     ));
     let mut full = Vec::new();
     for _ in 0..5 {
@@ -215,7 +262,7 @@ async fn main() {
         full.push(t.elapsed().as_secs_f64() * 1000.0);
     }
     rows.push((
-        "list 10,000 pods, one request (median of 5)".into(),
+        "list 10,000 pods, typed kube-rs decode (median of 5)".into(),
         format!("{:.0} ms", percentile(&mut full, 0.5)),
     ));
     let mut paged = Vec::new();
@@ -255,39 +302,15 @@ async fn main() {
             sel.items.len()
         ),
     ));
-    let after = rss_kib();
     rows.push((
-        "RSS of a cluster with 10,000 pods".into(),
-        format!("{:.0} MiB", after.saturating_sub(before) as f64 / 1024.0),
+        "RSS growth from creating 10,000 pods (server and client)".into(),
+        format!("{:.0} MiB", after_create.saturating_sub(before) as f64 / 1024.0),
+    ));
+    rows.push((
+        "RSS growth after the lists above (peak, allocator keeps it)".into(),
+        format!("{:.0} MiB", rss_kib().saturating_sub(before) as f64 / 1024.0),
     ));
     sim.shutdown().await;
-
-    // 100 idle clusters (3 nodes each, control plane on) in one process.
-    let before = rss_kib();
-    let mut clusters = Vec::new();
-    let t = Instant::now();
-    for i in 0..100 {
-        clusters.push(
-            SimCluster::start(config(&format!("c{i}")), ServeOptions::default())
-                .await
-                .expect("cluster"),
-        );
-    }
-    let start_secs = t.elapsed().as_secs_f64();
-    // Let every control plane create its nodes and settle.
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    let after = rss_kib();
-    rows.push((
-        "start 100 clusters (3 nodes each)".into(),
-        format!("{start_secs:.1} s"),
-    ));
-    rows.push((
-        "RSS per idle cluster (100 clusters)".into(),
-        format!("{:.2} MiB", after.saturating_sub(before) as f64 / 1024.0 / 100.0),
-    ));
-    for c in clusters {
-        c.shutdown().await;
-    }
 
     let w = rows.iter().map(|r| r.0.len()).max().unwrap_or(10);
     println!("\n| {:w$} | result |", "measurement");

@@ -618,6 +618,14 @@ impl ClusterState {
         name: &str,
         opts: &DeleteOpts,
     ) -> ApiResult<Deleted> {
+        if rt.special == Special::Namespace && matches!(name, "default" | "kube-system" | "kube-public") {
+            return Err(ApiError::forbidden(
+                rt,
+                name,
+                "this namespace may not be deleted",
+                None,
+            ));
+        }
         let key = key_of(rt, ns, name);
         for _attempt in 0..16 {
             let Some(old) = self.store.get(&rt.table, &key.0, &key.1) else {
