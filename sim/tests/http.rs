@@ -226,3 +226,69 @@ async fn watch_lines_bookmarks_timeout_and_too_old() {
     assert!(first["object"]["columnDefinitions"].is_array());
     sim.shutdown().await;
 }
+
+#[tokio::test]
+async fn hooks_dump_reset_request_log_and_many_watches() {
+    use futures::StreamExt;
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::api::{Api, PostParams, WatchParams};
+    let sim = helpers::cluster("hooks", false).await;
+    let client = sim.client().await.expect("client");
+    let cms: Api<ConfigMap> = Api::default_namespaced(client.clone());
+    let cm: ConfigMap = serde_json::from_value(json!({"metadata": {"name": "keep-me-not"}})).expect("cm");
+    cms.create(&PostParams::default(), &cm).await.expect("create");
+
+    let text = |path: &str, post: bool| {
+        let client = client.clone();
+        let req = if post {
+            http::Request::post(path)
+        } else {
+            http::Request::get(path)
+        };
+        let req = req.body(Vec::new()).expect("req");
+        async move { client.request_text(req).await.expect("hook") }
+    };
+    let dump: Value = serde_json::from_str(&text("/_sim/v1/dump", false).await).expect("dump");
+    assert!(
+        dump["objects"]["/configmaps"]
+            .as_array()
+            .is_some_and(|a| a.len() == 1),
+        "{dump}"
+    );
+    let log: Value = serde_json::from_str(&text("/_sim/v1/requests", false).await).expect("log");
+    let posts = log["requests"].as_array().map(|r| {
+        r.iter()
+            .filter(|e| e["method"] == "POST" && e["code"] == 201)
+            .count()
+    });
+    assert_eq!(posts, Some(1), "the create is in the request log: {log}");
+
+    // 300 open watches do not starve other requests.
+    let mut streams = Vec::new();
+    for _ in 0..300 {
+        streams.push(
+            cms.watch(&WatchParams::default().timeout(60), "0")
+                .await
+                .expect("watch")
+                .boxed(),
+        );
+    }
+    let got = tokio::time::timeout(std::time::Duration::from_secs(10), cms.get("keep-me-not")).await;
+    assert!(
+        matches!(got, Ok(Ok(_))),
+        "GET while 300 watches are open: {got:?}"
+    );
+    drop(streams);
+
+    text("/_sim/v1/reset", true).await;
+    assert!(
+        cms.get_opt("keep-me-not").await.expect("get").is_none(),
+        "reset removes user objects"
+    );
+    let ns: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
+    assert!(
+        ns.get_opt("kube-system").await.expect("get").is_some(),
+        "reset keeps system namespaces"
+    );
+    sim.shutdown().await;
+}
