@@ -1,10 +1,11 @@
 //! `nave-sim up`: the playground.  One process serves a simulated management cluster with Nave's
-//! custom resources installed and a fleet of simulated workload clusters, and writes everything a
-//! user needs to talk to them.
+//! custom resources installed, the hub (SQLite under the directory), a fleet of simulated workload
+//! clusters with one agent each, and writes everything a user needs to talk to them.
 //!
 //! ```text
-//!   .nave/kubeconfig ──► management cluster (CRDs: mcd, mcsvc, wcl; WorkloadClusters declared)
-//!   .nave/clusters/<name>.kubeconfig ──► workload cluster <name> (nodes, scheduler, kubelet, /metrics)
+//!   .nave/kubeconfig ──► management cluster (CRDs: mcd, mcsvc, wcl) ◄── nave-hub ──► .nave/hub.db
+//!                                                                         ▲ /agent/v1
+//!   .nave/clusters/<name>.kubeconfig ──► workload cluster <name> ◄── nave-agent (one per cluster)
 //!   .nave/ready.json   written last: every URL above is serving
 //! ```
 
@@ -14,6 +15,8 @@ use std::time::Duration;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, PostParams};
 use nave_api::{WorkloadCluster, WorkloadClusterSpec};
+
+use tokio_util::sync::CancellationToken;
 
 use crate::cluster::{ServeOptions, SimCluster, SimFleet};
 use crate::config::{ClusterConfig, Coordinates, FleetConfig, NodePool};
@@ -39,7 +42,12 @@ pub struct Playground {
     pub management: SimCluster,
     /// The workload clusters.
     pub fleet: SimFleet,
+    /// The hub's URL (agent endpoints).
+    pub hub_url: String,
     dir: PathBuf,
+    /// Stops the hub and the agents.
+    stop: CancellationToken,
+    tasks: tokio::task::JoinSet<()>,
 }
 
 /// The default fleet: `n` clusters of different sizes in different regions.
@@ -101,10 +109,51 @@ impl Playground {
         install_crds(&client).await?;
         let fleet = SimFleet::start(opts.fleet.clone(), serve).await?;
         declare_clusters(&client, &opts.fleet).await?;
+        std::fs::create_dir_all(&opts.dir)?;
+        let management_kubeconfig = opts.dir.join("kubeconfig");
+        management.write_kubeconfig(&management_kubeconfig)?;
+
+        // The bootstrap token agents present to register; random per playground.
+        let token_file = opts.dir.join("bootstrap-token");
+        std::fs::write(&token_file, uuid::Uuid::new_v4().simple().to_string())?;
+        let hub_addr = free_loopback_port()?;
+        let hub_url = format!("http://{hub_addr}");
+        let stop = CancellationToken::new();
+        let mut tasks = tokio::task::JoinSet::new();
+        let hub_args = nave_hub::cli::RunArgs {
+            database_url: format!("sqlite://{}", opts.dir.join("hub.db").display()),
+            listen: hub_addr,
+            bootstrap_token_file: token_file.clone(),
+            kubeconfig: Some(management_kubeconfig),
+            log_json: false,
+        };
+        let hub_stop = stop.clone();
+        tasks.spawn(async move {
+            if let Err(e) = nave_hub::run_until(hub_args, hub_stop).await {
+                tracing::error!(error = %e, "the hub stopped");
+            }
+        });
+        for (cluster, config) in fleet.clusters.iter().zip(&opts.fleet.clusters) {
+            let mut agent = nave_agent::Config::new(hub_url.clone(), cluster.name(), token_file.clone());
+            agent.region = config.region.clone();
+            agent.zone = config.zone.clone();
+            agent.labels = config.labels.clone();
+            let client = cluster.client().await?;
+            let agent_stop = stop.clone();
+            let name = cluster.name().to_owned();
+            tasks.spawn(async move {
+                if let Err(e) = nave_agent::run_agent(agent, client, agent_stop).await {
+                    tracing::error!(cluster = %name, error = %e, "an agent stopped");
+                }
+            });
+        }
         let playground = Playground {
             management,
             fleet,
+            hub_url,
             dir: opts.dir,
+            stop,
+            tasks,
         };
         playground.write_files()?;
         Ok(playground)
@@ -131,6 +180,7 @@ impl Playground {
                 "url": self.management.url(),
                 "kubeconfig": management_kubeconfig.display().to_string(),
             },
+            "hub": { "url": self.hub_url },
             "clusters": clusters,
         });
         // Written last and atomically: its presence means everything above is serving.
@@ -145,6 +195,7 @@ impl Playground {
         let dir = self.dir.display();
         let mut s = String::new();
         s.push_str(&format!("management cluster  {}\n", self.management.url()));
+        s.push_str(&format!("hub                 {}\n", self.hub_url));
         for c in &self.fleet.clusters {
             s.push_str(&format!(
                 "workload cluster    {:<14} {}  (metrics {})\n",
@@ -161,9 +212,11 @@ impl Playground {
         s
     }
 
-    /// Stops every cluster and removes `ready.json`.
-    pub async fn shutdown(self) {
+    /// Stops the agents, the hub and every cluster, and removes `ready.json`.
+    pub async fn shutdown(mut self) {
         let _ = std::fs::remove_file(self.dir.join("ready.json"));
+        self.stop.cancel();
+        while self.tasks.join_next().await.is_some() {}
         self.fleet.shutdown().await;
         self.management.shutdown().await;
     }
@@ -172,6 +225,12 @@ impl Playground {
     pub fn dir(&self) -> &Path {
         &self.dir
     }
+}
+
+/// A free port on the loopback interface for the hub, which takes an address rather than a
+/// listener.  Another process could take the port in between; the hub then fails to bind and says so.
+fn free_loopback_port() -> std::io::Result<std::net::SocketAddr> {
+    std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()
 }
 
 /// Creates (or replaces) Nave's CRDs and waits until each is Established.
