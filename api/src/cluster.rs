@@ -197,17 +197,65 @@ pub struct ClusterCapacity {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ResourceAmounts {
-    /// CPU. Example: `16` or `15500m`.
+    /// CPU as a quantity: whole cores when exact, else millicores. Example: `16` or `15500m`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cpu: Option<Quantity>,
 
-    /// Memory. Example: `64Gi`.
+    /// Memory as a quantity: the largest exact binary suffix, else rounded to `Mi`. Example:
+    /// `64Gi` or `1536Mi`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory: Option<Quantity>,
 
-    /// Pods. Example: `330`.
+    /// Pods, a count. Example: `330`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pods: Option<Quantity>,
+}
+
+impl ResourceAmounts {
+    /// Quantities in the form people read: CPU in whole cores when exact, else millicores
+    /// (`8`, `15500m`); memory with the largest exact binary suffix from `Mi` up, else rounded to
+    /// `Mi` (`16Gi`, `1536Mi`, `7748Mi`); pods as a plain number.
+    pub fn from_resources(r: crate::wire::Resources) -> Self {
+        ResourceAmounts {
+            cpu: Some(cpu_quantity(r.cpu_millis)),
+            memory: Some(memory_quantity(r.memory_bytes)),
+            pods: Some(Quantity(r.pods.to_string())),
+        }
+    }
+}
+
+/// CPU as a quantity: whole cores when exact (`8`), else millicores (`15500m`).
+pub fn cpu_quantity(millis: u64) -> Quantity {
+    if millis.is_multiple_of(1000) {
+        Quantity((millis / 1000).to_string())
+    } else {
+        Quantity(format!("{millis}m"))
+    }
+}
+
+/// Memory as a quantity: the largest binary suffix that is exact, from `Mi` to `Ei` (`16Gi`,
+/// `1536Mi`), else rounded to the nearest `Mi`.  Less than half a `Mi` stays exact (`512Ki`, `100`)
+/// so that a small non-zero amount never reads as zero.
+pub fn memory_quantity(bytes: u64) -> Quantity {
+    const MI: u64 = 1 << 20;
+    const SUFFIXES: [(&str, u32); 5] = [("Ei", 60), ("Pi", 50), ("Ti", 40), ("Gi", 30), ("Mi", 20)];
+    if bytes == 0 {
+        return Quantity("0".to_owned());
+    }
+    for (suffix, shift) in SUFFIXES {
+        if bytes.trailing_zeros() >= shift {
+            return Quantity(format!("{}{suffix}", bytes >> shift));
+        }
+    }
+    let mebibytes = (bytes + MI / 2) / MI;
+    if mebibytes > 0 {
+        return Quantity(format!("{mebibytes}Mi"));
+    }
+    if bytes.is_multiple_of(1024) {
+        Quantity(format!("{}Ki", bytes / 1024))
+    } else {
+        Quantity(bytes.to_string())
+    }
 }
 
 impl WorkloadClusterStatus {

@@ -72,6 +72,9 @@ pub mod reasons {
     pub const CLUSTER_NOT_READY: &str = "ClusterNotReady";
     /// A per-cluster override could not be applied to the Deployment.
     pub const OVERRIDE_FAILED: &str = "OverrideFailed";
+    /// A ConfigMap or Secret the pod template references does not exist in the management
+    /// cluster, so it cannot follow the workload; the message names it.
+    pub const DEPENDENCY_MISSING: &str = "DependencyMissing";
 
     // Bursting
     /// The preferred clusters passed the utilization threshold; some replicas run in burst clusters.

@@ -49,7 +49,7 @@ pub use deployment::{
 };
 pub use error::Error;
 pub use placement::{
-    Bursting, Coordinates, Placement, PlacementPolicy, Proximity, ProximityOrigin, Rescheduling,
+    Bursting, Coordinates, Failback, Placement, PlacementPolicy, Proximity, ProximityOrigin, Rescheduling,
 };
 pub use service::{
     ClusterServiceStatus, MultiClusterService, MultiClusterServiceSpec, MultiClusterServiceStatus,
@@ -76,11 +76,80 @@ pub const CRDGEN_COMMAND: &str = "cargo run -p nave-api --bin crdgen";
 
 /// Every CustomResourceDefinition of this crate, in a stable order.
 pub fn crds() -> Vec<CustomResourceDefinition> {
-    vec![
+    [
         MultiClusterDeployment::crd(),
         MultiClusterService::crd(),
         WorkloadCluster::crd(),
     ]
+    .into_iter()
+    .map(tidy_schemas)
+    .collect()
+}
+
+/// Makes the generated schemas read well in `kubectl explain`, which prints descriptions as they
+/// are and only wraps long lines: doc comments are unwrapped into paragraphs (blank lines and
+/// list items kept), and an optional enum is published as a plain enum, without the `null` that
+/// `kubectl explain` would print as `<no value>` (an explicit `null` is pruned, as for any
+/// non-nullable field).
+fn tidy_schemas(crd: CustomResourceDefinition) -> CustomResourceDefinition {
+    let mut value = serde_json::to_value(&crd).expect("a CustomResourceDefinition always serializes");
+    if let Some(versions) = value.pointer_mut("/spec/versions").and_then(|v| v.as_array_mut()) {
+        for version in versions {
+            if let Some(schema) = version.pointer_mut("/schema/openAPIV3Schema") {
+                tidy_schema(schema);
+            }
+        }
+    }
+    serde_json::from_value(value).expect("tidying keeps a valid CustomResourceDefinition")
+}
+
+fn tidy_schema(schema: &mut serde_json::Value) {
+    use serde_json::Value;
+    let Some(obj) = schema.as_object_mut() else {
+        return;
+    };
+    if let Some(Value::String(d)) = obj.get_mut("description") {
+        *d = unwrap_paragraphs(d);
+    }
+    if let Some(Value::Array(values)) = obj.get_mut("enum")
+        && values.contains(&Value::Null)
+    {
+        values.retain(|v| !v.is_null());
+        obj.remove("nullable");
+    }
+    for (key, sub) in obj.iter_mut() {
+        match (key.as_str(), sub) {
+            ("properties" | "patternProperties", Value::Object(props)) => {
+                props.values_mut().for_each(tidy_schema);
+            }
+            ("items" | "additionalProperties" | "not", sub @ Value::Object(_)) => tidy_schema(sub),
+            ("allOf" | "anyOf" | "oneOf" | "items", Value::Array(subs)) => {
+                subs.iter_mut().for_each(tidy_schema);
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Joins the lines of each paragraph with spaces; blank lines, list items (`- `, `* `) and
+/// indented lines start new lines.
+fn unwrap_paragraphs(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut previous_blank = true;
+    for (i, line) in text.lines().enumerate() {
+        let blank = line.trim().is_empty();
+        let starts_block = line.starts_with("- ") || line.starts_with("* ") || line.starts_with(' ');
+        if i > 0 {
+            out.push(if blank || previous_blank || starts_block {
+                '\n'
+            } else {
+                ' '
+            });
+        }
+        out.push_str(if blank { "" } else { line.trim_end() });
+        previous_blank = blank;
+    }
+    out
 }
 
 /// A CRD as YAML, ready for `kubectl apply -f -`.

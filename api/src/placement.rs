@@ -37,10 +37,11 @@ pub const DEFAULT_BURST_THRESHOLD_PERCENT: i32 = 80;
 ]))]
 pub struct Placement {
     /// How clusters are ranked when replicas are divided:
-    /// `worst-fit` (default) puts replicas where there is the most free room, spreading load;
-    /// `best-fit` packs them into the clusters with the least room that still fits;
-    /// `proximity` prefers the clusters nearest to `proximity.origin`;
-    /// `spread` divides as evenly as capacity allows over at least `minClusters` clusters.
+    ///
+    /// - `worst-fit` (default) puts replicas where there is the most free room, spreading load.
+    /// - `best-fit` packs them into the clusters with the least room that still fits.
+    /// - `proximity` prefers the clusters nearest to `proximity.origin`.
+    /// - `spread` divides as evenly as capacity allows over at least `minClusters` clusters.
     #[serde(default)]
     pub policy: PlacementPolicy,
 
@@ -90,6 +91,42 @@ pub struct Placement {
     /// Moving replicas that stay Pending in a cluster to clusters with room. Enabled by default.
     #[serde(default)]
     pub rescheduling: Rescheduling,
+
+    /// What happens to replicas that failover moved away from a cluster whose heartbeats stopped,
+    /// once that cluster is Ready again:
+    /// `Never` (default) leaves them where they moved, and the returned cluster only receives new
+    /// replicas (scale-up, later moves); `Immediate` moves the workload back to where this
+    /// placement would put it from scratch, once the cluster has been Ready for the hub's
+    /// settle period (`nave-hub run --failback-settle`, default 5m).
+    #[serde(default)]
+    pub failback: Failback,
+}
+
+/// Failback policy; see `spec.placement.failback`.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash, JsonSchema)]
+pub enum Failback {
+    /// Replicas stay where failover moved them; a returned cluster only receives new replicas.
+    #[default]
+    Never,
+    /// Once the cluster has been Ready for the settle period, the workload is placed again from
+    /// scratch, so replicas move back to where the policy puts them.
+    Immediate,
+}
+
+impl Failback {
+    /// The name as written in manifests, e.g. `Never`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Never => "Never",
+            Self::Immediate => "Immediate",
+        }
+    }
+}
+
+impl std::fmt::Display for Failback {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 /// How clusters are ranked; see `spec.placement.policy`.

@@ -226,6 +226,7 @@ fn mcd_minimal_manifest_gets_serde_defaults() {
     assert_eq!(mcd.spec.placement.rescheduling.pending_timeout, "5m");
     assert_eq!(mcd.spec.placement.rescheduling.cooldown, "10m");
     assert!(mcd.spec.placement.bursting.is_none());
+    assert_eq!(mcd.spec.placement.failback, Failback::Never);
     assert!(mcd.spec.dependencies.enabled);
     assert!(mcd.spec.overrides.is_empty());
 }
@@ -279,6 +280,11 @@ fn crd_schema_has_openapi_constraints() {
         json!(["worst-fit", "best-fit", "proximity", "spread"])
     );
     assert_eq!(node(&s, "spec.placement.bursting.threshold")["maximum"], 100.0);
+    assert_eq!(
+        node(&s, "spec.placement.failback")["enum"],
+        json!(["Never", "Immediate"])
+    );
+    assert_eq!(node(&s, "spec.placement.failback")["default"], "Never");
     assert!(node(&s, "spec.placement.rescheduling.pendingTimeout")["pattern"].is_string());
     assert_eq!(
         node(&s, "spec.template.spec")["required"],
@@ -790,6 +796,22 @@ fn json_pointer_pattern_accepts_rfc_6901_pointers() {
 }
 
 #[test]
+fn failback_names_match_the_schema_and_unknown_values_are_rejected() {
+    for failback in [Failback::Never, Failback::Immediate] {
+        assert_eq!(serde_json::to_value(failback).unwrap(), json!(failback.as_str()));
+        assert_eq!(failback.to_string(), failback.as_str());
+    }
+    let placement: Placement = serde_json::from_value(json!({"failback": "Immediate"})).unwrap();
+    assert_eq!(placement.failback, Failback::Immediate);
+    let error = serde_json::from_value::<Placement>(json!({"failback": "Sometimes"}))
+        .expect_err("an unknown failback policy must not parse");
+    assert!(
+        error.to_string().contains("Sometimes"),
+        "the error should name the bad value, got {error}"
+    );
+}
+
+#[test]
 fn placement_policy_names_match_the_schema() {
     for policy in [
         PlacementPolicy::WorstFit,
@@ -1071,4 +1093,32 @@ fn reasons_are_camel_case_identifiers() {
         assert!(chars.next().is_some_and(|c| c.is_ascii_uppercase()), "{reason}");
         assert!(chars.all(|c| c.is_ascii_alphanumeric()), "{reason}");
     }
+}
+
+#[test]
+fn capacity_quantities_read_like_kubectl_top() {
+    use crate::cluster::{cpu_quantity, memory_quantity};
+    let cpu = |m| cpu_quantity(m).0;
+    let mem = |b| memory_quantity(b).0;
+    assert_eq!(cpu(8000), "8");
+    assert_eq!(cpu(0), "0");
+    assert_eq!(cpu(15500), "15500m");
+    assert_eq!(cpu(250), "250m");
+    assert_eq!(mem(17_179_869_184), "16Gi");
+    assert_eq!(mem(0), "0");
+    assert_eq!(mem(1536 << 20), "1536Mi");
+    assert_eq!(mem(3 << 40), "3Ti");
+    assert_eq!(mem(64 << 20), "64Mi");
+    // Node allocatable is often in Ki: rounded to the nearest Mi.
+    assert_eq!(mem(65_134_256 * 1024), "63608Mi");
+    assert_eq!(mem((100 << 20) + (1 << 19) - 1), "100Mi");
+    assert_eq!(mem((100 << 20) + (1 << 19)), "101Mi");
+    // Below half a Mi nothing rounds to zero.
+    assert_eq!(mem(512 * 1024 - 1024), "511Ki");
+    assert_eq!(mem(1000), "1000");
+    let amounts = ResourceAmounts::from_resources(wire::Resources::new(8000, 16 << 30, 110));
+    assert_eq!(
+        serde_json::to_value(&amounts).expect("serializes"),
+        json!({"cpu": "8", "memory": "16Gi", "pods": "110"})
+    );
 }

@@ -25,6 +25,7 @@ pub mod cli;
 pub mod cluster;
 pub mod config;
 pub mod controllers;
+pub mod kubectl;
 pub mod metrics;
 pub mod server;
 pub mod up;

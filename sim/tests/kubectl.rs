@@ -12,30 +12,8 @@ use std::time::Duration;
 
 use helpers::{cluster, wait_for};
 use nave_sim::SimCluster;
+use nave_sim::kubectl::find_kubectl;
 use tokio::io::AsyncBufReadExt;
-
-/// Finds `kubectl.1.32`: the kubectl package's file list, then `PATH`, then the SDK directory.
-fn find_kubectl() -> Option<PathBuf> {
-    if let Ok(out) = std::process::Command::new("dpkg")
-        .args(["-L", "kubectl"])
-        .output()
-    {
-        let text = String::from_utf8_lossy(&out.stdout);
-        if let Some(line) = text.lines().find(|l| l.ends_with("/kubectl.1.32")) {
-            return Some(PathBuf::from(line));
-        }
-    }
-    if let Some(path) = std::env::var_os("PATH") {
-        for dir in std::env::split_paths(&path) {
-            let p = dir.join("kubectl.1.32");
-            if p.is_file() {
-                return Some(p);
-            }
-        }
-    }
-    let sdk = PathBuf::from("/usr/lib/google-cloud-sdk/bin/kubectl.1.32");
-    sdk.is_file().then_some(sdk)
-}
 
 /// kubectl, or `None` when skipping was asked for; panics when it is missing otherwise.
 fn kubectl_or_skip(test: &str) -> Option<PathBuf> {
@@ -540,16 +518,7 @@ async fn kubectl_on_the_nave_crds() {
     let sim = cluster("kcrd", false).await;
     let k = Kubectl::new(bin, &sim);
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let crds = root.join("crds");
-    let mut files: Vec<PathBuf> = std::fs::read_dir(&crds)
-        .map(|d| {
-            d.filter_map(|e| e.ok().map(|e| e.path()))
-                .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
-                .collect()
-        })
-        .unwrap_or_default();
-    files.sort();
-    assert!(!files.is_empty(), "no CRDs in {}", crds.display());
+    let files = nave_crd_files();
     for f in &files {
         let out = k.ok(&["apply", "-f", &f.display().to_string()]).await;
         assert!(out.contains("created"), "{}: {out}", f.display());
@@ -747,6 +716,194 @@ async fn kubectl_strict_tokens_reject_unknown_tokens() {
         k.ok(&["get", "ns", "--token", "right"])
             .await
             .contains("kube-system")
+    );
+    sim.shutdown().await;
+}
+
+/// Whitespace collapsed to single spaces, so that checks do not depend on where kubectl wraps.
+fn flat(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+fn nave_crd_files() -> Vec<PathBuf> {
+    let crds = Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join("crds");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&crds)
+        .map(|d| {
+            d.filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
+                .collect()
+        })
+        .unwrap_or_default();
+    files.sort();
+    assert!(!files.is_empty(), "no CRDs in {}", crds.display());
+    files
+}
+
+fn gadget_crd(extra_field: &str) -> String {
+    format!(
+        "apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: gadgets.example.com
+spec:
+  group: example.com
+  scope: Cluster
+  names: {{plural: gadgets, singular: gadget, kind: Gadget}}
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    schema:
+      openAPIV3Schema:
+        type: object
+        description: A gadget for the explain test.
+        properties:
+          spec:
+            type: object
+            description: What the gadget should be.
+            properties:
+              size: {{type: integer, description: How big the gadget is.}}
+{extra_field}"
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_explain_shows_the_nave_crds_builtins_and_crd_updates() {
+    let Some(bin) = kubectl_or_skip("kubectl_explain_shows_the_nave_crds_builtins_and_crd_updates") else {
+        return;
+    };
+    let sim = cluster("kexplain", false).await;
+    let k = Kubectl::new(bin, &sim);
+    for f in nave_crd_files() {
+        k.ok(&["apply", "-f", &f.display().to_string()]).await;
+    }
+    // Short names resolve through discovery, which kubectl caches: refresh it as a user would.
+    k.ok(&["api-resources"]).await;
+
+    let placement = k.ok(&["explain", "mcd.spec.placement"]).await;
+    let text = flat(&placement);
+    for expected in [
+        "GROUP: nave.dev",
+        "KIND: MultiClusterDeployment",
+        "VERSION: v1alpha1",
+        "FIELD: placement <Object>",
+        "Which clusters may run the replicas and how they are divided. Defaults to the `worst-fit` policy over all schedulable clusters",
+        "policy <string> enum: worst-fit, best-fit, proximity, spread",
+        "- `best-fit` packs them into the clusters with the least room that still fits.",
+        "clusterSelector <Object>",
+        "maxClusters <integer>",
+        "weights <map[string]integer>",
+        "rescheduling <Object>",
+    ] {
+        assert!(
+            text.contains(expected),
+            "explain mcd.spec.placement lacks {expected:?}:\n{placement}"
+        );
+    }
+
+    let mcd = flat(&k.ok(&["explain", "mcd"]).await);
+    for expected in [
+        "A Deployment whose replicas Nave divides among workload clusters.",
+        "apiVersion <string>",
+        "metadata <ObjectMeta> Standard object's metadata.",
+        "spec <Object> -required-",
+        "status <Object>",
+    ] {
+        assert!(mcd.contains(expected), "explain mcd lacks {expected:?}: {mcd}");
+    }
+    let name = flat(&k.ok(&["explain", "mcd.metadata.name"]).await);
+    assert!(
+        name.contains("FIELD: name <string>"),
+        "explain mcd.metadata.name: {name}"
+    );
+
+    let wcl = flat(&k.ok(&["explain", "wcl.status"]).await);
+    for expected in [
+        "KIND: WorkloadCluster",
+        "capacity <Object> Summary of the cluster's capacity from the last heartbeat. Status is written at a limited rate",
+        "conditions <[]Object>",
+        "lastHeartbeatTime <string>",
+    ] {
+        assert!(
+            wcl.contains(expected),
+            "explain wcl.status lacks {expected:?}: {wcl}"
+        );
+    }
+
+    let svc = k.ok(&["explain", "mcsvc.spec", "--recursive"]).await;
+    for expected in [
+        "ports\t<[]Object>",
+        "targetPort",
+        "clusterSelector\t<Object>",
+        "matchLabels",
+    ] {
+        assert!(
+            svc.contains(expected),
+            "explain mcsvc.spec --recursive lacks {expected:?}:\n{svc}"
+        );
+    }
+    assert!(
+        svc.contains("enum: Cluster, Local\n") && !svc.contains("<no value>"),
+        "optional enums list their values only:\n{svc}"
+    );
+
+    let pods = flat(&k.ok(&["explain", "pods.spec"]).await);
+    for expected in [
+        "KIND: Pod",
+        "FIELD: spec <PodSpec>",
+        "containers <[]Container> -required-",
+    ] {
+        assert!(
+            pods.contains(expected),
+            "explain pods.spec lacks {expected:?}: {pods}"
+        );
+    }
+    let deploy = flat(&k.ok(&["explain", "deployment.spec.replicas"]).await);
+    assert!(
+        deploy.contains("FIELD: replicas <integer>"),
+        "explain deployment.spec.replicas: {deploy}"
+    );
+
+    // A CRD update shows in the next explain: the document's hash in /openapi/v3 changes, so
+    // kubectl does not use what it fetched before.
+    let crd = k.file("gadget.yaml", &gadget_crd(""));
+    k.ok(&["apply", "-f", &crd]).await;
+    k.ok(&["api-resources"]).await;
+    let index = |raw: String| -> String {
+        let v: serde_json::Value = serde_json::from_str(&raw).expect("/openapi/v3 is JSON");
+        v["paths"]["apis/example.com/v1"]["serverRelativeURL"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned()
+    };
+    let url_before = index(k.ok(&["get", "--raw", "/openapi/v3"]).await);
+    assert!(
+        url_before.contains("hash="),
+        "example.com/v1 in /openapi/v3: {url_before:?}"
+    );
+    let before = flat(&k.ok(&["explain", "gadgets.spec"]).await);
+    assert!(
+        before.contains("size <integer> How big the gadget is.") && !before.contains("color"),
+        "explain gadgets.spec before the update: {before}"
+    );
+    let updated = k.file(
+        "gadget2.yaml",
+        &gadget_crd("              color: {type: string, description: The colour of the gadget.}\n"),
+    );
+    k.ok(&["apply", "-f", &updated]).await;
+    let url_after = index(k.ok(&["get", "--raw", "/openapi/v3"]).await);
+    assert_ne!(url_before, url_after, "the hash changes with the CRD");
+    let after = flat(&k.ok(&["explain", "gadgets.spec"]).await);
+    assert!(
+        after.contains("color <string> The colour of the gadget."),
+        "explain gadgets.spec after the update: {after}"
+    );
+    let doc = k.ok(&["get", "--raw", "/openapi/v3/apis/example.com/v1"]).await;
+    let doc: serde_json::Value = serde_json::from_str(&doc).expect("document is JSON");
+    assert_eq!(
+        doc["components"]["schemas"]["com.example.v1.Gadget"]["x-kubernetes-group-version-kind"],
+        serde_json::json!([{"group": "example.com", "kind": "Gadget", "version": "v1"}]),
+        "the kind's schema is named and tagged as the API server does"
     );
     sim.shutdown().await;
 }

@@ -1,8 +1,27 @@
-//! Minimal OpenAPI v3 (R-O-1): per group-version documents with one PATCH operation per resource
-//! carrying `x-kubernetes-group-version-kind` and the `fieldValidation` parameter, which is what
-//! `kubectl apply` checks before sending `fieldValidation=Strict`.  No component schemas, and so
-//! no strategic-merge-patch content type (kubectl then falls back to its compiled-in types).
-//! `/openapi/v2` answers 404 (R-O-2).
+//! OpenAPI v3 (R-O-1, R-O-3): one document per served group-version, listed in `/openapi/v3`
+//! with a hash of its content, so that clients re-fetch a document exactly when it changed (a CRD
+//! was added, updated or removed).  `/openapi/v2` answers 404 (R-O-2).
+//!
+//! A document has, for every resource, its collection, item and status paths, each operation
+//! carrying `x-kubernetes-group-version-kind` (`kubectl explain` finds the kind through them); the
+//! PATCH operation lists the `fieldValidation` parameter (`kubectl apply` checks it before sending
+//! `fieldValidation=Strict`).  `components.schemas` holds the kinds' schemas and everything they
+//! refer to: built-ins from the upstream type descriptions, custom resources converted from the
+//! CRD's structural schema (`schemas`).  No strategic-merge-patch content type is advertised, as
+//! the schemas carry no patch strategies: kubectl then uses its compiled-in types.
+//!
+//! ```text
+//!  GET /openapi/v3            {"paths": {"apis/nave.dev/v1alpha1": {"serverRelativeURL": "…?hash=H"}}}
+//!  GET /openapi/v3/apis/g/v   {"openapi": "3.0.0", "paths": {…}, "components": {"schemas": {…}}}
+//! ```
+
+pub mod schemas;
+
+#[cfg(test)]
+mod tests;
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, OnceLock};
 
 use axum::response::{IntoResponse, Response};
 use http::{HeaderValue, StatusCode, header};
@@ -10,6 +29,7 @@ use serde_json::{Map, Value, json};
 
 use super::ClusterState;
 use super::error::{ApiError, ApiResult};
+use super::resources::{Registry, ResourceType};
 
 fn gv_path(group: &str, version: &str) -> String {
     if group.is_empty() {
@@ -29,50 +49,281 @@ fn hash_of(s: &str) -> String {
     format!("{h:016X}")
 }
 
-fn document(state: &ClusterState, group: &str, version: &str) -> Option<Value> {
-    let reg = state.registry.read().unwrap_or_else(|e| e.into_inner());
-    let resources = reg.by_gv.get(&(group.to_owned(), version.to_owned()))?;
-    let mut paths = Map::new();
-    let prefix = if group.is_empty() {
-        format!("/api/{version}")
-    } else {
-        format!("/apis/{group}/{version}")
-    };
-    for rt in resources.values() {
-        let item = if rt.namespaced {
-            format!("{prefix}/namespaces/{{namespace}}/{}/{{name}}", rt.plural)
-        } else {
-            format!("{prefix}/{}/{{name}}", rt.plural)
-        };
-        let op = json!({
-            "operationId": format!("patch{}", rt.kind),
-            "x-kubernetes-action": "patch",
-            "x-kubernetes-group-version-kind": {"group": rt.group, "version": rt.version, "kind": rt.kind},
-            "parameters": [
-                {"name": "fieldValidation", "in": "query", "schema": {"type": "string", "uniqueItems": true}},
-                {"name": "fieldManager", "in": "query", "schema": {"type": "string"}},
-                {"name": "force", "in": "query", "schema": {"type": "boolean"}},
-                {"name": "dryRun", "in": "query", "schema": {"type": "string"}}
-            ],
-            "requestBody": {"required": true, "content": {
-                "application/apply-patch+yaml": {"schema": {"type": "object"}},
-                "application/json-patch+json": {"schema": {"type": "object"}},
-                "application/merge-patch+json": {"schema": {"type": "object"}}
-            }},
-            "responses": {"200": {"description": "OK"}, "201": {"description": "Created"}}
-        });
-        paths.insert(item, json!({"patch": op}));
+/// `nave.dev` → `NaveDev`, `rbac.authorization.k8s.io` → `RbacAuthorization`, core → `Core`.
+fn camel(s: &str) -> String {
+    let s = s.strip_suffix(".k8s.io").unwrap_or(s);
+    if s.is_empty() {
+        return "Core".to_owned();
     }
-    Some(json!({
+    s.split(['.', '-'])
+        .map(|part| {
+            let mut c = part.chars();
+            c.next()
+                .map(|f| f.to_uppercase().chain(c).collect::<String>())
+                .unwrap_or_default()
+        })
+        .collect()
+}
+
+/// The schema names of a resource's kind and list kind, when the document has them.
+struct Refs {
+    kind: Option<String>,
+    list: Option<String>,
+}
+
+fn response(schema: Option<&String>) -> Value {
+    match schema {
+        Some(name) => {
+            json!({"description": "OK", "content": {"application/json": {"schema": {"$ref": format!("{}{name}", schemas::REF_PREFIX)}}}})
+        }
+        None => json!({"description": "OK"}),
+    }
+}
+
+fn patch_body() -> Value {
+    json!({"required": true, "content": {
+        "application/apply-patch+yaml": {"schema": {"type": "object"}},
+        "application/json-patch+json": {"schema": {"type": "object"}},
+        "application/merge-patch+json": {"schema": {"type": "object"}}
+    }})
+}
+
+fn write_body(schema: Option<&String>) -> Value {
+    let schema = match schema {
+        Some(name) => json!({"$ref": format!("{}{name}", schemas::REF_PREFIX)}),
+        None => json!({"type": "object"}),
+    };
+    json!({"required": true, "content": {"application/json": {"schema": schema}}})
+}
+
+fn query_params(names: &[(&str, &str)]) -> Vec<Value> {
+    names
+        .iter()
+        .map(|(name, ty)| json!({"name": name, "in": "query", "schema": {"type": ty, "uniqueItems": true}}))
+        .collect()
+}
+
+fn path_params(rt: &ResourceType, item: bool) -> Value {
+    let mut params = Vec::new();
+    if item {
+        params.push(json!({"name": "name", "in": "path", "required": true, "schema": {"type": "string", "uniqueItems": true}}));
+    }
+    if rt.namespaced {
+        params.push(json!({"name": "namespace", "in": "path", "required": true, "schema": {"type": "string", "uniqueItems": true}}));
+    }
+    Value::Array(params)
+}
+
+/// The collection, item and status paths of one resource.
+fn resource_paths(rt: &ResourceType, refs: &Refs, paths: &mut Map<String, Value>) {
+    let prefix = format!("/{}", gv_path(&rt.group, &rt.version));
+    let scope = if rt.namespaced {
+        "/namespaces/{namespace}"
+    } else {
+        ""
+    };
+    let collection = format!("{prefix}{scope}/{}", rt.plural);
+    let item = format!("{collection}/{{name}}");
+    let gvk = json!({"group": rt.group, "version": rt.version, "kind": rt.kind});
+    let id = |verb: &str, suffix: &str| {
+        let namespaced = if rt.namespaced { "Namespaced" } else { "" };
+        format!(
+            "{verb}{}{}{namespaced}{}{suffix}",
+            camel(&rt.group),
+            camel(&rt.version),
+            rt.kind
+        )
+    };
+    let op = |verb: &str, action: &str, suffix: &str, extra: Value| {
+        let mut o = json!({
+            "operationId": id(verb, suffix),
+            "x-kubernetes-action": action,
+            "x-kubernetes-group-version-kind": gvk,
+        });
+        if let (Value::Object(o), Value::Object(extra)) = (&mut o, extra) {
+            o.extend(extra);
+        }
+        o
+    };
+    let write_params = query_params(&[
+        ("dryRun", "string"),
+        ("fieldManager", "string"),
+        ("fieldValidation", "string"),
+    ]);
+    let mut patch_params = write_params.clone();
+    patch_params.extend(query_params(&[("force", "boolean")]));
+    let verbs = rt.verbs();
+
+    let mut coll = Map::new();
+    coll.insert("parameters".into(), path_params(rt, false));
+    if verbs.contains(&"list") {
+        coll.insert(
+            "get".into(),
+            op(
+                "list",
+                "list",
+                "",
+                json!({"responses": {"200": response(refs.list.as_ref())}}),
+            ),
+        );
+    }
+    if verbs.contains(&"create") {
+        coll.insert(
+            "post".into(),
+            op(
+                "create",
+                "post",
+                "",
+                json!({
+                    "parameters": write_params,
+                    "requestBody": write_body(refs.kind.as_ref()),
+                    "responses": {"200": response(refs.kind.as_ref()), "201": response(refs.kind.as_ref())}
+                }),
+            ),
+        );
+    }
+    paths.insert(collection, Value::Object(coll));
+
+    let mut one = Map::new();
+    one.insert("parameters".into(), path_params(rt, true));
+    let item_ops = |one: &mut Map<String, Value>, suffix: &str| {
+        one.insert(
+            "get".into(),
+            op(
+                "read",
+                "get",
+                suffix,
+                json!({"responses": {"200": response(refs.kind.as_ref())}}),
+            ),
+        );
+        one.insert(
+            "put".into(),
+            op(
+                "replace",
+                "put",
+                suffix,
+                json!({
+                    "parameters": write_params,
+                    "requestBody": write_body(refs.kind.as_ref()),
+                    "responses": {"200": response(refs.kind.as_ref()), "201": response(refs.kind.as_ref())}
+                }),
+            ),
+        );
+        one.insert(
+            "patch".into(),
+            op(
+                "patch",
+                "patch",
+                suffix,
+                json!({
+                    "parameters": patch_params,
+                    "requestBody": patch_body(),
+                    "responses": {"200": response(refs.kind.as_ref()), "201": response(refs.kind.as_ref())}
+                }),
+            ),
+        );
+    };
+    if verbs.contains(&"get") {
+        item_ops(&mut one, "");
+        one.insert(
+            "delete".into(),
+            op(
+                "delete",
+                "delete",
+                "",
+                json!({"responses": {"200": {"description": "OK"}}}),
+            ),
+        );
+        paths.insert(item.clone(), Value::Object(one));
+    }
+    if rt.status {
+        let mut status = Map::new();
+        status.insert("parameters".into(), path_params(rt, true));
+        item_ops(&mut status, "Status");
+        paths.insert(format!("{item}/status"), Value::Object(status));
+    }
+}
+
+/// A rendered document and its hash.
+#[derive(Debug)]
+struct Rendered {
+    body: String,
+    hash: String,
+}
+
+fn render(resources: &BTreeMap<String, Arc<ResourceType>>) -> Rendered {
+    let builtins = schemas::builtins();
+    let mut paths = Map::new();
+    let mut components = Map::new();
+    for rt in resources.values() {
+        let refs = match &rt.custom {
+            Some(custom) => {
+                let [(kind, kind_schema), (list, list_schema)] = schemas::custom_components(
+                    (&rt.group, &rt.version, &rt.kind),
+                    &rt.list_kind,
+                    &rt.plural,
+                    custom.openapi_schema.as_deref(),
+                );
+                components.insert(kind.clone(), kind_schema);
+                components.insert(list.clone(), list_schema);
+                Refs {
+                    kind: Some(kind),
+                    list: Some(list),
+                }
+            }
+            None => {
+                let key = (rt.group.clone(), rt.version.clone(), rt.kind.clone());
+                let kind = builtins.kinds.get(&key).cloned();
+                if let Some(name) = &kind
+                    && let Some(schema) = builtins.components.get(name)
+                {
+                    components.insert(name.clone(), schema.clone());
+                }
+                Refs { kind, list: None }
+            }
+        };
+        resource_paths(rt, &refs, &mut paths);
+    }
+    schemas::close_over_refs(&mut components);
+    let body = json!({
         "openapi": "3.0.0",
         "info": {"title": "Kubernetes", "version": "v1.32.0"},
         "paths": paths,
-        "components": {"schemas": {}}
-    }))
+        "components": {"schemas": components}
+    })
+    .to_string();
+    Rendered {
+        hash: hash_of(&body),
+        body,
+    }
 }
 
-fn respond(v: &Value) -> Response {
-    let mut r = (StatusCode::OK, v.to_string()).into_response();
+/// Rendered documents by `(group, version)`.
+type DocumentCache = Mutex<BTreeMap<(String, String), Arc<Rendered>>>;
+
+/// Built-in group-versions never change: render them once.
+fn builtin_cache() -> &'static DocumentCache {
+    static CACHE: OnceLock<DocumentCache> = OnceLock::new();
+    CACHE.get_or_init(Mutex::default)
+}
+
+fn document(reg: &Registry, group: &str, version: &str) -> Option<Arc<Rendered>> {
+    let key = (group.to_owned(), version.to_owned());
+    let resources = reg.by_gv.get(&key)?;
+    if resources.values().any(|rt| rt.is_custom()) {
+        return Some(Arc::new(render(resources)));
+    }
+    let mut cache = builtin_cache().lock().unwrap_or_else(|e| e.into_inner());
+    Some(
+        cache
+            .entry(key)
+            .or_insert_with(|| Arc::new(render(resources)))
+            .clone(),
+    )
+}
+
+fn respond(body: String) -> Response {
+    let mut r = (StatusCode::OK, body).into_response();
     r.headers_mut()
         .insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
     r
@@ -80,24 +331,19 @@ fn respond(v: &Value) -> Response {
 
 /// `GET /openapi/v3` and `/openapi/v3/<gv>`.
 pub fn serve_v3(state: &ClusterState, rest: &str) -> ApiResult<Response> {
+    let reg = state.registry.read().unwrap_or_else(|e| e.into_inner()).clone();
     let rest = rest.trim_matches('/');
     if rest.is_empty() {
-        let gvs: Vec<(String, String)> = {
-            let reg = state.registry.read().unwrap_or_else(|e| e.into_inner());
-            reg.by_gv.keys().cloned().collect()
-        };
         let mut paths = Map::new();
-        for (g, v) in gvs {
-            let p = gv_path(&g, &v);
-            let h = document(state, &g, &v)
-                .map(|d| hash_of(&d.to_string()))
-                .unwrap_or_default();
+        for (g, v) in reg.by_gv.keys() {
+            let p = gv_path(g, v);
+            let hash = document(&reg, g, v).map(|d| d.hash.clone()).unwrap_or_default();
             paths.insert(
                 p.clone(),
-                json!({"serverRelativeURL": format!("/openapi/v3/{p}?hash={h}")}),
+                json!({"serverRelativeURL": format!("/openapi/v3/{p}?hash={hash}")}),
             );
         }
-        return Ok(respond(&json!({"paths": paths})));
+        return Ok(respond(json!({"paths": paths}).to_string()));
     }
     let segs: Vec<&str> = rest.split('/').collect();
     let (g, v) = match segs.as_slice() {
@@ -105,7 +351,7 @@ pub fn serve_v3(state: &ClusterState, rest: &str) -> ApiResult<Response> {
         ["apis", g, v] => (*g, *v),
         _ => return Err(ApiError::no_route(rest)),
     };
-    document(state, g, v)
-        .map(|d| respond(&d))
+    document(&reg, g, v)
+        .map(|d| respond(d.body.clone()))
         .ok_or_else(|| ApiError::no_route(rest))
 }

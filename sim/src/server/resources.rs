@@ -41,6 +41,8 @@ pub struct PrinterColumn {
 pub struct CustomInfo {
     /// Compiled structural schema of the version, if it has one.
     pub schema: Option<Arc<Schema>>,
+    /// The version's `openAPIV3Schema` as written, for publishing in OpenAPI v3.
+    pub openapi_schema: Option<Arc<Value>>,
     /// Printer columns (empty = the default `Age` column).
     pub columns: Vec<PrinterColumn>,
     /// `deprecated: true` warning text.
@@ -674,6 +676,10 @@ pub fn types_from_crd(crd: &Value) -> Result<Vec<Arc<ResourceType>>, String> {
             table: table.clone(),
             custom: Some(CustomInfo {
                 schema,
+                openapi_schema: v
+                    .pointer("/schema/openAPIV3Schema")
+                    .filter(|s| s.is_object())
+                    .map(|s| Arc::new(s.clone())),
                 columns,
                 deprecation,
                 selectable_fields,
