@@ -19,7 +19,7 @@ use axum::Router;
 use axum::extract::{
     FromRequest, Query, Request, State, rejection::JsonRejection, rejection::QueryRejection,
 };
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use nave_api::wire::{
@@ -27,10 +27,10 @@ use nave_api::wire::{
     error_codes,
 };
 use serde::de::DeserializeOwned;
-use sha2::{Digest, Sha256};
 use tracing::{debug, instrument, warn};
 
 use crate::context::{ReconcileTrigger, Timings, WorkSignals};
+use crate::secret;
 use crate::store::{
     AgentIdentity, ClusterUpsert, NewHeartbeat, Store, StoreError, StoreErrorKind, WorkStatus,
 };
@@ -216,21 +216,13 @@ const BAD_BOOTSTRAP_TOKEN: &str = "invalid bootstrap token";
 const BAD_CREDENTIAL: &str = "unknown or revoked credential; register again";
 
 fn bearer(headers: &HeaderMap) -> Result<&str, ApiError> {
-    headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .map(str::trim)
-        .filter(|t| !t.is_empty())
-        .ok_or(ApiError::Unauthorized(MISSING_TOKEN))
+    secret::bearer(headers).ok_or(ApiError::Unauthorized(MISSING_TOKEN))
 }
 
 /// Compares two secrets in time independent of where they differ: both are hashed first, so the
 /// comparison also does not reveal the expected length.
 fn constant_time_eq(presented: &str, expected: &str) -> bool {
-    let a = Sha256::digest(presented.as_bytes());
-    let b = Sha256::digest(expected.as_bytes());
-    a.iter().zip(b.iter()).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+    secret::digests_equal(&secret::digest(presented), &secret::digest(expected))
 }
 
 async fn authenticate(state: &AgentState, headers: &HeaderMap) -> Result<AgentIdentity, ApiError> {

@@ -2,6 +2,7 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 
@@ -29,16 +30,145 @@ pub struct RunArgs {
     /// The store: `sqlite://PATH` (created when missing) or `postgres://...`.
     #[arg(long, env = "NAVE_DATABASE_URL")]
     pub database_url: String,
-    /// Address of the HTTP server (agent endpoints).
+    /// Address of the HTTP server (agent endpoints and REST API).
     #[arg(long, env = "NAVE_LISTEN", default_value = "0.0.0.0:8443")]
     pub listen: SocketAddr,
     /// File holding the fleet's bootstrap token, which agents present to register.
     #[arg(long, env = "NAVE_BOOTSTRAP_TOKEN_FILE")]
     pub bootstrap_token_file: PathBuf,
+    /// Tokens of the REST API (`/api/v1`): one `<scope> <token>` per line, scope `read` or
+    /// `admin`, `#` comments. Without tokens the REST API refuses every request.
+    #[arg(long, env = "NAVE_API_TOKENS_FILE")]
+    pub api_tokens_file: Option<PathBuf>,
+    /// More REST API tokens, from a Secret (`namespace/name`) of the management cluster: each
+    /// key names a token, each value is `<scope>:<token>`. Read at start-up.
+    #[arg(long, env = "NAVE_API_TOKENS_SECRET")]
+    pub api_tokens_secret: Option<String>,
     /// Kubeconfig of the management cluster; default: KUBECONFIG, ~/.kube/config or in-cluster.
     #[arg(long, env = "NAVE_KUBECONFIG")]
     pub kubeconfig: Option<PathBuf>,
     /// Print logs as JSON lines.
     #[arg(long, env = "NAVE_LOG_JSON")]
     pub log_json: bool,
+    /// When a silent cluster is declared lost and how fast replicas leave it.
+    #[command(flatten)]
+    pub failover: FailoverArgs,
+}
+
+/// Failover rules of `nave-hub run` (see the `health` module for how they combine).
+#[derive(Debug, Clone, PartialEq, clap::Args)]
+pub struct FailoverArgs {
+    /// A cluster without a heartbeat for this long is Ready=False and its replicas are placed
+    /// elsewhere; a duration such as `40s` or `2m`. Agents send one every 10 s.
+    #[arg(long, env = "NAVE_HEARTBEAT_GRACE", default_value = "40s", value_parser = positive_duration)]
+    pub heartbeat_grace: Duration,
+    /// When more than this percentage of the clusters is silent at once, the hub assumes it is
+    /// partitioned itself and fails over none (100 turns the guard off, 0 turns failover off).
+    #[arg(
+        long,
+        env = "NAVE_FAILOVER_MAX_STALE_PERCENT",
+        default_value_t = 50,
+        value_parser = clap::value_parser!(u8).range(0..=100)
+    )]
+    pub failover_max_stale_percent: u8,
+    /// At most this many clusters start failing over per minute; the longest-silent go first
+    /// (0 turns failover off).
+    #[arg(long, env = "NAVE_FAILOVER_MAX_PER_MINUTE", default_value_t = 2)]
+    pub failover_max_per_minute: u32,
+    /// How long a returned cluster must be Ready before workloads with `failback: Immediate`
+    /// move back to it; a duration such as `5m`.
+    #[arg(long, env = "NAVE_FAILBACK_SETTLE", default_value = "5m", value_parser = duration)]
+    pub failback_settle: Duration,
+}
+
+impl Default for FailoverArgs {
+    fn default() -> Self {
+        FailoverArgs {
+            heartbeat_grace: Duration::from_secs(40),
+            failover_max_stale_percent: 50,
+            failover_max_per_minute: 2,
+            failback_settle: Duration::from_secs(300),
+        }
+    }
+}
+
+/// A Go-style duration (`90s`, `5m`, `1h30m`), not negative.
+fn duration(value: &str) -> Result<Duration, String> {
+    let parsed: kube::core::Duration = value
+        .parse()
+        .map_err(|e| format!("{value:?} is not a duration such as 40s or 2m: {e}"))?;
+    if parsed.is_negative() {
+        return Err(format!("{value:?} is negative"));
+    }
+    Ok(parsed.into())
+}
+
+/// A duration greater than zero.
+fn positive_duration(value: &str) -> Result<Duration, String> {
+    let parsed = duration(value)?;
+    if parsed.is_zero() {
+        return Err(format!("{value:?} must be greater than zero"));
+    }
+    Ok(parsed)
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    fn parse(extra: &[&str]) -> Result<RunArgs, clap::Error> {
+        let mut argv = vec![
+            "nave-hub",
+            "run",
+            "--database-url",
+            "sqlite://hub.db",
+            "--bootstrap-token-file",
+            "token",
+        ];
+        argv.extend_from_slice(extra);
+        Cli::try_parse_from(argv).map(|cli| match cli.command {
+            Command::Run(run) => run,
+            Command::Crds => panic!("parsed as crds"),
+        })
+    }
+
+    #[test]
+    fn failover_flags_default_and_parse_go_durations() {
+        let run = parse(&[]).expect("defaults parse");
+        assert_eq!(run.failover, FailoverArgs::default());
+        let run = parse(&[
+            "--heartbeat-grace",
+            "1m30s",
+            "--failover-max-stale-percent",
+            "30",
+            "--failover-max-per-minute",
+            "5",
+            "--failback-settle",
+            "0s",
+        ])
+        .expect("flags parse");
+        assert_eq!(run.failover.heartbeat_grace, Duration::from_secs(90));
+        assert_eq!(run.failover.failover_max_stale_percent, 30);
+        assert_eq!(run.failover.failover_max_per_minute, 5);
+        assert_eq!(run.failover.failback_settle, Duration::ZERO);
+    }
+
+    #[test]
+    fn bad_failover_flags_are_clear_errors() {
+        let cases: [(&[&str], &str); 4] = [
+            (&["--heartbeat-grace", "soon"], "not a duration"),
+            (&["--heartbeat-grace", "0s"], "greater than zero"),
+            (&["--heartbeat-grace=-5s"], "negative"),
+            (&["--failover-max-stale-percent", "101"], "101"),
+        ];
+        for (flags, expected) in cases {
+            let error = parse(flags).expect_err("should be rejected").to_string();
+            assert!(
+                error.contains(expected),
+                "{flags:?}: expected an error mentioning {expected:?}, got {error}"
+            );
+        }
+    }
 }

@@ -7,6 +7,8 @@ use std::time::Duration;
 use kube::runtime::events::{Recorder, Reporter};
 use tokio::sync::{mpsc, watch};
 
+use crate::health::FleetHealth;
+use crate::metrics::HubMetrics;
 use crate::store::Store;
 
 /// Field manager and event reporter name of the hub.
@@ -17,8 +19,11 @@ pub const HUB_NAME: &str = nave_api::HUB_FIELD_MANAGER;
 pub struct Timings {
     /// Heartbeat interval asked of agents.
     pub heartbeat_interval: Duration,
-    /// A cluster without a heartbeat for this long is not Ready (no new replicas).
+    /// A cluster without a heartbeat for this long is not Ready: no new replicas, and the health
+    /// loop fails it over (see [`crate::health`]).
     pub heartbeat_grace: Duration,
+    /// How long a returned cluster must be Ready before `failback: Immediate` moves replicas back.
+    pub failback_settle: Duration,
     /// Shortest interval between two WorkloadCluster status writes of one cluster, unless its
     /// capacity summary or readiness changed: every heartbeat is stored, but writing each to the
     /// API server would load it for nothing.
@@ -31,7 +36,8 @@ impl Default for Timings {
     fn default() -> Self {
         Timings {
             heartbeat_interval: Duration::from_secs(nave_api::wire::DEFAULT_HEARTBEAT_INTERVAL_SECONDS),
-            heartbeat_grace: Duration::from_secs(3 * nave_api::wire::DEFAULT_HEARTBEAT_INTERVAL_SECONDS + 10),
+            heartbeat_grace: Duration::from_secs(40),
+            failback_settle: Duration::from_secs(300),
             cluster_status_interval: Duration::from_secs(30),
             resync: Duration::from_secs(300),
         }
@@ -46,16 +52,29 @@ impl Default for Timings {
 #[derive(Debug, Default)]
 pub struct WorkSignals {
     senders: Mutex<HashMap<String, watch::Sender<u64>>>,
+    closed: std::sync::atomic::AtomicBool,
 }
 
 impl WorkSignals {
     /// A receiver that wakes when `cluster`'s work revision changes.
     pub fn subscribe(&self, cluster: &str) -> watch::Receiver<u64> {
         let mut senders = self.senders.lock().unwrap_or_else(|e| e.into_inner());
+        if self.closed.load(std::sync::atomic::Ordering::SeqCst) {
+            // Shutting down: a receiver whose sender is gone ends its poll at once.
+            return watch::channel(0).1;
+        }
         senders
             .entry(cluster.to_owned())
             .or_insert_with(|| watch::channel(0).0)
             .subscribe()
+    }
+
+    /// Ends every long-poll, now and later (they answer 204 and the agents poll again, elsewhere
+    /// or after a restart): the hub is shutting down and must not wait out the polls.
+    pub fn close(&self) {
+        let mut senders = self.senders.lock().unwrap_or_else(|e| e.into_inner());
+        self.closed.store(true, std::sync::atomic::Ordering::SeqCst);
+        senders.clear();
     }
 
     /// Wakes `cluster`'s long-pollers: its work is now at `revision`.
@@ -107,6 +126,10 @@ pub struct Context {
     pub timings: Timings,
     /// Failed reconciles in a row per object (`namespace/name`), for the retry backoff.
     pub backoff: Arc<Mutex<HashMap<String, u32>>>,
+    /// The fleet's health as the health loop last saw it: which clusters are failed over.
+    pub health: Arc<FleetHealth>,
+    /// Prometheus metrics, served on `/metrics`.
+    pub metrics: Arc<HubMetrics>,
 }
 
 impl std::fmt::Debug for Context {
@@ -138,6 +161,26 @@ impl Context {
             work_lock: Arc::default(),
             timings,
             backoff: Arc::default(),
+            health: Arc::default(),
+            metrics: Arc::default(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn closing_ends_every_long_poll_now_and_later() {
+        let signals = WorkSignals::default();
+        let mut waiting = signals.subscribe("eu-1");
+        signals.close();
+        assert!(waiting.changed().await.is_err(), "a poll waiting at close ends");
+        let mut late = signals.subscribe("eu-1");
+        assert!(
+            late.changed().await.is_err(),
+            "a poll that starts after close ends at once"
+        );
     }
 }

@@ -1,18 +1,24 @@
 //! The controllers over Nave's CRDs in the management cluster.
 //!
-//! One controller today: [`mcd`] reconciles MultiClusterDeployments, and with them the
-//! MultiClusterServices that follow them (a change to a MultiClusterService reconciles the
-//! MultiClusterDeployment it names). Agents' reports reach it through the reconcile trigger.
+//! One controller today: [`mcd`] reconciles MultiClusterDeployments, and with them what follows
+//! them: a change to a MultiClusterService reconciles the MultiClusterDeployment it names, and a
+//! change to a ConfigMap or Secret reconciles every MultiClusterDeployment whose pod template
+//! refers to it (so the copies in the workload clusters follow the source). Agents' reports reach
+//! it through the reconcile trigger, and so does an admin's edit of a WorkloadCluster (labels,
+//! cordon, burst-only): every MultiClusterDeployment is reconciled, since any may be placed there.
 
 pub mod mcd;
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use futures::StreamExt;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use kube::ResourceExt;
 use kube::api::Api;
-use kube::runtime::reflector::ObjectRef;
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::{Controller, watcher};
-use nave_api::{MultiClusterDeployment, MultiClusterService};
+use nave_api::{DependencyKind, MultiClusterDeployment, MultiClusterService, WorkloadCluster};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
@@ -28,11 +34,23 @@ pub async fn run(ctx: Arc<Context>, triggered: mpsc::Receiver<()>, shutdown: Can
         triggered,
         |mut rx| async move { rx.recv().await.map(|()| ((), rx)) },
     );
-    Controller::new(mcds, watcher::Config::default())
+    let trigger = futures::stream::select(trigger, cluster_edits(ctx.client.clone()));
+    let configmaps: Api<ConfigMap> = Api::all(ctx.client.clone());
+    let secrets: Api<Secret> = Api::all(ctx.client.clone());
+    let controller = Controller::new(mcds, watcher::Config::default());
+    let known = controller.store();
+    let known_too = known.clone();
+    controller
         .watches(services, watcher::Config::default(), |mcs| {
             let namespace = mcs.metadata.namespace.clone()?;
             let name = mcs.spec.deployment.clone()?;
             Some(ObjectRef::<MultiClusterDeployment>::new(&name).within(&namespace))
+        })
+        .watches(configmaps, watcher::Config::default(), move |cm| {
+            referring(&known, DependencyKind::ConfigMap, &cm)
+        })
+        .watches(secrets, watcher::Config::default(), move |secret| {
+            referring(&known_too, DependencyKind::Secret, &secret)
         })
         .reconcile_all_on(trigger)
         .graceful_shutdown_on(shutdown.cancelled_owned())
@@ -44,4 +62,53 @@ pub async fn run(ctx: Arc<Context>, triggered: mpsc::Receiver<()>, shutdown: Can
             }
         })
         .await;
+}
+
+/// One item per change of a WorkloadCluster that placement reads (its spec or labels; not its
+/// status, which the hub writes itself on heartbeats), and per WorkloadCluster deleted.
+fn cluster_edits(client: kube::Client) -> impl futures::Stream<Item = ()> + Send {
+    use kube::runtime::WatchStreamExt;
+    use kube::runtime::watcher::Event;
+    type Seen = (Option<i64>, Option<std::collections::BTreeMap<String, String>>);
+    let mut seen: HashMap<String, Seen> = HashMap::new();
+    let api: Api<WorkloadCluster> = Api::all(client);
+    watcher(api, watcher::Config::default())
+        .default_backoff()
+        .filter_map(move |event| {
+            let changed = match event {
+                Ok(Event::InitApply(wcl)) => {
+                    let key = (wcl.metadata.generation, wcl.metadata.labels.clone());
+                    seen.insert(wcl.name_any(), key);
+                    false
+                }
+                Ok(Event::Apply(wcl)) => {
+                    let key = (wcl.metadata.generation, wcl.metadata.labels.clone());
+                    seen.insert(wcl.name_any(), key.clone()) != Some(key)
+                }
+                Ok(Event::Delete(wcl)) => seen.remove(&wcl.name_any()).is_some(),
+                Ok(Event::Init | Event::InitDone) | Err(_) => false,
+            };
+            futures::future::ready(changed.then_some(()))
+        })
+}
+
+/// The MultiClusterDeployments in `object`'s namespace whose pod template (or
+/// `spec.dependencies.include`) refers to it.
+fn referring<K: kube::Resource>(
+    known: &Store<MultiClusterDeployment>,
+    kind: DependencyKind,
+    object: &K,
+) -> Vec<ObjectRef<MultiClusterDeployment>> {
+    let namespace = object.namespace();
+    let name = object.name_any();
+    known
+        .state()
+        .iter()
+        .filter(|mcd| mcd.namespace() == namespace)
+        .filter(|mcd| {
+            crate::render::dependencies(&mcd.spec.template.spec, &mcd.spec.dependencies)
+                .contains(&(kind, name.clone()))
+        })
+        .map(|mcd| ObjectRef::from_obj(mcd.as_ref()))
+        .collect()
 }

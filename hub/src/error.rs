@@ -20,6 +20,9 @@ pub enum Error {
         /// The file named on the command line.
         path: String,
     },
+    /// The REST API's tokens file cannot be read or parsed.
+    #[error("loading the REST API tokens")]
+    ApiTokens(#[source] crate::rest::TokensError),
     /// Building the Kubernetes client (kubeconfig or in-cluster config) failed.
     #[error("building the Kubernetes client")]
     KubeClient(#[source] Box<dyn std::error::Error + Send + Sync>),

@@ -25,7 +25,14 @@
 //!     validate ─► Fleet + Request + Ledger ─► nave_policies::decide ─► store placement + history
 //!     render (render.rs) ─► merge into each cluster's work set ─► store put_work ─► WorkSignals
 //!     agents' status reports ─► MCD status (per cluster, totals, conditions) + Events
+//!  operator ──HTTP──► rest (/api/v1, bearer tokens) ──► fleet + store (clusters, placements, history)
+//!                        └─ simulate: validate ─► Fleet + Request + Ledger ─► decide (nothing written)
+//!  health loop: store heartbeats ─► WorkloadCluster Ready ─► failed-over clusters ─► trigger
+//!     (the MCD controller evacuates them: failover.rs)
 //! ```
+//!
+//! The controller and the REST API build the placement engine's inputs with the same code
+//! ([`fleet`]), so a simulation decides as an apply would.
 //!
 //! Everything the hub learns or decides that is not desired state lives in the [`store`]:
 //! clusters, agent credentials (hashed), heartbeats, placements with their history, and each
@@ -38,17 +45,24 @@ pub mod cli;
 pub mod context;
 pub mod controller;
 mod error;
+pub mod failover;
+pub mod fleet;
+pub mod health;
+pub mod metrics;
 pub mod render;
+pub mod rest;
 pub mod scheduler;
+mod secret;
 pub mod store;
 
 use std::sync::Arc;
 
+use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::Api;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use tokio_util::sync::CancellationToken;
-use tracing::{error, info};
+use tracing::{error, info, warn};
 
 pub use error::Error;
 
@@ -110,8 +124,9 @@ async fn shutdown_on_signal(shutdown: CancellationToken) {
 }
 
 /// Runs the hub until `shutdown` is cancelled: checks the CRDs, opens the store, then serves
-/// the agent endpoints and runs the controllers, all stopping on the same token.
+/// the agent endpoints and the REST API and runs the controllers, all stopping on the same token.
 pub async fn run_until(args: RunArgs, shutdown: CancellationToken) -> Result<(), Error> {
+    let failover = args.failover.clone();
     let token =
         std::fs::read_to_string(&args.bootstrap_token_file).map_err(|source| Error::ReadBootstrapToken {
             path: args.bootstrap_token_file.display().to_string(),
@@ -123,13 +138,32 @@ pub async fn run_until(args: RunArgs, shutdown: CancellationToken) -> Result<(),
             path: args.bootstrap_token_file.display().to_string(),
         });
     }
+    let mut tokens = match &args.api_tokens_file {
+        Some(path) => rest::ApiTokens::from_file(path).map_err(Error::ApiTokens)?,
+        None => rest::ApiTokens::default(),
+    };
     let client = kube_client(args.kubeconfig.as_deref()).await?;
+    if let Some(reference) = &args.api_tokens_secret {
+        tokens = tokens.with(api_tokens_secret(&client, reference).await?);
+    }
+    if tokens.is_empty() {
+        warn!("the REST API has no tokens and refuses every request; see --api-tokens-file");
+    }
     check_crds(&client).await?;
     let store = store::connect(&args.database_url)
         .await
         .map_err(Error::OpenStore)?;
     let signals = Arc::new(WorkSignals::default());
-    let timings = Timings::default();
+    let timings = Timings {
+        heartbeat_grace: failover.heartbeat_grace,
+        failback_settle: failover.failback_settle,
+        ..Timings::default()
+    };
+    let rules = health::Rules {
+        grace: failover.heartbeat_grace,
+        max_stale_percent: failover.failover_max_stale_percent,
+        max_per_minute: failover.failover_max_per_minute,
+    };
     let (trigger, triggered) = ReconcileTrigger::new();
     let ctx = Arc::new(Context::new(
         client.clone(),
@@ -137,6 +171,20 @@ pub async fn run_until(args: RunArgs, shutdown: CancellationToken) -> Result<(),
         signals.clone(),
         timings.clone(),
     ));
+    // On shutdown, end the agents' long-polls so the graceful shutdown does not wait them out.
+    let closing = signals.clone();
+    let closed = shutdown.clone();
+    tokio::spawn(async move {
+        closed.cancelled().await;
+        closing.close();
+    });
+    let health = health::run(
+        ctx.clone(),
+        rules,
+        ClusterObjects::new(client.clone()),
+        trigger.clone(),
+        shutdown.clone(),
+    );
     let state = AgentState::new(
         store.clone(),
         signals,
@@ -152,20 +200,36 @@ pub async fn run_until(args: RunArgs, shutdown: CancellationToken) -> Result<(),
             source,
         })?;
     info!(addr = %args.listen, backend = %store.backend(), "hub started");
-    let server = axum::serve(listener, agent_api::router(state))
-        .with_graceful_shutdown(shutdown.clone().cancelled_owned());
+    let routes = agent_api::router(state)
+        .merge(rest::router(ctx.clone(), tokens))
+        .merge(metrics::router(ctx.clone()));
+    let server = axum::serve(listener, routes).with_graceful_shutdown(shutdown.clone().cancelled_owned());
     let controllers = controller::run(ctx, triggered, shutdown.clone());
-    let (served, ()) = tokio::join!(
+    let (served, (), ()) = tokio::join!(
         async {
             let result = server.await.map_err(Error::Serve);
             // The controllers stop too when the server fails.
             shutdown.cancel();
             result
         },
-        controllers
+        controllers,
+        health
     );
     store.close().await.map_err(Error::OpenStore)?;
     served
+}
+
+/// The REST API tokens of the Secret `namespace/name`.
+async fn api_tokens_secret(client: &kube::Client, reference: &str) -> Result<rest::ApiTokens, Error> {
+    let (namespace, name) = reference
+        .split_once('/')
+        .filter(|(ns, name)| !ns.is_empty() && !name.is_empty())
+        .ok_or_else(|| Error::ApiTokens(rest::TokensError::SecretName(reference.to_owned())))?;
+    let secret = Api::<Secret>::namespaced(client.clone(), namespace)
+        .get(name)
+        .await
+        .map_err(Error::kube("reading the REST API tokens Secret"))?;
+    rest::ApiTokens::from_secret(reference, &secret).map_err(Error::ApiTokens)
 }
 
 async fn kube_client(kubeconfig: Option<&std::path::Path>) -> Result<kube::Client, Error> {

@@ -14,9 +14,9 @@ async fn main() -> anyhow::Result<()> {
             print!("{}", nave_hub::crds_yaml());
             Ok(())
         }
-        Command::Run(args) => {
-            nave_hub::init_tracing(args.log_json);
-            nave_hub::run(args).await?;
+        Command::Run(run) => {
+            nave_hub::init_tracing(run.log_json);
+            nave_hub::run(run).await?;
             Ok(())
         }
     }

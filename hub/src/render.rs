@@ -268,37 +268,91 @@ pub fn object_key(object: &Value) -> (String, String, String) {
     )
 }
 
-/// Whether an object of a work set belongs to `workload` (by its workload label).
-pub fn belongs_to(object: &Value, workload: &WorkloadRef) -> bool {
-    object["metadata"]["labels"][WORKLOAD_LABEL].as_str() == Some(workload.label_value().as_str())
+/// Annotation on an object that several workloads contribute to one cluster (a ConfigMap two
+/// MultiClusterDeployments mount): the [`WorkloadRef::label_value`] of each, sorted and
+/// comma-separated. The workload labels name the first; the object stays while any is left.
+pub const SHARED_BY_ANNOTATION: &str = "nave.dev/shared-by";
+
+/// The workloads that contribute `object` to a work set.
+fn contributors(object: &Value) -> BTreeSet<String> {
+    let metadata = &object["metadata"];
+    match metadata["annotations"][SHARED_BY_ANNOTATION].as_str() {
+        Some(list) => list
+            .split(',')
+            .filter(|w| !w.is_empty())
+            .map(str::to_owned)
+            .collect(),
+        None => metadata["labels"][WORKLOAD_LABEL]
+            .as_str()
+            .map(str::to_owned)
+            .into_iter()
+            .collect(),
+    }
+}
+
+/// Labels `object` with the first of `users` and, when there are several, lists them all in
+/// [`SHARED_BY_ANNOTATION`].
+fn set_contributors(object: &mut Value, users: &BTreeSet<String>) {
+    let Some(first) = users.first().and_then(|w| WorkloadRef::from_label_value(w)) else {
+        return;
+    };
+    let labels = pointer_object(object, &["metadata", "labels"]);
+    for (key, value) in workload_labels(&first) {
+        labels.insert(key, Value::String(value));
+    }
+    let annotations = pointer_object(object, &["metadata", "annotations"]);
+    if users.len() > 1 {
+        let list = users.iter().map(String::as_str).collect::<Vec<_>>().join(",");
+        annotations.insert(SHARED_BY_ANNOTATION.to_owned(), Value::String(list));
+    } else {
+        annotations.remove(SHARED_BY_ANNOTATION);
+    }
+    if annotations.is_empty()
+        && let Some(metadata) = object["metadata"].as_object_mut()
+    {
+        metadata.remove("annotations");
+    }
 }
 
 /// Replaces `workload`'s objects in a cluster's work set with `objects`, and the Namespaces with
-/// exactly those the remaining namespaced objects use. An object another workload already
-/// contributes (a ConfigMap two workloads share) is kept once, the first one.
+/// exactly those the remaining namespaced objects use.
+///
+/// An object several workloads contribute (a ConfigMap two of them mount) is kept once, with the
+/// content rendered last (every copy comes from the same source object) and every contributor
+/// listed in [`SHARED_BY_ANNOTATION`]: it leaves the set only when the last of them stops
+/// contributing it, so deleting one workload never takes away what another still uses.
 pub fn merge_work(current: &[Value], workload: &WorkloadRef, objects: Vec<Value>) -> Vec<Value> {
-    let mut seen = BTreeSet::new();
-    let mut merged = Vec::new();
-    let kept = current
-        .iter()
-        .filter(|o| o["kind"] != "Namespace" && !belongs_to(o, workload))
-        .cloned();
-    for object in kept.chain(objects) {
-        if object["kind"] == "Namespace" {
-            continue;
-        }
-        if seen.insert(object_key(&object)) {
-            merged.push(object);
+    let me = workload.label_value();
+    let mut merged: BTreeMap<(String, String, String), (Value, BTreeSet<String>)> = BTreeMap::new();
+    for object in current.iter().filter(|o| o["kind"] != "Namespace") {
+        let mut users = contributors(object);
+        users.remove(&me);
+        if !users.is_empty() {
+            merged.insert(object_key(object), (object.clone(), users));
         }
     }
-    let namespaces: BTreeSet<String> = merged
+    for object in objects.into_iter().filter(|o| o["kind"] != "Namespace") {
+        let entry = merged
+            .entry(object_key(&object))
+            .or_insert_with(|| (Value::Null, BTreeSet::new()));
+        entry.0 = object;
+        entry.1.insert(me.clone());
+    }
+    let mut out: Vec<Value> = merged
+        .into_values()
+        .map(|(mut object, users)| {
+            set_contributors(&mut object, &users);
+            object
+        })
+        .collect();
+    let namespaces: BTreeSet<String> = out
         .iter()
         .filter_map(|o| o["metadata"]["namespace"].as_str().map(str::to_owned))
         .filter(|ns| !ns.is_empty())
         .collect();
-    merged.extend(namespaces.iter().map(|ns| namespace(ns)));
-    merged.sort_by_key(object_key);
-    merged
+    out.extend(namespaces.iter().map(|ns| namespace(ns)));
+    out.sort_by_key(object_key);
+    out
 }
 
 #[cfg(test)]

@@ -501,6 +501,25 @@ fn json_hash(value: &Value) -> String {
     hex(&Sha256::digest(text.as_bytes()))
 }
 
+/// Members of a stored decision that explain it rather than make it: see
+/// [`PlacementUpdate::decision`].
+const DECISION_PROSE: [&str; 2] = ["explanation", "clusters"];
+
+/// Hex SHA-256 of what a decision decides (explanations left out), to tell a new decision from a
+/// re-explained one.
+fn decision_hash(decision: &Value) -> String {
+    match decision {
+        Value::Object(members) => {
+            let mut decided = members.clone();
+            for key in DECISION_PROSE {
+                decided.remove(key);
+            }
+            json_hash(&Value::Object(decided))
+        }
+        other => json_hash(other),
+    }
+}
+
 /// Hex SHA-256 of an object set: the canonical form of each object, sorted, so that the order the
 /// objects were rendered in does not bump the revision.
 fn object_set_hash(objects: &[Value]) -> String {

@@ -1,78 +1,20 @@
 //! The placement loop end to end: a simulated management cluster (nave-sim) with Nave's CRDs,
 //! the hub with a SQLite store, and two agents speaking the wire protocol over HTTP.
 
-use std::collections::BTreeMap;
-use std::future::Future;
-use std::time::{Duration, Instant};
+mod support;
+
+use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ConfigMap;
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use nave_api::conditions::{self, reasons, types};
 use nave_api::wire::{
-    self, CapacityModel, CapacityTotals, Heartbeat, NodeCapacity, NodeGroup, ObjectStatus, RegisterRequest,
-    RegisterResponse, Resources, StatusReport, WorkSet, WorkloadRef,
+    self, CapacityModel, Heartbeat, ObjectStatus, RegisterRequest, Resources, StatusReport, WorkSet,
+    WorkloadRef,
 };
 use nave_api::{MultiClusterDeployment, MultiClusterService};
-use nave_hub::cli::RunArgs;
-use nave_sim::{ClusterConfig, ServeOptions, SimCluster};
 use serde_json::{Value, json};
-use tokio_util::sync::CancellationToken;
-
-const BOOTSTRAP: &str = "fleet-bootstrap-token";
-const DEADLINE: Duration = Duration::from_secs(30);
-
-/// Polls `check` until it returns `Ok`, failing after [`DEADLINE`] with the last thing seen.
-async fn wait_for<T, F, Fut>(what: &str, mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Result<T, String>>,
-{
-    let start = Instant::now();
-    loop {
-        match check().await {
-            Ok(value) => return value,
-            Err(seen) if start.elapsed() > DEADLINE => {
-                panic!("timed out waiting for {what}; last seen: {seen}")
-            }
-            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
-        }
-    }
-}
-
-fn node(name: &str, cpu_millis: u64) -> NodeCapacity {
-    NodeCapacity {
-        name: name.to_owned(),
-        allocatable: Resources::new(cpu_millis, 16 << 30, 110),
-        requested: Resources::default(),
-        ready: true,
-        unschedulable: false,
-    }
-}
-
-/// A cluster of `nodes` nodes with `cpu_millis` each.
-fn capacity(prefix: &str, nodes: u64, cpu_millis: u64) -> CapacityModel {
-    let nodes: Vec<_> = (0..nodes)
-        .map(|i| node(&format!("{prefix}-{i}"), cpu_millis))
-        .collect();
-    CapacityModel {
-        totals: CapacityTotals {
-            nodes: nodes.len() as u64,
-            schedulable_nodes: nodes.len() as u64,
-            allocatable: Resources::new(
-                cpu_millis * nodes.len() as u64,
-                (16 << 30) * nodes.len() as u64,
-                110,
-            ),
-            requested: Resources::default(),
-        },
-        node_groups: vec![NodeGroup {
-            labels: BTreeMap::new(),
-            taints: Vec::new(),
-            nodes,
-        }],
-    }
-}
+use support::wait_for;
 
 struct Agent {
     http: reqwest::Client,
@@ -88,25 +30,12 @@ impl Agent {
             agent_version: "0.1.0".to_owned(),
             ..RegisterRequest::default()
         };
-        let response: RegisterResponse = wait_for(&format!("{cluster} to register"), || async {
-            let res = http
-                .post(format!("{base}{}", wire::REGISTER_PATH))
-                .bearer_auth(BOOTSTRAP)
-                .json(&request)
-                .send()
-                .await
-                .map_err(|e| e.to_string())?;
-            if !res.status().is_success() {
-                return Err(format!("status {}", res.status()));
-            }
-            res.json().await.map_err(|e| e.to_string())
-        })
-        .await;
+        let credential = support::register(http, base, &request).await;
         Agent {
             http: http.clone(),
             base: base.to_owned(),
             cluster: cluster.to_owned(),
-            credential: response.credential,
+            credential,
         }
     }
 
@@ -117,27 +46,11 @@ impl Agent {
             capacity,
             ..Heartbeat::default()
         };
-        let res = self
-            .http
-            .post(format!("{}{}", self.base, wire::HEARTBEAT_PATH))
-            .bearer_auth(&self.credential)
-            .json(&beat)
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(res.status(), 204, "heartbeat of {}", self.cluster);
+        support::heartbeat(&self.http, &self.base, &self.credential, &beat).await;
     }
 
     async fn work(&self) -> WorkSet {
-        let res = self
-            .http
-            .get(format!("{}{}", self.base, wire::WORK_PATH))
-            .bearer_auth(&self.credential)
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(res.status(), 200, "work of {}", self.cluster);
-        res.json().await.unwrap()
+        support::work(&self.http, &self.base, &self.credential, &self.cluster).await
     }
 
     /// Reports every Deployment of the current work set as fully ready.
@@ -183,6 +96,16 @@ impl Agent {
 }
 
 /// Replicas of the Deployment `name` in a work set, if present.
+/// A cluster of `nodes` nodes with `cpu_millis` CPU and 16 GiB each, nothing requested.
+fn capacity(prefix: &str, nodes: u64, cpu_millis: u64) -> CapacityModel {
+    support::capacity(
+        prefix,
+        nodes,
+        Resources::new(cpu_millis, 16 << 30, 110),
+        Resources::default(),
+    )
+}
+
 fn deployment_replicas(work: &WorkSet, name: &str) -> Option<i64> {
     work.objects
         .iter()
@@ -219,37 +142,8 @@ fn mcd(name: &str, replicas: i32, policy: &str, image: Value) -> MultiClusterDep
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn placement_loop_divides_replicas_reports_status_and_rejects_invalid_specs() {
-    nave_sim::install_crypto_provider();
-    let management = SimCluster::start(
-        ClusterConfig {
-            name: "management".to_owned(),
-            ..ClusterConfig::default()
-        },
-        ServeOptions {
-            control_plane: false,
-            ..ServeOptions::default()
-        },
-    )
-    .await
-    .expect("start the simulated management cluster");
-    let client = management
-        .client()
-        .await
-        .expect("client of the management cluster");
-    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    for crd in nave_api::crds() {
-        crds.create(&PostParams::default(), &crd)
-            .await
-            .expect("install a CRD");
-    }
+    let (management, client) = support::management_cluster().await;
     let mcds: Api<MultiClusterDeployment> = Api::namespaced(client.clone(), "default");
-    wait_for("the MultiClusterDeployment API to be served", || async {
-        mcds.list(&ListParams::default())
-            .await
-            .map(|_| ())
-            .map_err(|e| e.to_string())
-    })
-    .await;
     let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
     let config: ConfigMap = serde_json::from_value(json!({
         "apiVersion": "v1", "kind": "ConfigMap",
@@ -260,25 +154,12 @@ async fn placement_loop_divides_replicas_reports_status_and_rejects_invalid_spec
     config_maps.create(&PostParams::default(), &config).await.unwrap();
 
     let dir = tempfile::tempdir().unwrap();
-    let kubeconfig = dir.path().join("kubeconfig");
-    management.write_kubeconfig(&kubeconfig).unwrap();
-    let token_file = dir.path().join("bootstrap-token");
-    std::fs::write(&token_file, format!("{BOOTSTRAP}\n")).unwrap();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let args = RunArgs {
-        database_url: format!("sqlite://{}", dir.path().join("hub.db").display()),
-        listen: ([127, 0, 0, 1], port).into(),
-        bootstrap_token_file: token_file,
-        kubeconfig: Some(kubeconfig),
-        log_json: false,
-    };
-    let shutdown = CancellationToken::new();
-    let hub = tokio::spawn(nave_hub::run_until(args, shutdown.clone()));
-    let base = format!("http://127.0.0.1:{port}");
+    let support::Hub {
+        base,
+        shutdown,
+        task: hub,
+        ..
+    } = support::start_hub(&management, dir.path(), |_| {});
     let http = reqwest::Client::new();
 
     // Two agents join: eu-1 and us-1, each with room for 16 replicas of 500m.

@@ -617,9 +617,9 @@ mod cases {
 
     pub async fn placement_put_get_and_history_newest_first_with_filters_and_pages(db: TestDb) {
         let store = db.open().await;
-        let one = json!({"clusters": {"eu-1": {"replicas": 3, "reason": "most room"}}});
-        let two = json!({"clusters": {"eu-1": {"replicas": 2, "reason": "most room"},
-                                      "eu-2": {"replicas": 1, "reason": "overflow"}}});
+        let one = json!({"assignment": {"eu-1": 3}, "clusters": {"eu-1": "most room"}});
+        let two = json!({"assignment": {"eu-1": 2, "eu-2": 1},
+                         "clusters": {"eu-1": "most room", "eu-2": "overflow"}});
 
         let write = store
             .put_placement(&placement("default", "web", t(0), one.clone()))
@@ -632,7 +632,7 @@ mod cases {
 
         // The same decision, built with its keys in another order, is not a change.
         let reordered: Value =
-            serde_json::from_str(r#"{"clusters":{"eu-1":{"reason":"most room","replicas":3}}}"#)
+            serde_json::from_str(r#"{"clusters":{"eu-1":"most room"},"assignment":{"eu-1":3}}"#)
                 .expect("json");
         let again = PlacementUpdate {
             generation: 2,
@@ -652,6 +652,29 @@ mod cases {
         assert_eq!(
             (current.generation, current.updated_at, &current.decision),
             (2, t(10), &one)
+        );
+
+        // Only the explanations differ (fresher numbers): the current placement shows them, but
+        // it is not a new decision and writes no history.
+        let explained = json!({"assignment": {"eu-1": 3}, "clusters": {"eu-1": "most room (12 left)"},
+                               "explanation": "3 of 3 placed"});
+        let write = store
+            .put_placement(&placement("default", "web", t(15), explained.clone()))
+            .await
+            .expect("put re-explained");
+        assert_eq!(
+            (write.changed, write.history_id),
+            (false, None),
+            "explanations alone: expected no change"
+        );
+        let current = store
+            .get_placement("default", "web")
+            .await
+            .expect("get")
+            .expect("placement of web");
+        assert_eq!(
+            &current.decision, &explained,
+            "the current placement has the fresh explanation"
         );
 
         let mut scale = placement("default", "web", t(20), two.clone());

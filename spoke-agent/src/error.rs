@@ -84,6 +84,15 @@ pub enum Error {
     /// A reflector stopped before its first list arrived.
     #[error("waiting for the {0} reflector: it stopped")]
     ReflectorStopped(&'static str),
+    /// The metrics listener could not bind its address.
+    #[error("listening for /metrics on {addr}: {source}")]
+    MetricsListen {
+        /// The address asked for.
+        addr: std::net::SocketAddr,
+        /// What the OS said.
+        #[source]
+        source: std::io::Error,
+    },
     /// The agent is shutting down; the operation was abandoned.
     #[error("shutting down")]
     ShuttingDown,

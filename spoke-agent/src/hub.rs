@@ -3,6 +3,7 @@
 //! Transport only: no retries here. The loops retry with [`crate::backoff::Backoff`] and the
 //! [`crate::identity::Identity`] registers again when a credential is rejected.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use nave_api::wire::{
@@ -14,6 +15,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::error::{Error, Result};
+use crate::metrics::AgentMetrics;
 
 /// Time to open a connection to the hub.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -25,6 +27,7 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(20);
 pub struct HubClient {
     http: reqwest::Client,
     base: String,
+    metrics: Arc<AgentMetrics>,
 }
 
 impl HubClient {
@@ -40,7 +43,14 @@ impl HubClient {
         Ok(HubClient {
             http,
             base: base_url.trim_end_matches('/').to_owned(),
+            metrics: Arc::default(),
         })
+    }
+
+    /// The same client, counting its requests in `metrics`.
+    pub fn with_metrics(mut self, metrics: Arc<AgentMetrics>) -> Self {
+        self.metrics = metrics;
+        self
     }
 
     /// The hub's base URL.
@@ -87,11 +97,12 @@ impl HubClient {
             // The hub holds the request for up to `wait`: allow that plus the usual time.
             .timeout(wait + REQUEST_TIMEOUT)
             .send()
-            .await
-            .map_err(|source| Error::HubRequest {
-                operation: "work",
-                source,
-            })?;
+            .await;
+        self.record("work", &response);
+        let response = response.map_err(|source| Error::HubRequest {
+            operation: "work",
+            source,
+        })?;
         let response = check("work", response).await?;
         if response.status() == StatusCode::NO_CONTENT {
             return Ok(None);
@@ -112,9 +123,15 @@ impl HubClient {
             .bearer_auth(token)
             .json(body)
             .send()
-            .await
-            .map_err(|source| Error::HubRequest { operation, source })?;
+            .await;
+        self.record(operation, &response);
+        let response = response.map_err(|source| Error::HubRequest { operation, source })?;
         check(operation, response).await
+    }
+
+    fn record(&self, endpoint: &'static str, response: &reqwest::Result<reqwest::Response>) {
+        let status = response.as_ref().ok().map(|r| r.status().as_u16());
+        self.metrics.record_hub_request(endpoint, status);
     }
 }
 

@@ -19,6 +19,9 @@
 //!   one CancellationToken (SIGTERM / Ctrl-C) stops every loop
 //! ```
 //!
+//! The loops record [`metrics`], served with `/healthz` on a small listener of their own
+//! ([`Config::metrics_listen`]).
+//!
 //! While the hub is unreachable nothing in the cluster changes: the loops log at warn and retry
 //! with exponential backoff and jitter; workloads keep running. A restarted agent reads its
 //! credential and the last applied revision back, so it neither registers again nor re-applies.
@@ -30,10 +33,12 @@ pub mod capacity;
 mod error;
 pub mod hub;
 pub mod identity;
+pub mod metrics;
 pub mod quantity;
 pub mod status;
 
 use std::collections::BTreeMap;
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -59,6 +64,7 @@ use crate::capacity::{capacity_model, pending_pods};
 pub use crate::error::{Error, Result};
 use crate::hub::HubClient;
 use crate::identity::Identity;
+use crate::metrics::AgentMetrics;
 
 /// Version of this agent, sent to the hub.
 pub const AGENT_VERSION: &str = env!("CARGO_PKG_VERSION");
@@ -100,6 +106,9 @@ pub struct Args {
     /// Log as JSON lines instead of plain text.
     #[arg(long, env = "NAVE_LOG_JSON")]
     pub log_json: bool,
+    /// Address of the listener for `/metrics` (Prometheus) and `/healthz`.
+    #[arg(long, env = "NAVE_AGENT_METRICS_LISTEN", default_value = "0.0.0.0:9090")]
+    pub metrics_listen: SocketAddr,
 }
 
 fn parse_label(s: &str) -> std::result::Result<(String, String), String> {
@@ -139,6 +148,9 @@ pub struct Config {
     pub retry_initial: Duration,
     /// Longest retry delay.
     pub retry_max: Duration,
+    /// Where to serve `/metrics` and `/healthz`; `None` serves nothing (the metrics are still
+    /// kept). The binary listens on `0.0.0.0:9090` unless told otherwise.
+    pub metrics_listen: Option<SocketAddr>,
 }
 
 impl Config {
@@ -163,6 +175,7 @@ impl Config {
             resync_interval: Duration::from_secs(600),
             retry_initial: Duration::from_millis(500),
             retry_max: Duration::from_secs(30),
+            metrics_listen: None,
         }
     }
 }
@@ -191,6 +204,7 @@ pub struct Agent {
     kubernetes_version: Option<String>,
     work: RwLock<WorkState>,
     status_wake: Notify,
+    metrics: Arc<AgentMetrics>,
 }
 
 impl std::fmt::Debug for Agent {
@@ -210,6 +224,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     config.region = args.region;
     config.zone = args.zone;
     config.labels = args.labels.into_iter().collect();
+    config.metrics_listen = Some(args.metrics_listen);
 
     let shutdown = CancellationToken::new();
     tokio::spawn(cancel_on_signal(shutdown.clone()));
@@ -271,6 +286,11 @@ async fn cancel_on_signal(shutdown: CancellationToken) {
 #[instrument(skip_all, fields(cluster = %config.cluster_name, hub = %config.hub_url))]
 pub async fn run_agent(config: Config, client: Client, shutdown: CancellationToken) -> Result<()> {
     let config = Arc::new(config);
+    let metrics = Arc::new(AgentMetrics::new());
+    let mut tasks = tokio::task::JoinSet::new();
+    if let Some(addr) = config.metrics_listen {
+        tasks.spawn(metrics::serve(addr, metrics.clone(), shutdown.clone()).await?);
+    }
     let kubernetes_version = match client.apiserver_version().await {
         Ok(info) => Some(info.git_version),
         Err(e) => {
@@ -278,13 +298,13 @@ pub async fn run_agent(config: Config, client: Client, shutdown: CancellationTok
             None
         }
     };
-    let hub = HubClient::new(&config.hub_url)?;
+    let hub = HubClient::new(&config.hub_url)?.with_metrics(metrics.clone());
     let applier = Applier::new(client.clone(), &config.namespace);
     ensure_with_retries(&applier, &config, &shutdown).await?;
     let state = load_with_retries(&applier, &config, &shutdown).await?;
     info!(applied_revision = ?state.revision, objects = state.objects.len(), "resuming");
+    metrics.set_applied(state.revision, state.objects.len());
 
-    let mut tasks = tokio::task::JoinSet::new();
     let (nodes, nodes_writer) = reflector::store::<Node>();
     let (pods, pods_writer) = reflector::store::<Pod>();
     let (deployments, deployments_writer) = reflector::store::<Deployment>();
@@ -305,6 +325,7 @@ pub async fn run_agent(config: Config, client: Client, shutdown: CancellationTok
             ..Default::default()
         }),
         status_wake: Notify::new(),
+        metrics,
         config,
     });
 
@@ -494,6 +515,9 @@ async fn heartbeat_loop(agent: Arc<Agent>, shutdown: CancellationToken) -> Resul
             let nodes = agent.nodes.state();
             let pods = agent.pods.state();
             let (pending, omitted) = pending_pods(pods.iter().map(|p| p.as_ref()));
+            agent
+                .metrics
+                .set_pending_pods((pending.len() as u64).saturating_add(omitted));
             Heartbeat {
                 cluster_name: Some(agent.config.cluster_name.clone()),
                 agent_version: AGENT_VERSION.to_owned(),
@@ -522,6 +546,7 @@ async fn heartbeat_loop(agent: Arc<Agent>, shutdown: CancellationToken) -> Resul
             .await;
         let delay = match sent {
             Ok(rtt) => {
+                agent.metrics.record_heartbeat(std::time::SystemTime::now());
                 last_rtt = Some(rtt);
                 backoff.reset();
                 agent.identity.heartbeat_interval(&shutdown).await?
@@ -607,7 +632,10 @@ async fn work_loop(agent: Arc<Agent>, shutdown: CancellationToken) -> Result<()>
 /// Applies a set, persists the state, wakes the status loop; answers whether it all worked.
 async fn apply_set(agent: &Agent, set: &nave_api::wire::WorkSet) -> bool {
     let mut state = agent.work.read().await.state.clone();
+    let started = tokio::time::Instant::now();
     let outcome = agent.applier.apply(set, &mut state).await;
+    agent.metrics.observe_apply(started.elapsed(), &outcome.errors);
+    agent.metrics.set_applied(state.revision, state.objects.len());
     let mut ok = outcome.errors.is_empty();
     if let Err(e) = agent.applier.save_state(&state).await {
         // Unsaved, a restart would re-apply (harmless) and prune by label (still correct); retry.

@@ -256,12 +256,21 @@ fn token_file() -> tempfile::NamedTempFile {
 }
 
 fn start_agent(client: &Client, hub: &HubDouble, token: &tempfile::NamedTempFile) -> RunningAgent {
+    start_configured(client, test_config(hub, token))
+}
+
+/// The agent's configuration for tests: quick heartbeats, short waits and retries.
+fn test_config(hub: &HubDouble, token: &tempfile::NamedTempFile) -> Config {
     let mut config = Config::new(hub.url(), "sim-1", token.path());
     config.heartbeat_interval = Some(Duration::from_millis(200));
     config.status_interval = Duration::from_secs(1);
     config.work_wait = Duration::from_secs(2);
     config.retry_initial = Duration::from_millis(50);
     config.retry_max = Duration::from_millis(500);
+    config
+}
+
+fn start_configured(client: &Client, config: Config) -> RunningAgent {
     let shutdown = CancellationToken::new();
     let task = tokio::spawn(nave_agent::run_agent(config, client.clone(), shutdown.clone()));
     RunningAgent { shutdown, task }
@@ -727,6 +736,182 @@ async fn a_revoked_credential_makes_the_agent_register_again() {
         },
     )
     .await;
+    agent.stop().await;
+    hub.stop();
+    sim.shutdown().await;
+}
+
+/// One sample of an OpenMetrics exposition: `name{labels} value`.
+#[derive(Debug)]
+struct Sample {
+    name: String,
+    labels: BTreeMap<String, String>,
+    value: f64,
+}
+
+/// The samples of an OpenMetrics text (label values without escapes, as the agent's are).
+fn parse_metrics(text: &str) -> Vec<Sample> {
+    text.lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+        .map(|line| {
+            let (series, value) = line
+                .rsplit_once(' ')
+                .unwrap_or_else(|| panic!("a sample line has a value: {line:?}"));
+            let value: f64 = value
+                .parse()
+                .unwrap_or_else(|_| panic!("a sample value is a number: {line:?}"));
+            let (name, labels) = match series.split_once('{') {
+                Some((name, rest)) => {
+                    let inner = rest
+                        .strip_suffix('}')
+                        .unwrap_or_else(|| panic!("labels end with }}: {line:?}"));
+                    let labels = inner
+                        .split(',')
+                        .filter(|p| !p.is_empty())
+                        .map(|pair| {
+                            let (k, v) = pair
+                                .split_once('=')
+                                .unwrap_or_else(|| panic!("a label is k=\"v\": {line:?}"));
+                            (k.to_owned(), v.trim_matches('"').to_owned())
+                        })
+                        .collect();
+                    (name, labels)
+                }
+                None => (series, BTreeMap::new()),
+            };
+            Sample {
+                name: name.to_owned(),
+                labels,
+                value,
+            }
+        })
+        .collect()
+}
+
+/// The value of the sample named `name` with exactly `labels`, if there is one.
+fn sample(samples: &[Sample], name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    let labels: BTreeMap<String, String> = labels
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect();
+    samples
+        .iter()
+        .find(|s| s.name == name && s.labels == labels)
+        .map(|s| s.value)
+}
+
+async fn scrape_agent(addr: SocketAddr) -> Option<Vec<Sample>> {
+    let res = reqwest::get(format!("http://{addr}/metrics")).await.ok()?;
+    assert_eq!(res.status(), 200, "GET /metrics of the agent");
+    assert_eq!(
+        res.headers().get("content-type").and_then(|v| v.to_str().ok()),
+        Some("application/openmetrics-text; version=1.0.0; charset=utf-8"),
+        "the content type of the agent's /metrics"
+    );
+    let text = res.text().await.ok()?;
+    assert!(
+        text.ends_with("# EOF\n"),
+        "the exposition ends with # EOF:\n{text}"
+    );
+    Some(parse_metrics(&text))
+}
+
+#[tokio::test]
+async fn metrics_show_the_applied_revision_hub_requests_and_apply_errors() {
+    let (sim, client) = start_cluster().await;
+    let hub = HubDouble::start().await;
+    let token = token_file();
+    let addr: SocketAddr = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let mut config = test_config(&hub, &token);
+    config.metrics_listen = Some(addr);
+    hub.set_work(
+        1,
+        vec![
+            deployment("web", 1, "100m"),
+            service("web"),
+            config_map("web-config"),
+        ],
+    );
+    let agent = start_configured(&client, config);
+    wait_applied(&hub, 1).await;
+
+    let healthz = reqwest::get(format!("http://{addr}/healthz")).await.unwrap();
+    assert_eq!(healthz.status(), 200, "GET /healthz of the agent");
+
+    // The status report may go out before the heartbeat that follows it: wait for both.
+    let samples = wait_for("revision 1 and an accepted heartbeat in /metrics", || async {
+        let samples = scrape_agent(addr).await?;
+        let revision = sample(&samples, "nave_agent_work_revision", &[]);
+        let heartbeat = sample(&samples, "nave_agent_last_heartbeat_timestamp_seconds", &[]);
+        (revision == Some(1.0) && heartbeat.is_some_and(|t| t > 0.0)).then_some(samples)
+    })
+    .await;
+    assert_eq!(
+        sample(&samples, "nave_agent_applied_objects", &[]),
+        Some(3.0),
+        "a Deployment, a Service and a ConfigMap applied"
+    );
+    let applies = sample(&samples, "nave_agent_apply_duration_seconds_count", &[])
+        .expect("the apply histogram has a count");
+    assert!(applies >= 1.0, "at least one apply timed, saw {applies}");
+    assert_eq!(
+        sample(
+            &samples,
+            "nave_agent_apply_duration_seconds_bucket",
+            &[("le", "+Inf")]
+        ),
+        Some(applies),
+        "the +Inf bucket holds every apply"
+    );
+    for (endpoint, code) in [
+        ("register", "200"),
+        ("heartbeat", "204"),
+        ("work", "200"),
+        ("status", "204"),
+    ] {
+        let n = sample(
+            &samples,
+            "nave_agent_hub_requests_total",
+            &[("endpoint", endpoint), ("code", code)],
+        );
+        assert!(
+            n.is_some_and(|n| n >= 1.0),
+            "expected nave_agent_hub_requests_total{{endpoint={endpoint},code={code}}} >= 1, saw {n:?}"
+        );
+    }
+    assert_eq!(sample(&samples, "nave_agent_pending_pods", &[]), Some(0.0));
+    let errors: Vec<&Sample> = samples
+        .iter()
+        .filter(|s| s.name == "nave_agent_apply_errors_total")
+        .collect();
+    assert!(errors.is_empty(), "no apply errors yet, saw {errors:?}");
+
+    // Revision 2 holds an object of a kind the cluster does not serve: counted by kind, and the
+    // applied revision stays 1.
+    let widget = json!({
+        "apiVersion": "example.com/v1", "kind": "Widget",
+        "metadata": {"name": "w", "namespace": "shop"}
+    });
+    hub.set_work(2, vec![deployment("web", 1, "100m"), widget]);
+    let samples = wait_for("a Widget apply error in /metrics", || async {
+        let samples = scrape_agent(addr).await?;
+        sample(
+            &samples,
+            "nave_agent_apply_errors_total",
+            &[("operation", "apply"), ("kind", "Widget")],
+        )
+        .is_some_and(|n| n >= 1.0)
+        .then_some(samples)
+    })
+    .await;
+    assert_eq!(
+        sample(&samples, "nave_agent_work_revision", &[]),
+        Some(1.0),
+        "a failed apply leaves the applied revision"
+    );
     agent.stop().await;
     hub.stop();
     sim.shutdown().await;

@@ -6,7 +6,7 @@ use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::core::ObjectMeta;
 use nave_api::conditions::{self, reasons, types};
 use nave_api::wire::{Heartbeat, RegisterRequest, Resources};
-use nave_api::{WorkloadCluster, WorkloadClusterSpec};
+use nave_api::{ResourceAmounts, WorkloadCluster, WorkloadClusterSpec};
 use serde_json::{Value, json};
 
 use crate::context::HUB_NAME;
@@ -115,6 +115,36 @@ impl ClusterObjects {
     }
 }
 
+impl ClusterObjects {
+    /// Sets the `Ready` condition of an existing WorkloadCluster, leaving the rest of its status
+    /// as it is; a missing object is left missing (an admin deleted it). Writes only when the
+    /// condition differs.
+    pub async fn set_ready(
+        &self,
+        name: &str,
+        ready: bool,
+        reason: &str,
+        message: &str,
+    ) -> Result<(), kube::Error> {
+        let Some(object) = self.api.get_opt(name).await? else {
+            return Ok(());
+        };
+        let status = if ready {
+            conditions::TRUE
+        } else {
+            conditions::FALSE
+        };
+        let mut conds = object.status.map(|s| s.conditions).unwrap_or_default();
+        if conditions::find(&conds, types::READY)
+            .is_some_and(|c| c.status == status && c.reason == reason && c.message == message)
+        {
+            return Ok(());
+        }
+        conditions::upsert(&mut conds, condition(types::READY, status, reason, message));
+        self.patch_status(name, json!({"conditions": conds})).await
+    }
+}
+
 fn condition(type_: &str, status: &str, reason: &str, message: &str) -> Condition {
     Condition {
         type_: type_.to_owned(),
@@ -127,11 +157,7 @@ fn condition(type_: &str, status: &str, reason: &str, message: &str) -> Conditio
 }
 
 fn amounts(r: Resources) -> Value {
-    json!({
-        "cpu": format!("{}m", r.cpu_millis),
-        "memory": r.memory_bytes.to_string(),
-        "pods": r.pods.to_string(),
-    })
+    json!(ResourceAmounts::from_resources(r))
 }
 
 fn percent(part: u64, whole: u64) -> Option<u64> {

@@ -13,7 +13,7 @@
 //! Deleting an MCD runs the finalizer: its objects leave every work set (the agents prune them)
 //! and its current placement is forgotten (its history stays).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -28,17 +28,19 @@ use nave_api::conditions::{self, reasons, types};
 use nave_api::wire::{StatusReport, WORKLOAD_LABEL, WorkloadRef};
 use nave_api::{
     ClusterPlacementStatus, DependencyKind, MultiClusterDeployment, MultiClusterDeploymentStatus,
-    MultiClusterService, WorkloadCluster,
+    MultiClusterService,
 };
-use nave_policies::{Decision, Fleet, Ledger, Request, Role, decide};
+use nave_policies::{Decision, Request, Role};
 use serde_json::{Value, json};
 use tracing::{debug, info, instrument, warn};
 
 use crate::context::{Context, HUB_NAME};
 use crate::error::Error;
+use crate::failover;
+use crate::fleet::{self, FleetView, deployment_status};
 use crate::render::{self, merge_work};
 use crate::scheduler;
-use crate::store::{PlacementUpdate, WorkStatus};
+use crate::store::PlacementUpdate;
 
 /// Finalizer that removes an MCD's objects from every cluster before the MCD goes.
 pub const FINALIZER: &str = "nave.dev/cleanup";
@@ -91,6 +93,7 @@ pub async fn reconcile(mcd: Arc<MultiClusterDeployment>, ctx: Arc<Context>) -> R
 /// Transient failure: retry with a per-object exponential backoff (1 s doubling up to 5 min).
 pub fn error_policy(mcd: Arc<MultiClusterDeployment>, error: &Error, ctx: Arc<Context>) -> Action {
     let object = format!("{}/{}", mcd.namespace().unwrap_or_default(), mcd.name_any());
+    ctx.metrics.record_reconcile_error();
     let mut backoff = ctx.backoff.lock().unwrap_or_else(|e| e.into_inner());
     let attempts = backoff.entry(object.clone()).or_insert(0);
     *attempts = attempts.saturating_add(1);
@@ -131,10 +134,17 @@ async fn publish(
     action: &str,
     note: &str,
 ) {
+    // One line: `kubectl describe` prints events as table rows.
+    let note = note
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect::<Vec<_>>()
+        .join("; ");
     let event = KubeEvent {
         type_,
         reason: reason.to_owned(),
-        note: Some(truncate(note, MAX_NOTE)),
+        note: Some(truncate(&note, MAX_NOTE)),
         action: action.to_owned(),
         secondary: None,
     };
@@ -169,7 +179,9 @@ async fn write_status(
 }
 
 /// Why the spec cannot be acted on, with the field path; `None` when it can.
-fn validate(mcd: &MultiClusterDeployment) -> Result<k8s_openapi::api::apps::v1::DeploymentSpec, String> {
+pub(crate) fn validate(
+    mcd: &MultiClusterDeployment,
+) -> Result<k8s_openapi::api::apps::v1::DeploymentSpec, String> {
     if mcd.spec.replicas < 0 {
         return Err(format!(
             "spec.replicas: must not be negative, got {}",
@@ -227,38 +239,6 @@ async fn invalid(mcd: &MultiClusterDeployment, ctx: &Context, message: String) -
     Ok(Action::await_change())
 }
 
-/// The agents' latest status reports, by cluster.
-async fn reports(ctx: &Context, clusters: &[String]) -> Result<BTreeMap<String, StatusReport>, Error> {
-    let mut out = BTreeMap::new();
-    for cluster in clusters {
-        let status: Option<WorkStatus> = ctx
-            .store
-            .get_work_status(cluster)
-            .await
-            .map_err(Error::store("reading work status"))?;
-        if let Some(report) = status.and_then(|s| serde_json::from_value::<StatusReport>(s.objects).ok()) {
-            out.insert(cluster.clone(), report);
-        }
-    }
-    Ok(out)
-}
-
-/// `(ready, available, pending)` of the workload's Deployment in one report.
-fn deployment_status(report: Option<&StatusReport>, workload: &WorkloadRef) -> Option<(i32, i32, i32)> {
-    let object = report?.objects.iter().find(|o| {
-        o.kind == "Deployment"
-            && o.name == workload.name
-            && o.namespace.as_deref() == Some(&workload.namespace)
-    })?;
-    Some((
-        object.ready_replicas.unwrap_or(0),
-        object.available_replicas.unwrap_or(0),
-        object
-            .pending_pods
-            .map_or(0, |p| i32::try_from(p).unwrap_or(i32::MAX)),
-    ))
-}
-
 async fn apply(mcd: Arc<MultiClusterDeployment>, ctx: &Context) -> Result<Action, Error> {
     let deployment_spec = match validate(&mcd) {
         Ok(spec) => spec,
@@ -270,33 +250,13 @@ async fn apply(mcd: Arc<MultiClusterDeployment>, ctx: &Context) -> Result<Action
     let generation = mcd.metadata.generation.unwrap_or(0);
 
     // The fleet: every registered cluster and every WorkloadCluster.
-    let records = ctx
-        .store
-        .list_clusters()
-        .await
-        .map_err(Error::store("listing clusters"))?;
-    let objects: Api<WorkloadCluster> = Api::all(ctx.client.clone());
-    let objects = objects
-        .list(&ListParams::default())
-        .await
-        .map_err(Error::kube("listing WorkloadClusters"))?;
-    let objects: BTreeMap<String, WorkloadCluster> =
-        objects.items.into_iter().map(|o| (o.name_any(), o)).collect();
-    let records: BTreeMap<String, _> = records.into_iter().map(|r| (r.name.clone(), r)).collect();
-    let names: BTreeSet<&String> = records.keys().chain(objects.keys()).collect();
-    let now = jiff::Timestamp::now();
-    let mut fleet = Fleet::new();
-    for name in &names {
-        fleet.insert(scheduler::fleet_cluster(
-            name,
-            records.get(*name),
-            objects.get(*name),
-            now,
-            ctx.timings.heartbeat_grace,
-        ));
-    }
-    let registered: Vec<String> = records.keys().cloned().collect();
-    let reports = reports(ctx, &registered).await?;
+    let FleetView {
+        fleet,
+        registered,
+        now,
+        ..
+    } = fleet::gather(&ctx.client, ctx.store.as_ref(), ctx.timings.heartbeat_grace).await?;
+    let reports = fleet::reports(ctx.store.as_ref(), &registered).await?;
 
     // The request, steady from the stored placement of this incarnation.
     let demand = scheduler::demand(&deployment_spec);
@@ -313,37 +273,25 @@ async fn apply(mcd: Arc<MultiClusterDeployment>, ctx: &Context) -> Result<Action
     let replicas = u32::try_from(mcd.spec.replicas).unwrap_or(0);
     let request =
         Request::new(replicas, demand.clone(), scheduler::policy(&mcd.spec.placement)).with_current(current);
+    let mut failover = failover::Plan::new(
+        &ctx.health.snapshot(),
+        mcd.spec.placement.failback,
+        previous.as_ref().map(|p| &p.decision),
+        &request.current,
+        &fleet,
+        now,
+    );
 
     // Other workloads' replicas that agents have not reported running yet take room too.
-    let mut ledger = Ledger::new();
-    let placements = ctx
-        .store
-        .list_placements(None)
-        .await
-        .map_err(Error::store("listing placements"))?;
-    for placement in placements
-        .iter()
-        .filter(|p| p.namespace != workload.namespace || p.name != workload.name)
-    {
-        let other = WorkloadRef::new(&placement.namespace, &placement.name);
-        let other_demand = scheduler::stored_demand(&placement.decision);
-        for (cluster, assigned) in scheduler::stored_assignment(&placement.decision) {
-            let running = deployment_status(reports.get(&cluster), &other)
-                .map_or(0, |(ready, _, pending)| {
-                    u32::try_from(ready.saturating_add(pending)).unwrap_or(0)
-                });
-            ledger.reserve(
-                &cluster,
-                &other.to_string(),
-                &other_demand,
-                assigned.saturating_sub(running),
-            );
-        }
-    }
+    let ledger = fleet::ledger(ctx.store.as_ref(), &reports, Some(&workload)).await?;
 
-    let decision = decide(&fleet, &ledger, &request);
+    let decision = ctx
+        .metrics
+        .time_scheduling(|| failover.decide(&fleet, &ledger, &request));
     debug!(assignment = ?decision.assignment, unplaced = decision.unplaced, "decided");
-    let trigger = if previous.as_ref().is_none_or(|p| p.generation != generation) {
+    let trigger = if let Some(trigger) = failover.trigger() {
+        trigger
+    } else if previous.as_ref().is_none_or(|p| p.generation != generation) {
         TRIGGER_SPEC
     } else {
         TRIGGER_FLEET
@@ -356,9 +304,11 @@ async fn apply(mcd: Arc<MultiClusterDeployment>, ctx: &Context) -> Result<Action
             name: workload.name.clone(),
             uid,
             generation,
-            decision: scheduler::stored_decision(&decision, &demand),
+            decision: failover.annotate(scheduler::stored_decision(&decision, &demand)),
             trigger: trigger.to_owned(),
-            reason: explanation.lines().next().unwrap_or_default().to_owned(),
+            reason: failover
+                .reason(&decision)
+                .unwrap_or_else(|| explanation.lines().next().unwrap_or_default().to_owned()),
             at: now,
         })
         .await
@@ -452,10 +402,12 @@ async fn apply(mcd: Arc<MultiClusterDeployment>, ctx: &Context) -> Result<Action
     // Status from the decision and the agents' reports.
     let status = status_of(&mcd, &decision, &reports, &workload, &missing);
     write_status(ctx, &mcd, &status).await?;
+    ctx.metrics.observe_mcd(&workload, &status);
     if !services.is_empty() {
         write_service_status(ctx, &services, &decision, &reports).await;
     }
     if written.changed {
+        ctx.metrics.record_placement_change();
         let summary = explanation.lines().next().unwrap_or_default();
         if decision.unplaced > 0 {
             publish(
@@ -479,6 +431,12 @@ async fn apply(mcd: Arc<MultiClusterDeployment>, ctx: &Context) -> Result<Action
             .await;
         }
         info!(key = %key, summary = %summary, "placement changed");
+        if let Some((type_, reason, note)) = failover.event(&decision) {
+            if reason == crate::failover::FAILED_OVER {
+                ctx.metrics.record_failover();
+            }
+            publish(ctx, &mcd, type_, reason, ACTION_SCHEDULE, &note).await;
+        }
     }
     Ok(Action::requeue(ctx.timings.resync))
 }
@@ -612,8 +570,12 @@ pub fn status_of(
         condition(
             types::DEGRADED,
             conditions::TRUE,
-            reasons::AS_EXPECTED,
-            format!("referenced but not found: {}", missing_dependencies.join(", ")),
+            reasons::DEPENDENCY_MISSING,
+            format!(
+                "referenced by the pod template but not found in namespace {}: {}",
+                workload.namespace,
+                missing_dependencies.join(", ")
+            ),
             generation,
         )
     } else {
@@ -621,7 +583,7 @@ pub fn status_of(
             types::DEGRADED,
             conditions::FALSE,
             reasons::AS_EXPECTED,
-            "",
+            "every replica is placed and none is Pending",
             generation,
         )
     };
@@ -740,6 +702,7 @@ async fn cleanup(mcd: Arc<MultiClusterDeployment>, ctx: &Context) -> Result<Acti
         .delete_placement(&workload.namespace, &workload.name)
         .await
         .map_err(Error::store("deleting the placement"))?;
+    ctx.metrics.forget_mcd(&workload);
     info!(workload = %workload, "removed from every cluster");
     Ok(Action::await_change())
 }

@@ -225,3 +225,44 @@ fn merge_replaces_only_the_workloads_objects_and_tracks_namespaces() {
         ]
     );
 }
+
+#[test]
+fn a_shared_configmap_stays_while_any_workload_uses_it() {
+    let a = WorkloadRef::new("shop", "web");
+    let b = WorkloadRef::new("shop", "api");
+    let source = json!({"kind": "ConfigMap", "metadata": {"name": "common", "namespace": "shop"},
+                        "data": {"k": "v1"}});
+    let from_a = copy_dependency(&source, &a);
+    let from_b = copy_dependency(&source, &b);
+    let set = merge_work(&[], &a, vec![from_a.clone()]);
+    let set = merge_work(&set, &b, vec![from_b.clone()]);
+    let shared = set
+        .iter()
+        .find(|o| o["kind"] == "ConfigMap")
+        .expect("the ConfigMap");
+    assert_eq!(
+        shared["metadata"]["annotations"][SHARED_BY_ANNOTATION],
+        json!("shop.api,shop.web"),
+        "both contributors listed"
+    );
+    // Re-merging the same contributions changes nothing (no new revision for the agents).
+    assert_eq!(merge_work(&set, &b, vec![from_b.clone()]), set, "idempotent");
+
+    // web goes: the ConfigMap stays, now api's alone.
+    let set = merge_work(&set, &a, vec![]);
+    let left = set
+        .iter()
+        .find(|o| o["kind"] == "ConfigMap")
+        .expect("still there");
+    assert_eq!(left["metadata"]["labels"][WORKLOAD_LABEL], json!("shop.api"));
+    assert_eq!(
+        left["metadata"]["annotations"],
+        Value::Null,
+        "no shared-by list for one user"
+    );
+    assert_eq!(left["data"]["k"], json!("v1"));
+
+    // The last user goes: so does the ConfigMap, and its Namespace.
+    let set = merge_work(&set, &b, vec![]);
+    assert!(set.is_empty(), "nothing left, got {set:?}");
+}

@@ -332,7 +332,7 @@ impl Store for PgStore {
     fn put_placement<'a>(&'a self, placement: &'a PlacementUpdate) -> StoreFuture<'a, PlacementWrite> {
         Box::pin(async move {
             const OP: StoreOp = StoreOp::PutPlacement;
-            let hash = json_hash(&placement.decision);
+            let hash = decision_hash(&placement.decision);
             let at = millis(placement.at);
             let mut tx = self.begin_write(OP).await?;
             // Insert if new; otherwise lock the row before comparing, so that two writers of the

@@ -347,7 +347,7 @@ impl Store for SqliteStore {
     fn put_placement<'a>(&'a self, placement: &'a PlacementUpdate) -> StoreFuture<'a, PlacementWrite> {
         Box::pin(async move {
             const OP: StoreOp = StoreOp::PutPlacement;
-            let hash = json_hash(&placement.decision);
+            let hash = decision_hash(&placement.decision);
             let at = millis(placement.at);
             let mut tx = self.begin_write(OP).await?;
             let current: Option<(String, String)> = sqlx::query_as(

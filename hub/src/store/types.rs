@@ -192,7 +192,9 @@ pub struct PlacementUpdate {
     pub uid: String,
     /// The MCD's `metadata.generation` the decision was made for.
     pub generation: i64,
-    /// Replicas per cluster plus the per-cluster explanation.
+    /// Replicas per cluster plus the per-cluster explanation. Its top-level `explanation` and
+    /// `clusters` members are prose and fresh numbers, not the decision itself: a write that
+    /// changes only those updates the current placement but is not a change (no history row).
     pub decision: Value,
     /// What caused the decision, as a short keyword (`spec`, `capacity`, `reschedule`, `burst`,
     /// `failover`, ...), for filtering the history.
@@ -206,7 +208,8 @@ pub struct PlacementUpdate {
 /// The outcome of [`Store::put_placement`](super::Store::put_placement).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PlacementWrite {
-    /// Whether the decision differs from the stored one (or there was none, or the uid changed).
+    /// Whether the decision differs from the stored one (or there was none, or the uid changed),
+    /// explanations aside.
     pub changed: bool,
     /// The history row written when it changed.
     pub history_id: Option<i64>,
@@ -223,7 +226,9 @@ pub struct PlacementRecord {
     pub uid: String,
     /// The generation of the newest write.
     pub generation: i64,
-    /// Replicas per cluster plus the per-cluster explanation.
+    /// Replicas per cluster plus the per-cluster explanation. Its top-level `explanation` and
+    /// `clusters` members are prose and fresh numbers, not the decision itself: a write that
+    /// changes only those updates the current placement but is not a change (no history row).
     pub decision: Value,
     /// When the decision was last written, changed or not.
     pub updated_at: Timestamp,

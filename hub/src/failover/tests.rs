@@ -1,0 +1,294 @@
+use std::time::Duration;
+
+use nave_policies::{Capacity, CapacityModel, Cluster, Demand, Node, NodeGroup, Policy, Resources, Strategy};
+
+use super::*;
+use crate::health::FailedOver;
+
+fn at(seconds: i64) -> jiff::Timestamp {
+    jiff::Timestamp::from_second(1_700_000_000 + seconds).unwrap()
+}
+
+/// A ready cluster with room for `replicas` more replicas of 1 CPU (its running pods are already
+/// counted in what the agent reports as requested).
+fn cluster(name: &str, replicas: u64) -> Cluster {
+    let node = Node::new(
+        Resources::new(replicas * 1000, 64 << 30, 110),
+        Resources::default(),
+    );
+    Cluster::new(
+        name,
+        Capacity::Known(CapacityModel {
+            groups: vec![NodeGroup::new(Default::default(), vec![node])],
+            usage: None,
+        }),
+    )
+}
+
+fn fleet(clusters: Vec<Cluster>) -> Fleet {
+    let mut fleet = Fleet::new();
+    for c in clusters {
+        fleet.insert(c);
+    }
+    fleet
+}
+
+fn request(replicas: u32, current: &[(&str, u32)]) -> Request {
+    let policy = Policy {
+        strategy: Strategy::Spread,
+        ..Policy::default()
+    };
+    Request::new(replicas, Demand::new(1000, 0), policy)
+        .with_current(current.iter().map(|(c, n)| ((*c).to_owned(), *n)).collect())
+}
+
+/// `eu-1` failed over at 100 s after its last heartbeat at 0 s; `us-1` Ready since 0 s.
+fn eu_lost() -> HealthSnapshot {
+    HealthSnapshot {
+        failed_over: [(
+            "eu-1".to_owned(),
+            FailedOver {
+                since: at(100),
+                last_heartbeat: Some(at(0)),
+            },
+        )]
+        .into(),
+        stale: ["eu-1".to_owned()].into(),
+        ready_since: [("us-1".to_owned(), at(0))].into(),
+        partitioned: false,
+        settle: Duration::from_secs(300),
+    }
+}
+
+fn lost(mut c: Cluster) -> Cluster {
+    c.ready = false;
+    c
+}
+
+#[test]
+fn replicas_of_a_failed_over_cluster_move_to_clusters_with_room() {
+    let fleet = fleet(vec![lost(cluster("eu-1", 8)), cluster("us-1", 8)]);
+    let request = request(6, &[("eu-1", 3), ("us-1", 3)]);
+    let mut plan = Plan::new(
+        &eu_lost(),
+        Failback::Never,
+        None,
+        &request.current,
+        &fleet,
+        at(100),
+    );
+    let decision = plan.decide(&fleet, &Ledger::new(), &request);
+    assert_eq!(decision.assignment, [("us-1".to_owned(), 6)].into(), "{decision}");
+    assert_eq!(decision.unplaced, 0);
+    assert_eq!(plan.trigger(), Some(TRIGGER_FAILOVER));
+    assert_eq!(plan.evacuated(), &[("eu-1".to_owned(), 3)].into());
+    let reason = plan.reason(&decision).unwrap();
+    assert_eq!(
+        reason,
+        "failover: moved 3 from eu-1 (no heartbeat since 2023-11-14T22:13:20Z) to us-1 +3"
+    );
+    let (type_, event, note) = plan.event(&decision).unwrap();
+    assert_eq!(type_, EventType::Warning);
+    assert_eq!((event, note.as_str()), (FAILED_OVER, reason.as_str()));
+    let stored = plan.annotate(json!({"assignment": {}}));
+    assert_eq!(stored[FAILED_OVER_FROM], json!(["eu-1"]));
+}
+
+#[test]
+fn only_what_fits_elsewhere_moves_the_rest_stays_on_the_lost_cluster() {
+    let fleet = fleet(vec![lost(cluster("eu-1", 8)), cluster("us-1", 1)]);
+    let request = request(6, &[("eu-1", 3), ("us-1", 3)]);
+    let mut plan = Plan::new(
+        &eu_lost(),
+        Failback::Never,
+        None,
+        &request.current,
+        &fleet,
+        at(100),
+    );
+    let decision = plan.decide(&fleet, &Ledger::new(), &request);
+    assert_eq!(
+        decision.assignment,
+        [("eu-1".to_owned(), 2), ("us-1".to_owned(), 4)].into(),
+        "{decision}"
+    );
+    assert_eq!(decision.unplaced, 0, "nothing becomes unplaced by failover");
+    let reason = plan.reason(&decision).unwrap();
+    assert!(
+        reason.ends_with("to us-1 +1; 2 stay until another cluster has room"),
+        "{reason}"
+    );
+}
+
+#[test]
+fn with_no_room_anywhere_nothing_moves() {
+    let fleet = fleet(vec![lost(cluster("eu-1", 8)), cluster("us-1", 0)]);
+    let request = request(6, &[("eu-1", 3), ("us-1", 3)]);
+    let mut plan = Plan::new(
+        &eu_lost(),
+        Failback::Never,
+        None,
+        &request.current,
+        &fleet,
+        at(100),
+    );
+    let decision = plan.decide(&fleet, &Ledger::new(), &request);
+    assert_eq!(decision.assignment.get("eu-1"), Some(&3), "{decision}");
+    assert_eq!(plan.trigger(), None);
+    assert_eq!(plan.reason(&decision), None);
+    assert_eq!(plan.annotate(json!({}))[FAILED_OVER_FROM], Value::Null);
+}
+
+#[test]
+fn a_failed_over_cluster_whose_heartbeat_just_arrived_keeps_its_replicas() {
+    // The health view lags the store by up to one check: the fleet already sees eu-1 Ready.
+    let fleet = fleet(vec![cluster("eu-1", 8), cluster("us-1", 8)]);
+    let request = request(8, &[("eu-1", 2), ("us-1", 6)]);
+    let mut plan = Plan::new(
+        &eu_lost(),
+        Failback::Never,
+        None,
+        &request.current,
+        &fleet,
+        at(100),
+    );
+    let decision = plan.decide(&fleet, &Ledger::new(), &request);
+    assert_eq!(decision.assignment.get("eu-1"), Some(&2), "{decision}");
+    assert_eq!(plan.trigger(), None);
+}
+
+#[test]
+fn a_workload_without_replicas_on_lost_clusters_is_left_alone() {
+    let fleet = fleet(vec![lost(cluster("eu-1", 8)), cluster("us-1", 8)]);
+    let request = request(3, &[("us-1", 3)]);
+    let mut plan = Plan::new(
+        &eu_lost(),
+        Failback::Immediate,
+        None,
+        &request.current,
+        &fleet,
+        at(100),
+    );
+    let decision = plan.decide(&fleet, &Ledger::new(), &request);
+    assert_eq!(decision.assignment.get("us-1"), Some(&3));
+    assert_eq!(plan.trigger(), None);
+}
+
+/// eu-1 came back at `since` and has no replicas; the stored decision remembers the failover.
+fn returned(since: jiff::Timestamp) -> HealthSnapshot {
+    HealthSnapshot {
+        ready_since: [("eu-1".to_owned(), since), ("us-1".to_owned(), at(0))].into(),
+        settle: Duration::from_secs(300),
+        ..HealthSnapshot::default()
+    }
+}
+
+#[test]
+fn failback_never_keeps_replicas_where_they_moved() {
+    let fleet = fleet(vec![cluster("eu-1", 8), cluster("us-1", 8)]);
+    let request = request(6, &[("us-1", 6)]);
+    let stored = json!({FAILED_OVER_FROM: ["eu-1"]});
+    let mut plan = Plan::new(
+        &returned(at(200)),
+        Failback::Never,
+        Some(&stored),
+        &request.current,
+        &fleet,
+        at(10_000),
+    );
+    let decision = plan.decide(&fleet, &Ledger::new(), &request);
+    assert_eq!(decision.assignment.get("us-1"), Some(&6), "{decision}");
+    assert_eq!(plan.trigger(), None);
+    assert_eq!(
+        plan.annotate(json!({}))[FAILED_OVER_FROM],
+        json!(["eu-1"]),
+        "the record stays, should the policy change to Immediate"
+    );
+}
+
+#[test]
+fn failback_immediate_places_anew_once_the_cluster_has_settled() {
+    let fleet = fleet(vec![cluster("eu-1", 8), cluster("us-1", 8)]);
+    let request = request(6, &[("us-1", 6)]);
+    let stored = json!({FAILED_OVER_FROM: ["eu-1"]});
+
+    // Ready for 299 s of the 300 s settle period: not yet.
+    let mut plan = Plan::new(
+        &returned(at(200)),
+        Failback::Immediate,
+        Some(&stored),
+        &request.current,
+        &fleet,
+        at(499),
+    );
+    let decision = plan.decide(&fleet, &Ledger::new(), &request);
+    assert_eq!(decision.assignment.get("us-1"), Some(&6), "{decision}");
+    assert_eq!(plan.trigger(), None);
+
+    let mut plan = Plan::new(
+        &returned(at(200)),
+        Failback::Immediate,
+        Some(&stored),
+        &request.current,
+        &fleet,
+        at(500),
+    );
+    let decision = plan.decide(&fleet, &Ledger::new(), &request);
+    assert_eq!(
+        decision.assignment,
+        [("eu-1".to_owned(), 3), ("us-1".to_owned(), 3)].into(),
+        "{decision}"
+    );
+    assert_eq!(plan.trigger(), Some(TRIGGER_FAILBACK));
+    let (type_, event, note) = plan.event(&decision).unwrap();
+    assert_eq!((type_, event), (EventType::Normal, FAILED_BACK));
+    assert_eq!(
+        note,
+        "failback: eu-1 Ready again for the settle period; placed anew (eu-1 +3)"
+    );
+    assert_eq!(
+        plan.annotate(json!({}))[FAILED_OVER_FROM],
+        Value::Null,
+        "failed back: nothing left to remember"
+    );
+}
+
+#[test]
+fn failback_waits_while_the_cluster_is_not_ready_or_gone() {
+    let stored = json!({FAILED_OVER_FROM: ["eu-1"]});
+    let request = request(6, &[("us-1", 6)]);
+    let not_ready = fleet(vec![lost(cluster("eu-1", 8)), cluster("us-1", 8)]);
+    let plan = Plan::new(
+        &returned(at(0)),
+        Failback::Immediate,
+        Some(&stored),
+        &request.current,
+        &not_ready,
+        at(10_000),
+    );
+    assert_eq!(plan.trigger(), None);
+    let gone = fleet(vec![cluster("us-1", 8)]);
+    let plan = Plan::new(
+        &returned(at(0)),
+        Failback::Immediate,
+        Some(&stored),
+        &request.current,
+        &gone,
+        at(10_000),
+    );
+    assert_eq!(plan.trigger(), None);
+    assert_eq!(
+        plan.annotate(json!({}))[FAILED_OVER_FROM],
+        Value::Null,
+        "a cluster gone from the fleet is forgotten"
+    );
+}
+
+#[test]
+fn shrink_takes_from_the_last_clusters_first() {
+    let mut evacuate: BTreeMap<String, u32> = [("a".to_owned(), 2), ("b".to_owned(), 3)].into();
+    shrink(&mut evacuate, 4);
+    assert_eq!(evacuate, [("a".to_owned(), 1)].into());
+    shrink(&mut evacuate, 5);
+    assert!(evacuate.is_empty());
+}

@@ -1,0 +1,143 @@
+//! The fleet as the placement engine sees it, gathered from the store and the management
+//! cluster. Shared by the MultiClusterDeployment controller (which acts on a decision) and the
+//! REST API (which shows clusters and simulates decisions without acting).
+//!
+//! ```text
+//!  store: clusters (capacity, last heartbeat) ─┐
+//!  WorkloadClusters (labels, cordon, burst) ───┴─► gather ─► Fleet (+ the records and objects)
+//!  store: agents' status reports ──────────────► reports
+//!  store: other placements + reports ──────────► ledger ─► replicas assigned, not yet running
+//! ```
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use kube::ResourceExt;
+use kube::api::{Api, ListParams};
+use nave_api::WorkloadCluster;
+use nave_api::wire::{StatusReport, WorkloadRef};
+use nave_policies::{Fleet, Ledger};
+
+use crate::error::Error;
+use crate::scheduler;
+use crate::store::{ClusterRecord, Store, WorkStatus};
+
+/// Every cluster the hub knows of, at one instant.
+#[derive(Debug)]
+pub struct FleetView {
+    /// The placement engine's clusters: every registered cluster and every WorkloadCluster.
+    pub fleet: Fleet,
+    /// The store's records of the registered clusters, by name.
+    pub records: BTreeMap<String, ClusterRecord>,
+    /// The WorkloadCluster objects, by name.
+    pub objects: BTreeMap<String, WorkloadCluster>,
+    /// Names of the registered clusters (those with an agent), sorted.
+    pub registered: Vec<String>,
+    /// When the view was taken; readiness is judged against it.
+    pub now: jiff::Timestamp,
+}
+
+/// Reads the registered clusters and the WorkloadClusters and builds the placement engine's
+/// fleet from them. A cluster is ready when its last heartbeat is younger than `grace`.
+pub async fn gather(client: &kube::Client, store: &dyn Store, grace: Duration) -> Result<FleetView, Error> {
+    let records = store
+        .list_clusters()
+        .await
+        .map_err(Error::store("listing clusters"))?;
+    let objects: Api<WorkloadCluster> = Api::all(client.clone());
+    let objects = objects
+        .list(&ListParams::default())
+        .await
+        .map_err(Error::kube("listing WorkloadClusters"))?;
+    let objects: BTreeMap<String, WorkloadCluster> =
+        objects.items.into_iter().map(|o| (o.name_any(), o)).collect();
+    let records: BTreeMap<String, ClusterRecord> = records.into_iter().map(|r| (r.name.clone(), r)).collect();
+    let names: BTreeSet<&String> = records.keys().chain(objects.keys()).collect();
+    let now = jiff::Timestamp::now();
+    let mut fleet = Fleet::new();
+    for name in &names {
+        fleet.insert(scheduler::fleet_cluster(
+            name,
+            records.get(*name),
+            objects.get(*name),
+            now,
+            grace,
+        ));
+    }
+    let registered = records.keys().cloned().collect();
+    Ok(FleetView {
+        fleet,
+        records,
+        objects,
+        registered,
+        now,
+    })
+}
+
+/// The agents' latest status reports, by cluster.
+pub async fn reports(
+    store: &dyn Store,
+    clusters: &[String],
+) -> Result<BTreeMap<String, StatusReport>, Error> {
+    let mut out = BTreeMap::new();
+    for cluster in clusters {
+        let status: Option<WorkStatus> = store
+            .get_work_status(cluster)
+            .await
+            .map_err(Error::store("reading work status"))?;
+        if let Some(report) = status.and_then(|s| serde_json::from_value::<StatusReport>(s.objects).ok()) {
+            out.insert(cluster.clone(), report);
+        }
+    }
+    Ok(out)
+}
+
+/// `(ready, available, pending)` of the workload's Deployment in one report.
+pub fn deployment_status(report: Option<&StatusReport>, workload: &WorkloadRef) -> Option<(i32, i32, i32)> {
+    let object = report?.objects.iter().find(|o| {
+        o.kind == "Deployment"
+            && o.name == workload.name
+            && o.namespace.as_deref() == Some(&workload.namespace)
+    })?;
+    Some((
+        object.ready_replicas.unwrap_or(0),
+        object.available_replicas.unwrap_or(0),
+        object
+            .pending_pods
+            .map_or(0, |p| i32::try_from(p).unwrap_or(i32::MAX)),
+    ))
+}
+
+/// The room other workloads' replicas take before their agents report them running: every
+/// stored placement but `exclude`'s (the workload being decided), each cluster's assignment
+/// minus the replicas its agent reported ready or pending.
+pub async fn ledger(
+    store: &dyn Store,
+    reports: &BTreeMap<String, StatusReport>,
+    exclude: Option<&WorkloadRef>,
+) -> Result<Ledger, Error> {
+    let mut ledger = Ledger::new();
+    let placements = store
+        .list_placements(None)
+        .await
+        .map_err(Error::store("listing placements"))?;
+    let excluded =
+        |namespace: &str, name: &str| exclude.is_some_and(|w| w.namespace == namespace && w.name == name);
+    for placement in placements.iter().filter(|p| !excluded(&p.namespace, &p.name)) {
+        let other = WorkloadRef::new(&placement.namespace, &placement.name);
+        let other_demand = scheduler::stored_demand(&placement.decision);
+        for (cluster, assigned) in scheduler::stored_assignment(&placement.decision) {
+            let running = deployment_status(reports.get(&cluster), &other)
+                .map_or(0, |(ready, _, pending)| {
+                    u32::try_from(ready.saturating_add(pending)).unwrap_or(0)
+                });
+            ledger.reserve(
+                &cluster,
+                &other.to_string(),
+                &other_demand,
+                assigned.saturating_sub(running),
+            );
+        }
+    }
+    Ok(ledger)
+}

@@ -1,0 +1,429 @@
+//! The hub's Prometheus metrics, served as OpenMetrics text on `GET /metrics`.
+//!
+//! ```text
+//!  controller::mcd ── observe_mcd / forget_mcd ─► nave_mcd_{desired,ready}_replicas
+//!        │        ── time_scheduling ───────────► nave_scheduling_duration_seconds
+//!        │        ── record_placement_change ───► nave_placements_total
+//!        └─────── record_reconcile_error ───────► nave_reconcile_errors_total
+//!  rescheduling, bursting, failover ── record_* ─► nave_{reschedules,bursts,failovers}_total
+//!
+//!  GET /metrics ─► store.list_clusters() ─► nave_cluster_* (computed per scrape)
+//!               └► the registry above     ─► OpenMetrics text
+//! ```
+//!
+//! The per-cluster families are computed at scrape time from the store's cluster records, so
+//! heartbeat ages are current and a cluster that leaves the store leaves the output. The amounts
+//! are the agent's totals over the schedulable nodes (ready and not cordoned), the same numbers
+//! placement counts with; readiness follows placement's rule (a heartbeat within the grace
+//! period, [`crate::scheduler::fleet_cluster`]).
+//!
+//! Measured usage (`nave_cluster_used`) is not exported yet: the wire protocol has room for it
+//! (`Heartbeat::usage`), but agents do not report it and the store keeps only the capacity model
+//! of the newest heartbeat. The family will come with the agent's usage reports.
+//!
+//! Every metric is documented in `docs/metrics.md`.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use nave_api::MultiClusterDeploymentStatus;
+use nave_api::wire::{self, WorkloadRef};
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::encoding::text::{encode_eof, encode_registry};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::{Registry, Unit};
+use serde_json::json;
+use tracing::warn;
+
+use crate::context::Context;
+use crate::scheduler;
+use crate::store::ClusterRecord;
+
+/// Path of the metrics endpoint.
+pub const METRICS_PATH: &str = "/metrics";
+
+/// Content type of the OpenMetrics text format.
+pub const OPENMETRICS_CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// Upper bounds (seconds) of the scheduling-duration buckets: a decision over a small fleet takes
+/// well under a millisecond, a large fleet with many constraints can take a good part of a second.
+const SCHEDULING_BUCKETS: [f64; 13] = [
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
+];
+
+/// A float gauge (amounts, ratios, ages).
+type FloatGauge = Gauge<f64, AtomicU64>;
+
+/// Labels of the per-MCD, per-cluster gauges.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct McdLabels {
+    namespace: String,
+    name: String,
+    cluster: String,
+}
+
+/// Labels of the per-cluster gauges.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ClusterLabels {
+    cluster: String,
+}
+
+/// Labels of the per-cluster, per-resource gauges.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ResourceLabels {
+    cluster: String,
+    resource: &'static str,
+}
+
+/// The hub's metrics: a registry of the metrics updated as things happen, and the methods that
+/// update them. One per hub, shared through [`Context::metrics`].
+#[derive(Debug)]
+pub struct HubMetrics {
+    registry: Registry,
+    scheduling_duration: Histogram,
+    placements: Counter,
+    reschedules: Counter,
+    bursts: Counter,
+    failovers: Counter,
+    reconcile_errors: Counter,
+    scrape_errors: Counter,
+    mcd_desired: Family<McdLabels, Gauge>,
+    mcd_ready: Family<McdLabels, Gauge>,
+    /// The clusters each MCD has series for, so that clusters it left and deleted MCDs lose
+    /// theirs. The lock is held across the family updates so that an observe and a forget of
+    /// the same MCD cannot interleave.
+    mcd_clusters: Mutex<HashMap<WorkloadRef, BTreeSet<String>>>,
+}
+
+impl Default for HubMetrics {
+    fn default() -> Self {
+        HubMetrics::new()
+    }
+}
+
+impl HubMetrics {
+    /// A registry with every hub metric at zero.
+    pub fn new() -> Self {
+        let mut registry = Registry::default();
+        let scheduling_duration = Histogram::new(SCHEDULING_BUCKETS);
+        registry.register_with_unit(
+            "nave_scheduling_duration",
+            "Time of one placement decision (the decide step of a MultiClusterDeployment reconcile)",
+            Unit::Seconds,
+            scheduling_duration.clone(),
+        );
+        let placements = Counter::default();
+        registry.register(
+            "nave_placements",
+            "Placement decisions that changed a MultiClusterDeployment's placement",
+            placements.clone(),
+        );
+        let reschedules = Counter::default();
+        registry.register(
+            "nave_reschedules",
+            "Replicas moved off a cluster by rescheduling",
+            reschedules.clone(),
+        );
+        let bursts = Counter::default();
+        registry.register(
+            "nave_bursts",
+            "Burst placements: replicas sent to burst clusters because the preferred ones were full",
+            bursts.clone(),
+        );
+        let failovers = Counter::default();
+        registry.register(
+            "nave_failovers",
+            "Failovers: replicas moved away from a cluster that stopped being ready",
+            failovers.clone(),
+        );
+        let reconcile_errors = Counter::default();
+        registry.register(
+            "nave_reconcile_errors",
+            "MultiClusterDeployment reconciles that failed and were retried",
+            reconcile_errors.clone(),
+        );
+        let scrape_errors = Counter::default();
+        registry.register(
+            "nave_hub_scrape_errors",
+            "Scrapes of /metrics that could not read the clusters from the store (the per-cluster \
+             families were left out)",
+            scrape_errors.clone(),
+        );
+        let mcd_desired = Family::<McdLabels, Gauge>::default();
+        registry.register(
+            "nave_mcd_desired_replicas",
+            "Replicas of a MultiClusterDeployment placed in a cluster",
+            mcd_desired.clone(),
+        );
+        let mcd_ready = Family::<McdLabels, Gauge>::default();
+        registry.register(
+            "nave_mcd_ready_replicas",
+            "Ready replicas of a MultiClusterDeployment in a cluster, as its agent reported",
+            mcd_ready.clone(),
+        );
+        HubMetrics {
+            registry,
+            scheduling_duration,
+            placements,
+            reschedules,
+            bursts,
+            failovers,
+            reconcile_errors,
+            scrape_errors,
+            mcd_desired,
+            mcd_ready,
+            mcd_clusters: Mutex::default(),
+        }
+    }
+
+    /// Runs the placement decision `decide`, observing how long it took.
+    pub fn time_scheduling<T>(&self, decide: impl FnOnce() -> T) -> T {
+        let started = Instant::now();
+        let decision = decide();
+        self.observe_scheduling(started.elapsed());
+        decision
+    }
+
+    /// Observes one placement decision that took `took`.
+    pub fn observe_scheduling(&self, took: Duration) {
+        self.scheduling_duration.observe(took.as_secs_f64());
+    }
+
+    /// Counts a placement decision that changed an MCD's placement.
+    pub fn record_placement_change(&self) {
+        self.placements.inc();
+    }
+
+    /// Counts `replicas` replicas moved by rescheduling (to be called by the rescheduler).
+    pub fn record_reschedule(&self, replicas: u64) {
+        self.reschedules.inc_by(replicas);
+    }
+
+    /// Counts a burst: an MCD's placement started using burst clusters (to be called by bursting).
+    pub fn record_burst(&self) {
+        self.bursts.inc();
+    }
+
+    /// Counts a failover: an MCD's replicas moved away from a cluster that stopped being ready.
+    pub fn record_failover(&self) {
+        self.failovers.inc();
+    }
+
+    /// Counts a failed reconcile.
+    pub fn record_reconcile_error(&self) {
+        self.reconcile_errors.inc();
+    }
+
+    /// Sets an MCD's desired and ready replicas per cluster from the status the controller
+    /// writes; clusters no longer in it lose their series.
+    pub fn observe_mcd(&self, workload: &WorkloadRef, status: &MultiClusterDeploymentStatus) {
+        let mut known = self.mcd_clusters.lock().unwrap_or_else(|e| e.into_inner());
+        let now: BTreeSet<String> = status.clusters.iter().map(|c| c.name.clone()).collect();
+        let before = known.remove(workload).unwrap_or_default();
+        for gone in before.difference(&now) {
+            self.remove_mcd_series(workload, gone);
+        }
+        for cluster in &status.clusters {
+            let labels = mcd_labels(workload, &cluster.name);
+            self.mcd_desired
+                .get_or_create(&labels)
+                .set(i64::from(cluster.desired));
+            self.mcd_ready
+                .get_or_create(&labels)
+                .set(i64::from(cluster.ready));
+        }
+        if !now.is_empty() {
+            known.insert(workload.clone(), now);
+        }
+    }
+
+    /// Removes every series of a deleted MCD.
+    pub fn forget_mcd(&self, workload: &WorkloadRef) {
+        let mut known = self.mcd_clusters.lock().unwrap_or_else(|e| e.into_inner());
+        for cluster in known.remove(workload).unwrap_or_default() {
+            self.remove_mcd_series(workload, &cluster);
+        }
+    }
+
+    fn remove_mcd_series(&self, workload: &WorkloadRef, cluster: &str) {
+        let labels = mcd_labels(workload, cluster);
+        self.mcd_desired.remove(&labels);
+        self.mcd_ready.remove(&labels);
+    }
+
+    /// The OpenMetrics text of every hub metric, with the per-cluster families computed from
+    /// `clusters` (`None`: the store could not be read; the families are left out and the
+    /// failure counted) as of `now`.
+    pub fn encode(
+        &self,
+        clusters: Option<&[ClusterRecord]>,
+        now: jiff::Timestamp,
+        grace: Duration,
+    ) -> Result<String, std::fmt::Error> {
+        if clusters.is_none() {
+            self.scrape_errors.inc();
+        }
+        let mut text = String::new();
+        encode_registry(&mut text, &self.registry)?;
+        if let Some(clusters) = clusters {
+            encode_registry(&mut text, &cluster_registry(clusters, now, grace))?;
+        }
+        encode_eof(&mut text)?;
+        Ok(text)
+    }
+}
+
+fn mcd_labels(workload: &WorkloadRef, cluster: &str) -> McdLabels {
+    McdLabels {
+        namespace: workload.namespace.clone(),
+        name: workload.name.clone(),
+        cluster: cluster.to_owned(),
+    }
+}
+
+/// A registry of the per-cluster families as of `now`, built afresh for each scrape.
+fn cluster_registry(clusters: &[ClusterRecord], now: jiff::Timestamp, grace: Duration) -> Registry {
+    let mut registry = Registry::default();
+    let allocatable = Family::<ResourceLabels, FloatGauge>::default();
+    registry.register(
+        "nave_cluster_allocatable",
+        "Allocatable resources of the cluster's schedulable nodes, as its agent reported: cpu in \
+         cores, memory in bytes, pods in pod slots",
+        allocatable.clone(),
+    );
+    let requested = Family::<ResourceLabels, FloatGauge>::default();
+    registry.register(
+        "nave_cluster_requested",
+        "Resources requested by the pods on the cluster's schedulable nodes: cpu in cores, memory \
+         in bytes, pods in pods",
+        requested.clone(),
+    );
+    let utilization = Family::<ResourceLabels, FloatGauge>::default();
+    registry.register_with_unit(
+        "nave_cluster_utilization",
+        "Requested over allocatable per resource (0 to 1); absent when nothing is allocatable",
+        Unit::Other("ratio".to_owned()),
+        utilization.clone(),
+    );
+    let ready = Family::<ClusterLabels, Gauge>::default();
+    registry.register(
+        "nave_cluster_ready",
+        "1 when the cluster's agent heartbeated within the grace period (the cluster takes new \
+         replicas), else 0",
+        ready.clone(),
+    );
+    let heartbeat_age = Family::<ClusterLabels, FloatGauge>::default();
+    registry.register_with_unit(
+        "nave_cluster_heartbeat_age",
+        "Time since the cluster's newest heartbeat; absent before the first",
+        Unit::Seconds,
+        heartbeat_age.clone(),
+    );
+    let nodes = Family::<ClusterLabels, Gauge>::default();
+    registry.register(
+        "nave_cluster_nodes",
+        "Nodes of the cluster, as its agent reported",
+        nodes.clone(),
+    );
+    let schedulable_nodes = Family::<ClusterLabels, Gauge>::default();
+    registry.register(
+        "nave_cluster_schedulable_nodes",
+        "Nodes of the cluster that are ready and not cordoned",
+        schedulable_nodes.clone(),
+    );
+
+    for record in clusters {
+        let cluster = ClusterLabels {
+            cluster: record.name.clone(),
+        };
+        let fleet = scheduler::fleet_cluster(&record.name, Some(record), None, now, grace);
+        ready.get_or_create(&cluster).set(i64::from(fleet.ready));
+        if let Some(at) = record.last_heartbeat_at {
+            let age = now.duration_since(at).as_secs_f64().max(0.0);
+            heartbeat_age.get_or_create(&cluster).set(age);
+        }
+        let Some(model) = record
+            .capacity
+            .clone()
+            .and_then(|c| serde_json::from_value::<wire::CapacityModel>(c).ok())
+        else {
+            continue;
+        };
+        let totals = &model.totals;
+        nodes
+            .get_or_create(&cluster)
+            .set(i64::try_from(totals.nodes).unwrap_or(i64::MAX));
+        schedulable_nodes
+            .get_or_create(&cluster)
+            .set(i64::try_from(totals.schedulable_nodes).unwrap_or(i64::MAX));
+        for (resource, alloc, req) in amounts(totals.allocatable, totals.requested) {
+            let labels = ResourceLabels {
+                cluster: record.name.clone(),
+                resource,
+            };
+            allocatable.get_or_create(&labels).set(alloc);
+            requested.get_or_create(&labels).set(req);
+            if alloc > 0.0 {
+                utilization.get_or_create(&labels).set(req / alloc);
+            }
+        }
+    }
+    registry
+}
+
+/// `(resource, allocatable, requested)` in base units: cores, bytes, pods.
+fn amounts(allocatable: wire::Resources, requested: wire::Resources) -> [(&'static str, f64, f64); 3] {
+    [
+        (
+            "cpu",
+            allocatable.cpu_millis as f64 / 1000.0,
+            requested.cpu_millis as f64 / 1000.0,
+        ),
+        (
+            "memory",
+            allocatable.memory_bytes as f64,
+            requested.memory_bytes as f64,
+        ),
+        ("pods", allocatable.pods as f64, requested.pods as f64),
+    ]
+}
+
+/// `GET /metrics` on the hub's listener, outside the agent and REST routers.
+pub fn router(ctx: Arc<Context>) -> Router {
+    Router::new().route(METRICS_PATH, get(scrape)).with_state(ctx)
+}
+
+async fn scrape(State(ctx): State<Arc<Context>>) -> Response {
+    let clusters = match ctx.store.list_clusters().await {
+        Ok(clusters) => Some(clusters),
+        Err(error) => {
+            warn!(error = %error, "metrics: cannot list the clusters; leaving their families out");
+            None
+        }
+    };
+    let now = jiff::Timestamp::now();
+    match ctx
+        .metrics
+        .encode(clusters.as_deref(), now, ctx.timings.heartbeat_grace)
+    {
+        Ok(text) => ([(header::CONTENT_TYPE, OPENMETRICS_CONTENT_TYPE)], text).into_response(),
+        Err(error) => {
+            warn!(error = %error, "metrics: encoding failed");
+            let body = json!({"error": "internal", "message": "encoding the metrics failed"});
+            (StatusCode::INTERNAL_SERVER_ERROR, axum::Json(body)).into_response()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

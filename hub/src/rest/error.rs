@@ -1,0 +1,242 @@
+//! Errors of the REST API, always answered as JSON [`ErrorBody`], the same shape as the agent
+//! endpoints' errors; and extractors whose rejections are such errors.
+
+use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
+use axum::extract::{FromRequest, FromRequestParts, Request};
+use axum::http::StatusCode;
+use axum::http::request::Parts;
+use axum::response::{IntoResponse, Response};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use tracing::warn;
+use utoipa::ToSchema;
+
+use crate::error::Error;
+use crate::store::{StoreError, StoreErrorKind};
+
+/// Values of [`ErrorBody::error`].
+pub mod codes {
+    pub use nave_api::wire::error_codes::{BAD_REQUEST, FORBIDDEN, INTERNAL, NOT_FOUND, UNAUTHORIZED};
+    /// `405`: the path exists, the method does not.
+    pub const METHOD_NOT_ALLOWED: &str = "method_not_allowed";
+    /// `413`: the body is larger than the hub accepts.
+    pub const PAYLOAD_TOO_LARGE: &str = "payload_too_large";
+    /// `415`: the body is not `application/json`.
+    pub const UNSUPPORTED_MEDIA_TYPE: &str = "unsupported_media_type";
+    /// `422`: well-formed JSON that is not a valid request (the message names the field).
+    pub const INVALID: &str = "invalid";
+    /// `503`: the store or the management cluster cannot be reached; retry later.
+    pub const UNAVAILABLE: &str = "unavailable";
+}
+
+/// Body of every error answer.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, ToSchema)]
+pub struct ErrorBody {
+    /// Machine-readable code: `bad_request`, `unauthorized`, `forbidden`, `not_found`,
+    /// `method_not_allowed`, `payload_too_large`, `unsupported_media_type`, `invalid`,
+    /// `internal` or `unavailable`.
+    pub error: String,
+    /// What went wrong, for people.
+    pub message: String,
+}
+
+/// Every failure of a REST request.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    /// A malformed request: query, path or JSON syntax.
+    #[error("{0}")]
+    BadRequest(String),
+    /// No token, an unknown token, or no tokens configured.
+    #[error("{0}")]
+    Unauthorized(&'static str),
+    /// The token's scope does not allow the operation.
+    #[error("{0}")]
+    Forbidden(String),
+    /// No such endpoint or object.
+    #[error("{0}")]
+    NotFound(String),
+    /// The endpoint does not take this method.
+    #[error("this endpoint does not take this HTTP method")]
+    MethodNotAllowed,
+    /// The body is too large.
+    #[error("{0}")]
+    PayloadTooLarge(String),
+    /// The body is not JSON.
+    #[error("{0}")]
+    UnsupportedMediaType(String),
+    /// Well-formed JSON that is not a valid request; the message names the field path.
+    #[error("{0}")]
+    Invalid(String),
+    /// A store operation failed; its text is logged, never sent.
+    #[error("store operation failed")]
+    Store(#[source] StoreError),
+    /// Reading the fleet failed (store or management cluster); logged, never sent.
+    #[error("reading the fleet failed")]
+    Hub(#[source] Error),
+}
+
+impl ApiError {
+    /// The HTTP status of this error.
+    pub fn status_code(&self) -> StatusCode {
+        match self {
+            ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
+            ApiError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
+            ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
+            ApiError::NotFound(_) => StatusCode::NOT_FOUND,
+            ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            ApiError::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            ApiError::Invalid(_) => StatusCode::UNPROCESSABLE_ENTITY,
+            ApiError::Store(e) | ApiError::Hub(Error::Store { source: e, .. }) => store_status(e),
+            ApiError::Hub(Error::Kube { .. }) => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::Hub(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    fn code_and_message(&self) -> (&'static str, String) {
+        match self {
+            ApiError::BadRequest(m) => (codes::BAD_REQUEST, m.clone()),
+            ApiError::Unauthorized(m) => (codes::UNAUTHORIZED, (*m).to_owned()),
+            ApiError::Forbidden(m) => (codes::FORBIDDEN, m.clone()),
+            ApiError::NotFound(m) => (codes::NOT_FOUND, m.clone()),
+            ApiError::MethodNotAllowed => (codes::METHOD_NOT_ALLOWED, self.to_string()),
+            ApiError::PayloadTooLarge(m) => (codes::PAYLOAD_TOO_LARGE, m.clone()),
+            ApiError::UnsupportedMediaType(m) => (codes::UNSUPPORTED_MEDIA_TYPE, m.clone()),
+            ApiError::Invalid(m) => (codes::INVALID, m.clone()),
+            ApiError::Store(e) | ApiError::Hub(Error::Store { source: e, .. }) => {
+                let code = match e.kind() {
+                    StoreErrorKind::Unavailable => codes::UNAVAILABLE,
+                    StoreErrorKind::InvalidInput => codes::BAD_REQUEST,
+                    StoreErrorKind::UnknownCluster => codes::NOT_FOUND,
+                    StoreErrorKind::Internal => codes::INTERNAL,
+                };
+                (code, e.client_message())
+            }
+            ApiError::Hub(Error::Kube { .. }) => (
+                codes::UNAVAILABLE,
+                "the management cluster's API server cannot be reached".to_owned(),
+            ),
+            ApiError::Hub(_) => (codes::INTERNAL, "internal error".to_owned()),
+        }
+    }
+}
+
+fn store_status(e: &StoreError) -> StatusCode {
+    match e.kind() {
+        StoreErrorKind::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+        StoreErrorKind::InvalidInput => StatusCode::BAD_REQUEST,
+        StoreErrorKind::UnknownCluster => StatusCode::NOT_FOUND,
+        StoreErrorKind::Internal => StatusCode::INTERNAL_SERVER_ERROR,
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(error: StoreError) -> Self {
+        ApiError::Store(error)
+    }
+}
+
+impl From<Error> for ApiError {
+    fn from(error: Error) -> Self {
+        ApiError::Hub(error)
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let status = self.status_code();
+        if status.is_server_error() {
+            warn!(error = %self, source = ?std::error::Error::source(&self), "REST request failed");
+        }
+        let (code, message) = self.code_and_message();
+        let body = ErrorBody {
+            error: code.to_owned(),
+            message,
+        };
+        (status, axum::Json(body)).into_response()
+    }
+}
+
+/// A JSON body; a rejection is a JSON error: `415` without `Content-Type: application/json`,
+/// `400` for malformed JSON, `422` (naming the field) for JSON of the wrong shape.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Json<T>(pub T);
+
+impl<T, S> FromRequest<S> for Json<T>
+where
+    T: DeserializeOwned,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        match axum::Json::<T>::from_request(req, state).await {
+            Ok(axum::Json(value)) => Ok(Json(value)),
+            Err(rejection) => Err(json_rejection(&rejection)),
+        }
+    }
+}
+
+fn json_rejection(rejection: &JsonRejection) -> ApiError {
+    let message = rejection.body_text();
+    match rejection {
+        JsonRejection::MissingJsonContentType(_) => ApiError::UnsupportedMediaType(
+            "expected a JSON body with the header `Content-Type: application/json`".to_owned(),
+        ),
+        JsonRejection::JsonDataError(_) => ApiError::Invalid(message),
+        _ if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE => ApiError::PayloadTooLarge(message),
+        _ => ApiError::BadRequest(message),
+    }
+}
+
+impl<T: Serialize> IntoResponse for Json<T> {
+    fn into_response(self) -> Response {
+        axum::Json(self.0).into_response()
+    }
+}
+
+/// Query parameters; a rejection (a value of the wrong type, an unknown parameter) is a `400`.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Query<T>(pub T);
+
+impl<T, S> FromRequestParts<S> for Query<T>
+where
+    T: DeserializeOwned,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        match axum::extract::Query::<T>::from_request_parts(parts, state).await {
+            Ok(axum::extract::Query(value)) => Ok(Query(value)),
+            Err(rejection) => Err(query_rejection(&rejection)),
+        }
+    }
+}
+
+fn query_rejection(rejection: &QueryRejection) -> ApiError {
+    ApiError::BadRequest(rejection.body_text())
+}
+
+/// Path parameters; a rejection is a `400`.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Path<T>(pub T);
+
+impl<T, S> FromRequestParts<S> for Path<T>
+where
+    T: DeserializeOwned + Send,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        match axum::extract::Path::<T>::from_request_parts(parts, state).await {
+            Ok(axum::extract::Path(value)) => Ok(Path(value)),
+            Err(rejection) => Err(path_rejection(&rejection)),
+        }
+    }
+}
+
+fn path_rejection(rejection: &PathRejection) -> ApiError {
+    ApiError::BadRequest(rejection.body_text())
+}

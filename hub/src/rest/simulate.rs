@@ -1,0 +1,196 @@
+//! `POST /api/v1/placements/simulate`: what the hub would decide for a spec, now, without
+//! writing anything.
+
+use std::collections::BTreeMap;
+
+use axum::extract::State;
+use nave_api::wire::WorkloadRef;
+use nave_api::{MultiClusterDeployment, MultiClusterDeploymentSpec};
+use nave_policies::{Request, Role};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use tracing::instrument;
+use utoipa::ToSchema;
+
+use super::RestState;
+use super::error::{ApiError, ErrorBody, Json};
+use crate::controller::mcd;
+use crate::{failover, fleet, scheduler};
+
+/// A spec to place.
+#[derive(Deserialize, Debug, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub(super) struct SimulateRequest {
+    /// Namespace of the MultiClusterDeployment (default `default`). With `name`, the simulation
+    /// starts from that placement's current assignment, as applying the spec would, and leaves
+    /// its own replicas out of the reservations.
+    namespace: Option<String>,
+    /// Name of the MultiClusterDeployment, to simulate a change of an existing one.
+    name: Option<String>,
+    /// A MultiClusterDeployment spec, as written under `spec:` in its manifest (`replicas`,
+    /// `template`, `placement`, `overrides`, `dependencies`).
+    #[schema(value_type = Object)]
+    spec: Value,
+}
+
+/// One cluster's part in a simulated decision.
+#[derive(Serialize, Debug, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub(super) struct SimulatedCluster {
+    /// The cluster.
+    name: String,
+    /// `regular`, or `burst` (used only for overflow).
+    role: String,
+    /// Why it takes no new replicas; `null` when it is eligible.
+    filtered_out: Option<String>,
+    /// Replicas before (the current assignment when simulating an existing placement).
+    previous: u32,
+    /// Replicas after.
+    replicas: u32,
+    /// Why: filtered out by what, its rank and room, what changed.
+    explanation: String,
+}
+
+/// What the hub would decide.
+#[derive(Serialize, Debug, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub(super) struct SimulateResponse {
+    /// The namespace simulated in.
+    namespace: String,
+    /// The MultiClusterDeployment simulated, when named.
+    name: Option<String>,
+    /// The placement policy.
+    policy: String,
+    /// Replicas asked for.
+    replicas: u32,
+    /// Replicas per cluster; clusters without replicas are left out.
+    assignment: BTreeMap<String, u32>,
+    /// Replicas that fit nowhere.
+    unplaced: u32,
+    /// The assignment the simulation started from (the named placement's); `null` for a new one.
+    current: Option<BTreeMap<String, u32>>,
+    /// Every cluster considered, by name.
+    clusters: Vec<SimulatedCluster>,
+    /// The whole explanation: a summary line, one line per cluster, then notes.
+    explanation: String,
+}
+
+fn check_name(field: &str, value: &str) -> Result<(), ApiError> {
+    let valid = !value.is_empty()
+        && value.len() <= 253
+        && value
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.');
+    if valid {
+        Ok(())
+    } else {
+        Err(ApiError::Invalid(format!(
+            "{field}: {value:?} is not a valid Kubernetes name (lowercase letters, digits, '-' and '.')"
+        )))
+    }
+}
+
+/// The spec as the controller would see it; an error names the field path from `spec`.
+fn parse_spec(spec: Value) -> Result<MultiClusterDeploymentSpec, ApiError> {
+    serde_path_to_error::deserialize(spec).map_err(|e| {
+        let path = e.path().to_string();
+        let at = if path == "." {
+            "spec".to_owned()
+        } else {
+            format!("spec.{path}")
+        };
+        ApiError::Invalid(format!("{at}: {}", e.into_inner()))
+    })
+}
+
+/// Places a spec on the current fleet, as the controller would, and returns the decision.
+/// Nothing is written: no placement, no history, no work for the agents.
+#[utoipa::path(
+    post,
+    path = "/api/v1/placements/simulate",
+    tag = "placements",
+    request_body(content = SimulateRequest, content_type = "application/json"),
+    responses(
+        (status = 200, description = "The decision the hub would make now.", body = SimulateResponse),
+        (status = 400, description = "The body is not JSON.", body = ErrorBody),
+        (status = 401, description = "No valid token.", body = ErrorBody),
+        (status = 415, description = "The body is not sent as `application/json`.", body = ErrorBody),
+        (status = 422, description = "The spec is invalid; the message names the field path.", body = ErrorBody),
+        (status = 503, description = "The store or the management cluster cannot be reached.", body = ErrorBody),
+    )
+)]
+#[instrument(skip_all)]
+pub(super) async fn simulate(
+    State(state): State<RestState>,
+    Json(body): Json<SimulateRequest>,
+) -> Result<Json<SimulateResponse>, ApiError> {
+    let namespace = body.namespace.unwrap_or_else(|| "default".to_owned());
+    check_name("namespace", &namespace)?;
+    if let Some(name) = &body.name {
+        check_name("name", name)?;
+    }
+    let spec = parse_spec(body.spec)?;
+    let mut object = MultiClusterDeployment::new(body.name.as_deref().unwrap_or("simulation"), spec);
+    object.metadata.namespace = Some(namespace.clone());
+    let deployment_spec = mcd::validate(&object).map_err(ApiError::Invalid)?;
+
+    let ctx = &state.ctx;
+    let store = ctx.store.as_ref();
+    let view = fleet::gather(&ctx.client, store, ctx.timings.heartbeat_grace).await?;
+    let reports = fleet::reports(store, &view.registered).await?;
+    let workload = body.name.as_ref().map(|name| WorkloadRef::new(&namespace, name));
+    let ledger = fleet::ledger(store, &reports, workload.as_ref()).await?;
+    let stored = match &workload {
+        Some(w) => store
+            .get_placement(&w.namespace, &w.name)
+            .await?
+            .map(|p| p.decision),
+        None => None,
+    };
+    let current = stored.as_ref().map(scheduler::stored_assignment);
+    let replicas = u32::try_from(object.spec.replicas).unwrap_or(0);
+    let request = Request::new(
+        replicas,
+        scheduler::demand(&deployment_spec),
+        scheduler::policy(&object.spec.placement),
+    )
+    .with_current(current.clone().unwrap_or_default());
+    // Failover and failback as the controller would apply them now.
+    let mut plan = failover::Plan::new(
+        &ctx.health.snapshot(),
+        object.spec.placement.failback,
+        stored.as_ref(),
+        &request.current,
+        &view.fleet,
+        jiff::Timestamp::now(),
+    );
+    let decision = plan.decide(&view.fleet, &ledger, &request);
+
+    let clusters = decision
+        .clusters
+        .iter()
+        .map(|c| SimulatedCluster {
+            name: c.cluster.clone(),
+            role: match c.role {
+                Role::Regular => "regular",
+                Role::Burst => "burst",
+            }
+            .to_owned(),
+            filtered_out: c.filter.as_ref().map(ToString::to_string),
+            previous: c.previous,
+            replicas: c.replicas,
+            explanation: c.to_string(),
+        })
+        .collect();
+    Ok(Json(SimulateResponse {
+        namespace,
+        name: body.name,
+        policy: decision.strategy.name().to_owned(),
+        replicas: decision.replicas,
+        assignment: decision.assignment.clone(),
+        unplaced: decision.unplaced,
+        current,
+        clusters,
+        explanation: decision.to_string(),
+    }))
+}
