@@ -5,6 +5,7 @@
 //! ```text
 //!   .nave/kubeconfig ──► management cluster (CRDs: mcd, mcsvc, wcl) ◄── nave-hub ──► .nave/hub.db
 //!                                                                         ▲ /agent/v1
+//!   .nave/admin-token (+ api-tokens) ──► REST API /api/v1 of the hub ──────────┘
 //!   .nave/clusters/<name>.kubeconfig ──► workload cluster <name> ◄── nave-agent (one per cluster)
 //!   .nave/ready.json   written last: every URL above is serving
 //! ```
@@ -23,6 +24,12 @@ use crate::config::{ClusterConfig, Coordinates, FleetConfig, NodePool};
 
 /// Name of the simulated management cluster.
 pub const MANAGEMENT_CLUSTER: &str = "management";
+
+/// File under the directory holding the REST API's admin token.
+pub const ADMIN_TOKEN_FILE: &str = "admin-token";
+
+/// File under the directory holding the hub's REST API tokens (`<scope> <token>` lines).
+pub const API_TOKENS_FILE: &str = "api-tokens";
 
 /// What `up` serves and where it writes.
 #[derive(Debug, Clone)]
@@ -116,6 +123,14 @@ impl Playground {
         // The bootstrap token agents present to register; random per playground.
         let token_file = opts.dir.join("bootstrap-token");
         std::fs::write(&token_file, uuid::Uuid::new_v4().simple().to_string())?;
+        // The REST API's admin token, random per playground too; the hub reads the tokens file.
+        let admin_token = uuid::Uuid::new_v4().simple().to_string();
+        std::fs::write(opts.dir.join(ADMIN_TOKEN_FILE), &admin_token)?;
+        let api_tokens_file = opts.dir.join(API_TOKENS_FILE);
+        std::fs::write(
+            &api_tokens_file,
+            format!("# scope token (written by nave-sim up)\nadmin {admin_token}\n"),
+        )?;
         let hub_addr = free_loopback_port()?;
         let hub_url = format!("http://{hub_addr}");
         let stop = CancellationToken::new();
@@ -124,8 +139,11 @@ impl Playground {
             database_url: format!("sqlite://{}", opts.dir.join("hub.db").display()),
             listen: hub_addr,
             bootstrap_token_file: token_file.clone(),
+            api_tokens_file: Some(api_tokens_file),
+            api_tokens_secret: None,
             kubeconfig: Some(management_kubeconfig),
             log_json: false,
+            failover: nave_hub::cli::FailoverArgs::default(),
         };
         let hub_stop = stop.clone();
         tasks.spawn(async move {
@@ -133,6 +151,17 @@ impl Playground {
                 tracing::error!(error = %e, "the hub stopped");
             }
         });
+        // The agents register as soon as they start: let the hub listen first.
+        let listening = tokio::time::Instant::now();
+        while tokio::net::TcpStream::connect(hub_addr).await.is_err() {
+            if tasks.try_join_next().is_some() {
+                anyhow::bail!("the hub stopped before it listened on {hub_addr} (see its log above)");
+            }
+            if listening.elapsed() > Duration::from_secs(30) {
+                anyhow::bail!("the hub did not listen on {hub_addr} within 30 s");
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
         for (cluster, config) in fleet.clusters.iter().zip(&opts.fleet.clusters) {
             let mut agent = nave_agent::Config::new(hub_url.clone(), cluster.name(), token_file.clone());
             agent.region = config.region.clone();
@@ -155,6 +184,9 @@ impl Playground {
             stop,
             tasks,
         };
+        // Ready means placeable: the hub decides on the capacity agents report, and a workload
+        // applied before some cluster reported would stay where the others are.
+        wait_fleet_reporting(&client, &opts.fleet, Duration::from_secs(60)).await?;
         playground.write_files()?;
         Ok(playground)
     }
@@ -180,7 +212,13 @@ impl Playground {
                 "url": self.management.url(),
                 "kubeconfig": management_kubeconfig.display().to_string(),
             },
-            "hub": { "url": self.hub_url },
+            "hub": {
+                "url": self.hub_url,
+                "api": {
+                    "url": format!("{}/api/v1", self.hub_url),
+                    "adminTokenFile": self.dir.join(ADMIN_TOKEN_FILE).display().to_string(),
+                },
+            },
             "clusters": clusters,
         });
         // Written last and atomically: its presence means everything above is serving.
@@ -207,7 +245,11 @@ impl Playground {
         s.push_str(&format!(
             "\nNext, in another terminal:\n  export KUBECONFIG={dir}/kubeconfig\n  kubectl get workloadclusters\n  \
              kubectl apply -f examples/web.yaml\n  kubectl get mcd\n  \
-             kubectl --kubeconfig {dir}/clusters/<name>.kubeconfig get nodes\n\nCtrl-C stops everything.\n"
+             kubectl --kubeconfig {dir}/clusters/<name>.kubeconfig get nodes\n\n\
+             The hub's REST API:\n  \
+             curl -H \"Authorization: Bearer $(cat {dir}/{ADMIN_TOKEN_FILE})\" {hub}/api/v1/clusters\n\n\
+             Ctrl-C stops everything.\n",
+            hub = self.hub_url,
         ));
         s
     }
@@ -234,7 +276,7 @@ fn free_loopback_port() -> std::io::Result<std::net::SocketAddr> {
 }
 
 /// Creates (or replaces) Nave's CRDs and waits until each is Established.
-async fn install_crds(client: &kube::Client) -> anyhow::Result<()> {
+pub async fn install_crds(client: &kube::Client) -> anyhow::Result<()> {
     let api: Api<CustomResourceDefinition> = Api::all(client.clone());
     for crd in nave_api::crds() {
         let name = crd.metadata.name.clone().unwrap_or_default();
@@ -260,9 +302,46 @@ async fn install_crds(client: &kube::Client) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Waits until every cluster of `fleet` has reported its capacity to the hub (its WorkloadCluster
+/// shows it).
+pub async fn wait_fleet_reporting(
+    client: &kube::Client,
+    fleet: &FleetConfig,
+    deadline: Duration,
+) -> anyhow::Result<()> {
+    let api: Api<WorkloadCluster> = Api::all(client.clone());
+    let start = tokio::time::Instant::now();
+    loop {
+        let reporting: std::collections::BTreeSet<String> = api
+            .list(&kube::api::ListParams::default())
+            .await?
+            .items
+            .into_iter()
+            .filter(|w| w.status.as_ref().is_some_and(|s| s.capacity.is_some()))
+            .filter_map(|w| w.metadata.name)
+            .collect();
+        let missing: Vec<&str> = fleet
+            .clusters
+            .iter()
+            .map(|c| c.name.as_str())
+            .filter(|n| !reporting.contains(*n))
+            .collect();
+        if missing.is_empty() {
+            return Ok(());
+        }
+        if start.elapsed() > deadline {
+            anyhow::bail!(
+                "the agents of {} did not report to the hub within {deadline:?}",
+                missing.join(", ")
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 /// Declares one WorkloadCluster per simulated workload cluster, as an admin would before its agent
 /// registers: region, zone and coordinates come from the fleet configuration.
-async fn declare_clusters(client: &kube::Client, fleet: &FleetConfig) -> anyhow::Result<()> {
+pub async fn declare_clusters(client: &kube::Client, fleet: &FleetConfig) -> anyhow::Result<()> {
     let api: Api<WorkloadCluster> = Api::all(client.clone());
     for c in &fleet.clusters {
         let spec = WorkloadClusterSpec {

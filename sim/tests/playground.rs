@@ -1,8 +1,12 @@
 //! `nave-sim up`: the management cluster serves Nave's CRDs and declares the fleet, every
 //! workload cluster serves, and the files users are told about exist and point at live clusters.
 
+#[path = "support/helpers.rs"]
+mod helpers;
+
 use std::time::Duration;
 
+use helpers::wait_for;
 use kube::api::{Api, ListParams, PostParams};
 use nave_api::{MultiClusterDeployment, WorkloadCluster};
 use nave_sim::up::{Playground, UpOptions, default_fleet};
@@ -48,27 +52,21 @@ async fn up_serves_a_management_cluster_with_the_crds_and_a_declared_fleet() {
         .map(|w| w.metadata.name.unwrap_or_default())
         .collect();
     assert_eq!(declared, ["eu-west-1", "us-east-1"], "declared WorkloadClusters");
-    // Both agents have registered and reported capacity (the hub decides on what it knows).
-    let wcls = Api::<WorkloadCluster>::all(client.clone());
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    loop {
-        let reporting = wcls
-            .list(&ListParams::default())
-            .await
-            .expect("WorkloadClusters readable")
-            .items
-            .iter()
-            .filter(|w| w.status.as_ref().is_some_and(|s| s.capacity.is_some()))
-            .count();
-        if reporting == 2 {
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "expected both WorkloadClusters to report capacity within 60 s, saw {reporting}"
-        );
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+    // Ready means placeable: both agents have already reported capacity when `start` returns.
+    let reporting: Vec<String> = Api::<WorkloadCluster>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+        .expect("WorkloadClusters readable")
+        .items
+        .into_iter()
+        .filter(|w| w.status.as_ref().is_some_and(|s| s.capacity.is_some()))
+        .filter_map(|w| w.metadata.name)
+        .collect();
+    assert_eq!(
+        reporting,
+        ["eu-west-1", "us-east-1"],
+        "clusters reporting capacity once the playground is up"
+    );
 
     // The hub and the agents place a workload end to end: all replicas Ready in the workload clusters.
     let mcds = Api::<MultiClusterDeployment>::namespaced(client, "default");
@@ -85,23 +83,51 @@ async fn up_serves_a_management_cluster_with_the_crds_and_a_declared_fleet() {
     mcds.create(&PostParams::default(), &mcd)
         .await
         .expect("MCD created");
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(90);
-    loop {
-        let live = mcds.get("web").await.expect("MCD readable");
-        let status = live.status.unwrap_or_default();
-        let ready = status.ready_replicas;
-        let clusters = status.clusters.len();
-        if ready == 4 && clusters == 2 {
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "expected 4 ready replicas spread over 2 clusters within 90 s, saw {ready} ready over {clusters} \
-             cluster(s): {:?}",
-            status.conditions
-        );
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+    wait_for(
+        Duration::from_secs(90),
+        "4 ready replicas spread over 2 clusters",
+        || async {
+            let status = mcds
+                .get("web")
+                .await
+                .map_err(|e| e.to_string())?
+                .status
+                .unwrap_or_default();
+            let (ready, clusters) = (status.ready_replicas, status.clusters.len());
+            if ready == 4 && clusters == 2 {
+                Ok(())
+            } else {
+                Err(format!(
+                    "{ready} ready over {clusters} cluster(s): {:?}",
+                    status.conditions
+                ))
+            }
+        },
+    )
+    .await;
+
+    // The hub's REST API answers with the admin token that ready.json points to.
+    let api = ready["hub"]["api"]["url"]
+        .as_str()
+        .expect("hub.api.url in ready.json");
+    let token_file = ready["hub"]["api"]["adminTokenFile"]
+        .as_str()
+        .expect("hub.api.adminTokenFile in ready.json");
+    let token = std::fs::read_to_string(token_file).expect("the admin token file");
+    let (status, placement) = get_json(&format!("{api}/placements/default/web"), Some(token.trim())).await;
+    assert_eq!(status, 200, "GET placements/default/web: {placement}");
+    let placed: u64 = placement["assignment"]
+        .as_object()
+        .expect("an assignment")
+        .values()
+        .filter_map(serde_json::Value::as_u64)
+        .sum();
+    assert_eq!(
+        placed, 4,
+        "replicas in web's placement through the REST API: {placement}"
+    );
+    let (status, refused) = get_json(&format!("{api}/clusters"), None).await;
+    assert_eq!(status, 401, "the REST API without a token: {refused}");
 
     for c in ready["clusters"].as_array().expect("clusters") {
         let path = c["kubeconfig"].as_str().expect("kubeconfig path");
@@ -120,4 +146,25 @@ async fn up_serves_a_management_cluster_with_the_crds_and_a_declared_fleet() {
         !dir_path.join("ready.json").exists(),
         "ready.json removed on shutdown"
     );
+}
+
+/// GETs `url` (plain HTTP), with a bearer token when given; the status and the JSON body.
+async fn get_json(url: &str, token: Option<&str>) -> (u16, serde_json::Value) {
+    use http_body_util::BodyExt;
+    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .build_http::<http_body_util::Empty<bytes::Bytes>>();
+    let mut request = http::Request::get(url);
+    if let Some(token) = token {
+        request = request.header("authorization", format!("Bearer {token}"));
+    }
+    let response = client
+        .request(request.body(http_body_util::Empty::new()).expect("a request"))
+        .await
+        .unwrap_or_else(|e| panic!("GET {url}: {e}"));
+    let status = response.status().as_u16();
+    let body = response.into_body().collect().await.expect("a body").to_bytes();
+    let json = serde_json::from_slice(&body).unwrap_or_else(|e| {
+        panic!("GET {url} answered {status} with a body that is not JSON ({e}): {body:?}")
+    });
+    (status, json)
 }
