@@ -1,0 +1,481 @@
+//! End-to-end harness: simulated clusters (nave-sim), the real hub and one real agent per
+//! workload cluster, all on real sockets in one process, each part stoppable and restartable.
+//!
+//! ```text
+//!   management cluster (nave-sim, CRDs) ◄── hub (run_until; SQLite file or Postgres schema)
+//!                                                ▲ /agent/v1 over HTTP
+//!   workload cluster <name> (nave-sim)  ◄── agent (run_agent), one per cluster
+//! ```
+//!
+//! The hub and the agents are the library entry points the binaries call, so a test exercises
+//! the same code as `nave-hub run` and `nave-agent`, only without process boundaries. The
+//! benchmark (`benches/e2e.rs`) runs them as separate processes to measure their memory.
+
+#![forbid(unsafe_code)]
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, anyhow};
+use k8s_openapi::api::apps::v1::Deployment;
+use kube::api::{Api, ListParams};
+use nave_api::MultiClusterDeployment;
+use nave_api::wire::WORKLOAD_LABEL;
+use nave_sim::config::FleetConfig;
+use nave_sim::{ClusterConfig, ServeOptions, SimCluster, SimFleet};
+use serde_json::Value;
+use sqlx::Executor as _;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+/// Longest a test waits for the fleet to converge before it fails.
+pub const DEADLINE: Duration = Duration::from_secs(60);
+
+/// Environment variable naming the Postgres database of the Postgres cases.
+pub const PG_URL_VAR: &str = "NAVE_TEST_DATABASE_URL";
+
+/// Where the hub keeps its state.
+#[derive(Debug, Clone)]
+pub enum Database {
+    /// A SQLite file in the environment's directory.
+    Sqlite,
+    /// A fresh schema, created for this environment and dropped at shutdown, in the database
+    /// at this URL.
+    Postgres(String),
+}
+
+impl Database {
+    /// Postgres from [`PG_URL_VAR`], or `None` (after printing a `skipped:` line naming `case`)
+    /// when it is not set, as in the store's conformance suite.
+    pub fn postgres_or_skip(case: &str) -> Option<Database> {
+        match std::env::var(PG_URL_VAR) {
+            Ok(url) if !url.is_empty() => Some(Database::Postgres(url)),
+            _ => {
+                println!("skipped: {PG_URL_VAR} is not set ({case} on Postgres)");
+                None
+            }
+        }
+    }
+}
+
+/// A running part (hub or agent) and how to stop it.
+#[derive(Debug)]
+struct Running {
+    stop: CancellationToken,
+    task: JoinHandle<()>,
+}
+
+impl Running {
+    async fn stop(self) {
+        self.stop.cancel();
+        let _ = self.task.await;
+    }
+}
+
+/// The management cluster, the fleet, the hub and the agents.
+pub struct Env {
+    /// The simulated management cluster (Nave's CRDs installed).
+    pub management: SimCluster,
+    /// The simulated workload clusters.
+    pub fleet: SimFleet,
+    /// Client of the management cluster.
+    pub client: kube::Client,
+    /// The hub's base URL (agent endpoints and the REST API).
+    pub hub_url: String,
+    /// A token of the REST API with the `admin` scope.
+    pub admin_token: String,
+    fleet_config: FleetConfig,
+    dir: tempfile::TempDir,
+    hub_args: nave_hub::cli::RunArgs,
+    hub: Option<Running>,
+    agents: BTreeMap<String, Running>,
+    clients: BTreeMap<String, kube::Client>,
+    postgres: Option<(String, String)>,
+}
+
+impl std::fmt::Debug for Env {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Env")
+            .field("hub_url", &self.hub_url)
+            .field("clusters", &self.cluster_names())
+            .field("hub_running", &self.hub.is_some())
+            .field("agents_running", &self.agents.keys().collect::<Vec<_>>())
+            .finish_non_exhaustive()
+    }
+}
+
+/// The default fleet of the end-to-end tests: `n` clusters of different sizes and regions, as
+/// the playground has.
+pub fn fleet(n: usize) -> FleetConfig {
+    nave_sim::up::default_fleet(n)
+}
+
+impl Env {
+    /// Starts everything and waits until every workload cluster has reported its capacity.
+    pub async fn start(fleet_config: FleetConfig, database: Database) -> anyhow::Result<Env> {
+        let dir = tempfile::tempdir().context("a temporary directory")?;
+        let management = SimCluster::start(
+            ClusterConfig {
+                name: nave_sim::up::MANAGEMENT_CLUSTER.to_owned(),
+                ..ClusterConfig::default()
+            },
+            ServeOptions::default(),
+        )
+        .await?;
+        let client = management.client().await?;
+        nave_sim::up::install_crds(&client).await?;
+        let fleet = SimFleet::start(fleet_config.clone(), ServeOptions::default()).await?;
+        nave_sim::up::declare_clusters(&client, &fleet_config).await?;
+        let kubeconfig = dir.path().join("kubeconfig");
+        management.write_kubeconfig(&kubeconfig)?;
+        let token_file = dir.path().join("bootstrap-token");
+        std::fs::write(&token_file, uuid::Uuid::new_v4().simple().to_string())?;
+
+        let (database_url, postgres) = match database {
+            Database::Sqlite => (format!("sqlite://{}", dir.path().join("hub.db").display()), None),
+            Database::Postgres(url) => {
+                let schema = format!("e2e_{}", uuid::Uuid::new_v4().simple());
+                let pool = sqlx::PgPool::connect(&url)
+                    .await
+                    .with_context(|| format!("connecting to {PG_URL_VAR}"))?;
+                pool.execute(sqlx::AssertSqlSafe(format!("CREATE SCHEMA \"{schema}\"")))
+                    .await
+                    .with_context(|| format!("creating schema {schema}"))?;
+                pool.close().await;
+                let separator = if url.contains('?') { '&' } else { '?' };
+                (
+                    format!("{url}{separator}options=-c%20search_path%3D{schema}"),
+                    Some((url, schema)),
+                )
+            }
+        };
+        let admin_token = uuid::Uuid::new_v4().simple().to_string();
+        let api_tokens = dir.path().join("api-tokens");
+        std::fs::write(&api_tokens, format!("admin {admin_token}\n"))?;
+        let listen = free_loopback_port()?;
+        let hub_args = nave_hub::cli::RunArgs {
+            database_url,
+            listen,
+            bootstrap_token_file: token_file,
+            api_tokens_file: Some(api_tokens),
+            api_tokens_secret: None,
+            kubeconfig: Some(kubeconfig),
+            log_json: false,
+            failover: nave_hub::cli::FailoverArgs::default(),
+        };
+        let mut env = Env {
+            management,
+            fleet,
+            client,
+            hub_url: format!("http://{listen}"),
+            admin_token,
+            fleet_config,
+            dir,
+            hub_args,
+            hub: None,
+            agents: BTreeMap::new(),
+            clients: BTreeMap::new(),
+            postgres,
+        };
+        for c in &env.fleet.clusters {
+            env.clients.insert(c.name().to_owned(), c.client().await?);
+        }
+        env.start_hub().await?;
+        for name in env.cluster_names() {
+            env.start_agent(&name)?;
+        }
+        env.wait_fleet_reporting().await?;
+        Ok(env)
+    }
+
+    /// The workload clusters' names, in order.
+    pub fn cluster_names(&self) -> Vec<String> {
+        self.fleet_config
+            .clusters
+            .iter()
+            .map(|c| c.name.clone())
+            .collect()
+    }
+
+    /// The environment's directory (kubeconfig, bootstrap token, SQLite file).
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// Client of a workload cluster.
+    pub fn cluster_client(&self, name: &str) -> kube::Client {
+        self.clients
+            .get(name)
+            .unwrap_or_else(|| panic!("no workload cluster named {name}"))
+            .clone()
+    }
+
+    /// Starts the hub and waits until it answers on its port.
+    pub async fn start_hub(&mut self) -> anyhow::Result<()> {
+        if self.hub.is_some() {
+            return Err(anyhow!("the hub is already running"));
+        }
+        let stop = CancellationToken::new();
+        let args = self.hub_args.clone();
+        let token = stop.clone();
+        let task = tokio::spawn(async move {
+            if let Err(e) = nave_hub::run_until(args, token).await {
+                tracing::error!(error = %e, "the hub stopped");
+            }
+        });
+        self.hub = Some(Running { stop, task });
+        let addr = self.hub_args.listen;
+        wait_for("the hub to listen", DEADLINE, || async move {
+            tokio::net::TcpStream::connect(addr)
+                .await
+                .map(drop)
+                .map_err(|e| e.to_string())
+        })
+        .await;
+        Ok(())
+    }
+
+    /// Stops the hub (its port closes; the agents keep their workloads and retry).
+    pub async fn stop_hub(&mut self) {
+        if let Some(hub) = self.hub.take() {
+            hub.stop().await;
+        }
+    }
+
+    /// Starts the agent of cluster `name`, with the same configuration every time.
+    pub fn start_agent(&mut self, name: &str) -> anyhow::Result<()> {
+        if self.agents.contains_key(name) {
+            return Err(anyhow!("the agent of {name} is already running"));
+        }
+        let cluster = self
+            .fleet_config
+            .clusters
+            .iter()
+            .find(|c| c.name == name)
+            .ok_or_else(|| anyhow!("no workload cluster named {name}"))?;
+        let mut config = nave_agent::Config::new(
+            self.hub_url.clone(),
+            name,
+            self.hub_args.bootstrap_token_file.clone(),
+        );
+        config.region = cluster.region.clone();
+        config.zone = cluster.zone.clone();
+        config.labels = cluster.labels.clone();
+        // Quick retries: the tests restart the hub and want the agents back soon.
+        config.retry_max = Duration::from_secs(2);
+        let client = self.cluster_client(name);
+        let stop = CancellationToken::new();
+        let token = stop.clone();
+        let owned = name.to_owned();
+        let task = tokio::spawn(async move {
+            if let Err(e) = nave_agent::run_agent(config, client, token).await {
+                tracing::error!(cluster = %owned, error = %e, "an agent stopped");
+            }
+        });
+        self.agents.insert(name.to_owned(), Running { stop, task });
+        Ok(())
+    }
+
+    /// Stops the agent of cluster `name` (what it applied keeps running).
+    pub async fn stop_agent(&mut self, name: &str) {
+        if let Some(agent) = self.agents.remove(name) {
+            agent.stop().await;
+        }
+    }
+
+    /// Waits until every WorkloadCluster reports capacity (every agent has heartbeated).
+    pub async fn wait_fleet_reporting(&self) -> anyhow::Result<()> {
+        nave_sim::up::wait_fleet_reporting(&self.client, &self.fleet_config, DEADLINE).await
+    }
+
+    /// The workload's Deployments in every workload cluster, found by the label the agent puts
+    /// on what it applies.
+    pub async fn deployments(&self, namespace: &str, name: &str) -> BTreeMap<String, Vec<Deployment>> {
+        let selector = format!("{WORKLOAD_LABEL}={namespace}.{name}");
+        let mut out = BTreeMap::new();
+        for (cluster, client) in &self.clients {
+            let api: Api<Deployment> = Api::namespaced(client.clone(), namespace);
+            let list = api
+                .list(&ListParams::default().labels(&selector))
+                .await
+                .unwrap_or_else(|e| panic!("listing Deployments in {cluster}: {e}"));
+            if !list.items.is_empty() {
+                out.insert(cluster.clone(), list.items);
+            }
+        }
+        out
+    }
+
+    /// Replicas of the workload's Deployment per cluster (clusters without one are absent).
+    pub async fn replicas_by_cluster(&self, namespace: &str, name: &str) -> BTreeMap<String, i32> {
+        self.deployments(namespace, name)
+            .await
+            .into_iter()
+            .map(|(cluster, ds)| {
+                let replicas = ds.iter().map(|d| d.spec.replicas.unwrap_or(1)).sum();
+                (cluster, replicas)
+            })
+            .collect()
+    }
+
+    /// Waits until the MCD `name` is fully rolled out: every wanted replica placed and ready,
+    /// and each cluster's Deployment holding what status says it was given. Returns the MCD.
+    pub async fn wait_rolled_out(
+        &self,
+        namespace: &str,
+        name: &str,
+        replicas: i32,
+    ) -> MultiClusterDeployment {
+        let api: Api<MultiClusterDeployment> = Api::namespaced(self.client.clone(), namespace);
+        wait_for(
+            &format!("{namespace}/{name} to run {replicas} ready replicas"),
+            DEADLINE,
+            || {
+                let api = api.clone();
+                async move {
+                    let mcd = api.get(name).await.map_err(|e| e.to_string())?;
+                    let status = mcd.status.clone().unwrap_or_default();
+                    let current = mcd.metadata.generation == status.observed_generation;
+                    let placed: BTreeMap<String, i32> =
+                        status.clusters.iter().map(|c| (c.name.clone(), c.desired)).collect();
+                    let running = self.replicas_by_cluster(namespace, name).await;
+                    if current
+                        && status.replicas == replicas
+                        && status.ready_replicas == replicas
+                        && status.available_replicas == replicas
+                        && placed == running
+                    {
+                        Ok(mcd)
+                    } else {
+                        Err(format!(
+                            "generation {:?} observed {:?}, placed {placed:?}, running {running:?}, ready {} of {}, conditions {:?}",
+                            mcd.metadata.generation,
+                            status.observed_generation,
+                            status.ready_replicas,
+                            status.replicas,
+                            status
+                                .conditions
+                                .iter()
+                                .map(|c| format!("{}={} {}: {}", c.type_, c.status, c.reason, c.message))
+                                .collect::<Vec<_>>()
+                        ))
+                    }
+                }
+            },
+        )
+        .await
+    }
+
+    /// Waits until the MCD `name` is gone: its finalizer ran, so its objects left every cluster's
+    /// work set.
+    pub async fn wait_mcd_gone(&self, namespace: &str, name: &str) {
+        let api: Api<MultiClusterDeployment> = Api::namespaced(self.client.clone(), namespace);
+        wait_for(&format!("{namespace}/{name} to be gone"), DEADLINE, || {
+            let api = api.clone();
+            async move {
+                match api.get_opt(name).await.map_err(|e| e.to_string())? {
+                    None => Ok(()),
+                    Some(m) => Err(format!("still there, finalizers {:?}", m.metadata.finalizers)),
+                }
+            }
+        })
+        .await;
+    }
+
+    /// Stops the agents and the hub, then the clusters; drops the Postgres schema.
+    pub async fn shutdown(mut self) {
+        let names: Vec<String> = self.agents.keys().cloned().collect();
+        for name in names {
+            self.stop_agent(&name).await;
+        }
+        self.stop_hub().await;
+        self.fleet.shutdown().await;
+        self.management.shutdown().await;
+        if let Some((url, schema)) = self.postgres.take()
+            && let Ok(pool) = sqlx::PgPool::connect(&url).await
+        {
+            let _ = pool
+                .execute(sqlx::AssertSqlSafe(format!("DROP SCHEMA \"{schema}\" CASCADE")))
+                .await;
+            pool.close().await;
+        }
+    }
+}
+
+/// A free port on the loopback interface for the hub, which binds an address rather than taking
+/// a listener; it keeps the same address across restarts, as a Service would.
+fn free_loopback_port() -> std::io::Result<SocketAddr> {
+    std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()
+}
+
+/// Polls `check` every 100 ms until it returns `Ok`, and panics after `deadline` with what it
+/// last saw.
+pub async fn wait_for<T, F, Fut>(what: &str, deadline: Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, String>>,
+{
+    let start = Instant::now();
+    loop {
+        match check().await {
+            Ok(value) => return value,
+            Err(seen) if start.elapsed() > deadline => {
+                panic!("expected {what} within {deadline:?}; last seen: {seen}")
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
+}
+
+/// Replicas per cluster as the MCD's status reports them.
+pub fn placed(mcd: &MultiClusterDeployment) -> BTreeMap<String, i32> {
+    mcd.status
+        .iter()
+        .flat_map(|s| &s.clusters)
+        .map(|c| (c.name.clone(), c.desired))
+        .collect()
+}
+
+/// A MultiClusterDeployment of `replicas` nginx replicas requesting 100m CPU and 64Mi each, with
+/// `placement` as its `spec.placement`.
+pub fn mcd(namespace: &str, name: &str, replicas: i32, placement: Value) -> MultiClusterDeployment {
+    mcd_with(namespace, name, replicas, placement, serde_json::json!({}))
+}
+
+/// As [`mcd`], with `extra` merged into the spec (overrides, dependencies, a different template).
+pub fn mcd_with(
+    namespace: &str,
+    name: &str,
+    replicas: i32,
+    placement: Value,
+    extra: Value,
+) -> MultiClusterDeployment {
+    let mut spec = serde_json::json!({
+        "replicas": replicas,
+        "placement": placement,
+        "template": {"spec": {
+            "selector": {"matchLabels": {"app": name}},
+            "template": {"metadata": {"labels": {"app": name}}, "spec": {"containers": [
+                {"name": "app", "image": "nginx:1.27",
+                 "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}}}]}}}},
+    });
+    if let (Some(spec), Value::Object(extra)) = (spec.as_object_mut(), extra) {
+        spec.extend(extra);
+    }
+    serde_json::from_value(serde_json::json!({
+        "apiVersion": nave_api::API_VERSION,
+        "kind": "MultiClusterDeployment",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": spec,
+    }))
+    .expect("a well-formed MultiClusterDeployment")
+}
+
+/// Where `path` points in a kubeconfig-less world: the environment's files, for commands that
+/// need them (kubectl in the benchmark).
+pub fn kubeconfig_path(env: &Env) -> PathBuf {
+    env.dir().join("kubeconfig")
+}

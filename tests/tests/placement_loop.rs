@@ -1,0 +1,613 @@
+//! The placement loop end to end: the real hub and agents on nave-sim clusters. What a user sees
+//! after `kubectl apply` in the management cluster, checked in the workload clusters themselves.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{ConfigMap, Event, Service};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use nave_api::conditions::{reasons, types};
+use nave_api::{MultiClusterDeployment, MultiClusterService};
+use nave_e2e::{DEADLINE, Database, Env, fleet, mcd, mcd_with, placed, wait_for};
+use serde_json::json;
+
+const NS: &str = "default";
+
+async fn env(clusters: usize) -> Env {
+    Env::start(fleet(clusters), Database::Sqlite)
+        .await
+        .expect("the environment starts")
+}
+
+fn mcds(env: &Env) -> Api<MultiClusterDeployment> {
+    Api::namespaced(env.client.clone(), NS)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn apply_runs_replicas_where_the_policy_picks_and_status_sums_the_clusters() {
+    let env = env(3).await;
+    // Best-fit packs: the smallest cluster that holds all 4 (eu-west 4x8 CPU, us-east 3x4,
+    // ap-south 2x4: ap-south has the least room that still fits).
+    mcds(&env)
+        .create(
+            &PostParams::default(),
+            &mcd(NS, "packed", 4, json!({"policy": "best-fit"})),
+        )
+        .await
+        .expect("MCD created");
+    let packed = env.wait_rolled_out(NS, "packed", 4).await;
+    assert_eq!(
+        placed(&packed),
+        BTreeMap::from([("ap-south-1".to_owned(), 4)]),
+        "best-fit packs onto the smallest cluster that fits"
+    );
+
+    // Spread: as even as capacity allows.
+    mcds(&env)
+        .create(
+            &PostParams::default(),
+            &mcd(NS, "even", 6, json!({"policy": "spread"})),
+        )
+        .await
+        .expect("MCD created");
+    let even = env.wait_rolled_out(NS, "even", 6).await;
+    let status = even.status.clone().expect("status");
+    assert_eq!(
+        placed(&even),
+        BTreeMap::from([
+            ("ap-south-1".to_owned(), 2),
+            ("eu-west-1".to_owned(), 2),
+            ("us-east-1".to_owned(), 2)
+        ]),
+        "spread divides evenly"
+    );
+    // Totals are the sums over clusters, and the clusters' own Deployments agree.
+    let sum = |f: fn(&nave_api::ClusterPlacementStatus) -> i32| status.clusters.iter().map(f).sum::<i32>();
+    assert_eq!(status.replicas, sum(|c| c.desired), "replicas total");
+    assert_eq!(status.ready_replicas, sum(|c| c.ready), "ready total");
+    assert_eq!(status.available_replicas, sum(|c| c.available), "available total");
+    assert_eq!(status.cluster_count, 3, "cluster count");
+    for (cluster, deployments) in env.deployments(NS, "even").await {
+        assert_eq!(
+            deployments.len(),
+            1,
+            "one Deployment of the workload in {cluster}"
+        );
+        let ready = deployments[0]
+            .status
+            .as_ref()
+            .and_then(|s| s.ready_replicas)
+            .unwrap_or(0);
+        assert_eq!(ready, 2, "ready replicas in {cluster}'s own Deployment");
+    }
+    let scheduled = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == types::SCHEDULED)
+        .expect("a Scheduled condition");
+    assert_eq!(
+        (scheduled.status.as_str(), scheduled.reason.as_str()),
+        ("True", reasons::ALL_REPLICAS_PLACED),
+        "Scheduled: {}",
+        scheduled.message
+    );
+    assert_eq!(
+        scheduled.observed_generation, even.metadata.generation,
+        "conditions carry the observed generation"
+    );
+    env.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scaling_up_and_down_is_steady() {
+    let env = env(3).await;
+    let api = mcds(&env);
+    api.create(
+        &PostParams::default(),
+        &mcd(NS, "web", 3, json!({"policy": "spread"})),
+    )
+    .await
+    .expect("MCD created");
+    let before = placed(&env.wait_rolled_out(NS, "web", 3).await);
+    let uids = deployment_uids(&env, "web").await;
+
+    // Up through the scale subresource, as `kubectl scale` does: only new replicas are placed.
+    api.patch_scale(
+        "web",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"replicas": 9}})),
+    )
+    .await
+    .expect("scaled up");
+    let up = placed(&env.wait_rolled_out(NS, "web", 9).await);
+    for (cluster, n) in &before {
+        assert!(
+            up.get(cluster).copied().unwrap_or(0) >= *n,
+            "scale-up keeps {cluster}'s {n} replicas: before {before:?}, after {up:?}"
+        );
+    }
+
+    // Down: nobody gains, and the Deployments are the same objects (scaled, not recreated).
+    api.patch_scale(
+        "web",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"replicas": 4}})),
+    )
+    .await
+    .expect("scaled down");
+    let down = placed(&env.wait_rolled_out(NS, "web", 4).await);
+    for (cluster, n) in &down {
+        assert!(
+            *n <= up.get(cluster).copied().unwrap_or(0),
+            "scale-down adds nowhere: {cluster} had {up:?}, now {down:?}"
+        );
+    }
+    let after = deployment_uids(&env, "web").await;
+    for (cluster, uid) in &after {
+        if let Some(old) = uids.get(cluster) {
+            assert_eq!(
+                old, uid,
+                "{cluster}'s Deployment was updated in place, not recreated"
+            );
+        }
+    }
+    env.shutdown().await;
+}
+
+async fn deployment_uids(env: &Env, name: &str) -> BTreeMap<String, String> {
+    env.deployments(NS, name)
+        .await
+        .into_iter()
+        .map(|(c, ds)| (c, ds[0].metadata.uid.clone().unwrap_or_default()))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_service_and_configmap_follow_the_workload_and_delete_removes_everything() {
+    let env = env(3).await;
+    let configmaps: Api<ConfigMap> = Api::namespaced(env.client.clone(), NS);
+    configmaps
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({
+                "metadata": {"name": "site-config", "namespace": NS},
+                "data": {"greeting": "hello"}
+            }))
+            .expect("ConfigMap"),
+        )
+        .await
+        .expect("ConfigMap created");
+    let extra = json!({"template": {"spec": {
+        "selector": {"matchLabels": {"app": "site"}},
+        "template": {"metadata": {"labels": {"app": "site"}}, "spec": {
+            "containers": [{"name": "app", "image": "nginx:1.27",
+                "envFrom": [{"configMapRef": {"name": "site-config"}}],
+                "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}}}]}}}}});
+    // Two of three clusters: the third must get neither the Service nor the ConfigMap.
+    mcds(&env)
+        .create(
+            &PostParams::default(),
+            &mcd_with(
+                NS,
+                "site",
+                4,
+                json!({"policy": "spread", "maxClusters": 2}),
+                extra,
+            ),
+        )
+        .await
+        .expect("MCD created");
+    let services: Api<MultiClusterService> = Api::namespaced(env.client.clone(), NS);
+    services
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({
+                "apiVersion": nave_api::API_VERSION, "kind": "MultiClusterService",
+                "metadata": {"name": "site", "namespace": NS},
+                "spec": {"deployment": "site", "global": true, "ports": [{"name": "http", "port": 80}]}
+            }))
+            .expect("MultiClusterService"),
+        )
+        .await
+        .expect("MCS created");
+    let rolled = env.wait_rolled_out(NS, "site", 4).await;
+    let running: Vec<String> = placed(&rolled).into_keys().collect();
+    assert_eq!(
+        running.len(),
+        2,
+        "maxClusters=2 uses two clusters, saw {running:?}"
+    );
+
+    for cluster in env.cluster_names() {
+        let client = env.cluster_client(&cluster);
+        let service_api: Api<Service> = Api::namespaced(client.clone(), NS);
+        let configmap_api: Api<ConfigMap> = Api::namespaced(client, NS);
+        let wanted = running.contains(&cluster);
+        let (service, configmap) = wait_for(
+            &format!(
+                "the Service and ConfigMap {} in {cluster}",
+                if wanted { "present" } else { "absent" }
+            ),
+            DEADLINE,
+            || {
+                let (service_api, configmap_api) = (service_api.clone(), configmap_api.clone());
+                async move {
+                    let service = service_api.get_opt("site").await.map_err(|e| e.to_string())?;
+                    let configmap = configmap_api
+                        .get_opt("site-config")
+                        .await
+                        .map_err(|e| e.to_string())?;
+                    if service.is_some() == wanted && configmap.is_some() == wanted {
+                        Ok((service, configmap))
+                    } else {
+                        Err(format!(
+                            "Service present: {}, ConfigMap present: {}",
+                            service.is_some(),
+                            configmap.is_some()
+                        ))
+                    }
+                }
+            },
+        )
+        .await;
+        if let Some(service) = service {
+            let annotations = service.metadata.annotations.unwrap_or_default();
+            assert_eq!(
+                annotations
+                    .get(nave_api::service::CILIUM_GLOBAL_ANNOTATION)
+                    .map(String::as_str),
+                Some("true"),
+                "global: true adds the Cilium annotation in {cluster}: {annotations:?}"
+            );
+            let selector = service.spec.and_then(|s| s.selector).unwrap_or_default();
+            assert_eq!(
+                selector.get("app").map(String::as_str),
+                Some("site"),
+                "the Service selects the workload's pods in {cluster}"
+            );
+        }
+        if let Some(configmap) = configmap {
+            assert_eq!(
+                configmap
+                    .data
+                    .unwrap_or_default()
+                    .get("greeting")
+                    .map(String::as_str),
+                Some("hello"),
+                "the ConfigMap's data is copied to {cluster}"
+            );
+        }
+    }
+
+    // A change to the ConfigMap reaches the copies.
+    configmaps
+        .patch(
+            "site-config",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"data": {"greeting": "bonjour"}})),
+        )
+        .await
+        .expect("ConfigMap updated");
+    for cluster in &running {
+        let api: Api<ConfigMap> = Api::namespaced(env.cluster_client(cluster), NS);
+        wait_for(&format!("the updated ConfigMap in {cluster}"), DEADLINE, || {
+            let api = api.clone();
+            async move {
+                let data = api
+                    .get("site-config")
+                    .await
+                    .map_err(|e| e.to_string())?
+                    .data
+                    .unwrap_or_default();
+                match data.get("greeting").map(String::as_str) {
+                    Some("bonjour") => Ok(()),
+                    other => Err(format!("greeting = {other:?}")),
+                }
+            }
+        })
+        .await;
+    }
+
+    // Delete: the MCD goes only once its objects are gone from every cluster.
+    mcds(&env)
+        .delete("site", &DeleteParams::default())
+        .await
+        .expect("MCD deleted");
+    env.wait_mcd_gone(NS, "site").await;
+    for cluster in env.cluster_names() {
+        let client = env.cluster_client(&cluster);
+        wait_for(&format!("every object of site gone from {cluster}"), DEADLINE, || {
+            let client = client.clone();
+            async move {
+                let deployments = Api::<Deployment>::namespaced(client.clone(), NS)
+                    .list(&ListParams::default().labels("nave.dev/workload=default.site"))
+                    .await
+                    .map_err(|e| e.to_string())?
+                    .items
+                    .len();
+                let service = Api::<Service>::namespaced(client.clone(), NS)
+                    .get_opt("site")
+                    .await
+                    .map_err(|e| e.to_string())?
+                    .is_some();
+                let configmap = Api::<ConfigMap>::namespaced(client, NS)
+                    .get_opt("site-config")
+                    .await
+                    .map_err(|e| e.to_string())?
+                    .is_some();
+                if deployments == 0 && !service && !configmap {
+                    Ok(())
+                } else {
+                    Err(format!(
+                        "{deployments} Deployment(s), Service present: {service}, ConfigMap present: {configmap}"
+                    ))
+                }
+            }
+        })
+        .await;
+    }
+    // The ConfigMap in the management cluster is the user's: untouched.
+    assert!(
+        configmaps
+            .get_opt("site-config")
+            .await
+            .expect("readable")
+            .is_some(),
+        "the source ConfigMap stays in the management cluster"
+    );
+    env.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_override_changes_one_clusters_copy_only() {
+    let env = env(3).await;
+    let extra = json!({"overrides": [{
+        "clusters": ["us-east-1"],
+        "patches": [{"op": "replace", "path": "/spec/template/spec/containers/0/image", "value": "nginx:1.27-alpine"}]
+    }]});
+    mcds(&env)
+        .create(
+            &PostParams::default(),
+            &mcd_with(NS, "web", 3, json!({"policy": "spread"}), extra),
+        )
+        .await
+        .expect("MCD created");
+    env.wait_rolled_out(NS, "web", 3).await;
+    let images: BTreeMap<String, String> = env
+        .deployments(NS, "web")
+        .await
+        .into_iter()
+        .map(|(cluster, ds)| {
+            let image = ds[0]
+                .spec
+                .template
+                .spec
+                .as_ref()
+                .and_then(|p| p.containers.first())
+                .and_then(|c| c.image.clone())
+                .unwrap_or_default();
+            (cluster, image)
+        })
+        .collect();
+    assert_eq!(
+        images,
+        BTreeMap::from([
+            ("ap-south-1".to_owned(), "nginx:1.27".to_owned()),
+            ("eu-west-1".to_owned(), "nginx:1.27".to_owned()),
+            ("us-east-1".to_owned(), "nginx:1.27-alpine".to_owned()),
+        ]),
+        "the override applies to us-east-1's copy only"
+    );
+    env.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_invalid_mcd_gets_a_condition_and_an_event_and_nothing_is_dispatched() {
+    let env = env(2).await;
+    // Admitted by the CRD schema, refused by the hub: the override patches a path the rendered
+    // Deployment does not have.
+    let extra = json!({"overrides": [{
+        "clusters": ["eu-west-1"],
+        "patches": [{"op": "replace", "path": "/spec/template/spec/containers/7/image", "value": "x"}]
+    }]});
+    let broken = mcd_with(NS, "broken", 2, json!({"policy": "spread"}), extra);
+    mcds(&env)
+        .create(&PostParams::default(), &broken)
+        .await
+        .expect("admitted by the API server");
+    let api = mcds(&env);
+    let condition = wait_for("Scheduled=False/InvalidSpec on the MCD", DEADLINE, || {
+        let api = api.clone();
+        async move {
+            let mcd = api.get("broken").await.map_err(|e| e.to_string())?;
+            let conditions = mcd.status.map(|s| s.conditions).unwrap_or_default();
+            conditions
+                .iter()
+                .find(|c| c.type_ == types::SCHEDULED && c.reason == reasons::INVALID_SPEC)
+                .cloned()
+                .ok_or_else(|| format!("conditions: {conditions:?}"))
+        }
+    })
+    .await;
+    assert_eq!(condition.status, "False", "Scheduled is False");
+    assert!(
+        condition.message.contains("overrides[0]") || condition.message.contains("containers/7"),
+        "the condition names the field, saw: {}",
+        condition.message
+    );
+    let events: Api<Event> = Api::namespaced(env.client.clone(), NS);
+    let event = wait_for("an InvalidSpec Warning event on the MCD", DEADLINE, || {
+        let events = events.clone();
+        async move {
+            let list = events
+                .list(&ListParams::default().fields("involvedObject.name=broken"))
+                .await
+                .map_err(|e| e.to_string())?;
+            list.items
+                .iter()
+                .find(|e| e.reason.as_deref() == Some(reasons::INVALID_SPEC))
+                .cloned()
+                .ok_or_else(|| {
+                    format!(
+                        "events: {:?}",
+                        list.items.iter().map(|e| e.reason.clone()).collect::<Vec<_>>()
+                    )
+                })
+        }
+    })
+    .await;
+    assert_eq!(event.type_.as_deref(), Some("Warning"), "a Warning event");
+    assert_eq!(
+        event.message.as_deref(),
+        Some(condition.message.as_str()),
+        "the event says what the condition says"
+    );
+    // Nothing reached any cluster.
+    assert!(
+        env.deployments(NS, "broken").await.is_empty(),
+        "no Deployment of an invalid MCD anywhere"
+    );
+
+    // Fixing the spec places it.
+    mcds(&env)
+        .patch(
+            "broken",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"overrides": []}})),
+        )
+        .await
+        .expect("fixed");
+    env.wait_rolled_out(NS, "broken", 2).await;
+    env.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_configmap_two_workloads_share_stays_until_the_last_one_goes() {
+    let env = env(1).await;
+    let configmaps: Api<ConfigMap> = Api::namespaced(env.client.clone(), NS);
+    configmaps
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({
+                "metadata": {"name": "common", "namespace": NS}, "data": {"k": "v"}
+            }))
+            .expect("ConfigMap"),
+        )
+        .await
+        .expect("ConfigMap created");
+    let with_common = |app: &str| {
+        json!({"template": {"spec": {
+            "selector": {"matchLabels": {"app": app}},
+            "template": {"metadata": {"labels": {"app": app}}, "spec": {
+                "containers": [{"name": "app", "image": "nginx:1.27",
+                    "envFrom": [{"configMapRef": {"name": "common"}}],
+                    "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}}}]}}}}})
+    };
+    for name in ["one", "two"] {
+        mcds(&env)
+            .create(
+                &PostParams::default(),
+                &mcd_with(NS, name, 1, json!({"policy": "spread"}), with_common(name)),
+            )
+            .await
+            .expect("MCD created");
+        env.wait_rolled_out(NS, name, 1).await;
+    }
+    let cluster = env.cluster_names().remove(0);
+    let copies: Api<ConfigMap> = Api::namespaced(env.cluster_client(&cluster), NS);
+    let copy = copies.get("common").await.expect("the copy exists");
+    let uid = copy.metadata.uid.clone();
+
+    mcds(&env)
+        .delete("one", &DeleteParams::default())
+        .await
+        .expect("MCD deleted");
+    env.wait_mcd_gone(NS, "one").await;
+    assert!(
+        env.deployments(NS, "one").await.is_empty(),
+        "one's Deployment is gone"
+    );
+    // The copy two still uses never went away: the same object, relabelled to two.
+    let copy = wait_for("the shared copy to name two as its workload", DEADLINE, || {
+        let copies = copies.clone();
+        async move {
+            let copy = copies.get("common").await.map_err(|e| e.to_string())?;
+            let labels = copy.metadata.labels.clone().unwrap_or_default();
+            match labels.get(nave_api::wire::WORKLOAD_LABEL).map(String::as_str) {
+                Some("default.two") => Ok(copy),
+                other => Err(format!("workload label {other:?}")),
+            }
+        }
+    })
+    .await;
+    assert_eq!(copy.metadata.uid, uid, "the same ConfigMap object, never deleted");
+
+    mcds(&env)
+        .delete("two", &DeleteParams::default())
+        .await
+        .expect("MCD deleted");
+    wait_for("the copy to go with the last workload", DEADLINE, || {
+        let copies = copies.clone();
+        async move {
+            match copies.get_opt("common").await.map_err(|e| e.to_string())? {
+                None => Ok(()),
+                Some(_) => Err("still there".to_owned()),
+            }
+        }
+    })
+    .await;
+    env.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn labelling_a_workload_cluster_places_what_waited_for_it() {
+    let env = env(2).await;
+    // Only clusters labelled tier=gold may run it, and none is yet.
+    mcds(&env)
+        .create(
+            &PostParams::default(),
+            &mcd(
+                NS,
+                "gold",
+                2,
+                json!({"policy": "spread", "clusterSelector": {"matchLabels": {"tier": "gold"}}}),
+            ),
+        )
+        .await
+        .expect("MCD created");
+    let api = mcds(&env);
+    wait_for("the MCD to report 2 unplaced replicas", DEADLINE, || {
+        let api = api.clone();
+        async move {
+            let status = api
+                .get("gold")
+                .await
+                .map_err(|e| e.to_string())?
+                .status
+                .unwrap_or_default();
+            if status.unplaced_replicas == 2 {
+                Ok(())
+            } else {
+                Err(format!("unplaced {}", status.unplaced_replicas))
+            }
+        }
+    })
+    .await;
+
+    // An admin labels a cluster: the workload goes there without waiting for a resync.
+    let wcls: Api<nave_api::WorkloadCluster> = Api::all(env.client.clone());
+    wcls.patch(
+        "us-east-1",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"labels": {"tier": "gold"}}})),
+    )
+    .await
+    .expect("WorkloadCluster labelled");
+    let placed_now = placed(&env.wait_rolled_out(NS, "gold", 2).await);
+    assert_eq!(
+        placed_now,
+        BTreeMap::from([("us-east-1".to_owned(), 2)]),
+        "the newly labelled cluster runs it"
+    );
+    env.shutdown().await;
+}
