@@ -3,9 +3,10 @@
 //! ```text
 //!  register  (bootstrap token) ─► store: cluster + rotated credential ─► WorkloadCluster (Joined)
 //!  heartbeat (credential)      ─► store: heartbeat ─► WorkloadCluster status (rate-limited)
-//!                                                  └► reconcile all when capacity changed
+//!                                                  └► capacity changed: reconcile the unsettled
+//!                                                     workloads; cluster back: reconcile all
 //!  work      (credential)      ◄─ store: work set; waits on the cluster's WorkSignals
-//!  status    (credential)      ─► store: work status ─► reconcile all when it changed
+//!  status    (credential)      ─► index + store: report ─► reconcile the workloads it changed
 //! ```
 //!
 //! A credential is scoped to its cluster: naming another cluster is `403`, because another
@@ -24,16 +25,15 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use nave_api::wire::{
     self, ErrorBody, Heartbeat, RegisterRequest, RegisterResponse, StatusReport, WorkQuery, WorkSet,
-    error_codes,
+    WorkloadRef, error_codes,
 };
 use serde::de::DeserializeOwned;
 use tracing::{debug, instrument, warn};
 
 use crate::context::{ReconcileTrigger, Timings, WorkSignals};
+use crate::index::Index;
 use crate::secret;
-use crate::store::{
-    AgentIdentity, ClusterUpsert, NewHeartbeat, Store, StoreError, StoreErrorKind, WorkStatus,
-};
+use crate::store::{AgentIdentity, ClusterUpsert, NewHeartbeat, Store, StoreError, StoreErrorKind};
 
 mod cluster_object;
 #[cfg(test)]
@@ -46,6 +46,9 @@ pub use cluster_object::ClusterObjects;
 pub struct AgentState {
     /// Clusters, credentials, heartbeats, work and status.
     pub store: Arc<dyn Store>,
+    /// Agents' status reports as reconciles read them (written through to the store), and which
+    /// workloads are not settled.
+    pub index: Arc<Index>,
     /// Wakes long-polls when work changes.
     pub signals: Arc<WorkSignals>,
     /// The fleet's bootstrap token, accepted by `register` only.
@@ -73,6 +76,7 @@ impl AgentState {
     /// The state of the endpoints.
     pub fn new(
         store: Arc<dyn Store>,
+        index: Arc<Index>,
         signals: Arc<WorkSignals>,
         bootstrap_token: &str,
         cluster_objects: Option<ClusterObjects>,
@@ -81,6 +85,7 @@ impl AgentState {
     ) -> Self {
         AgentState {
             store,
+            index,
             signals,
             bootstrap_token: Arc::from(bootstrap_token),
             cluster_objects,
@@ -93,6 +98,12 @@ impl AgentState {
     fn trigger(&self) {
         if let Some(trigger) = &self.trigger {
             trigger.trigger();
+        }
+    }
+
+    fn trigger_workloads(&self, workloads: impl IntoIterator<Item = WorkloadRef>) {
+        if let Some(trigger) = &self.trigger {
+            trigger.workloads(workloads);
         }
     }
 }
@@ -345,6 +356,9 @@ async fn heartbeat(
         kubernetes_version: beat.kubernetes_version.clone(),
     };
     state.store.record_heartbeat(&record).await?;
+    state
+        .index
+        .put_pending(&identity.cluster, beat.pending_pods.clone());
     // A pass of the controllers only when placement inputs changed: new capacity, or a cluster
     // that was not Ready (no heartbeat within the grace period) coming back.
     let was_ready = before
@@ -352,8 +366,11 @@ async fn heartbeat(
         .and_then(|c| c.last_heartbeat_at)
         .is_some_and(|at| now.duration_since(at).unsigned_abs() < state.timings.heartbeat_grace);
     let capacity_changed = before.as_ref().and_then(|c| c.capacity.as_ref()) != capacity.as_ref();
-    if capacity_changed || !was_ready {
+    if !was_ready {
         state.trigger();
+    } else if capacity_changed {
+        // Settled workloads keep their placement whatever the room (placement is steady).
+        state.trigger_workloads(state.index.unsettled());
     }
     if let Some(objects) = &state.cluster_objects {
         let summary = cluster_object::status_summary(&beat);
@@ -432,20 +449,17 @@ async fn status(
     let identity = authenticate(&state, &headers).await?;
     tracing::Span::current().record("cluster", identity.cluster.as_str());
     check_scope(&identity, report.cluster_name.as_deref())?;
-    let objects = serde_json::to_value(&report).unwrap_or_default();
-    let before = state.store.get_work_status(&identity.cluster).await?;
-    let changed = before.as_ref().is_none_or(|b| b.objects != objects);
-    state
-        .store
-        .put_work_status(&WorkStatus {
-            cluster: identity.cluster.clone(),
-            applied_revision: report.applied_revision.unwrap_or(0),
-            objects,
-            reported_at: jiff::Timestamp::now(),
-        })
+    let changed = state
+        .index
+        .put_report(
+            state.store.as_ref(),
+            &identity.cluster,
+            report,
+            jiff::Timestamp::now(),
+        )
         .await?;
-    if changed {
-        state.trigger();
+    if let Some(workloads) = changed {
+        state.trigger_workloads(workloads);
     }
     Ok(StatusCode::NO_CONTENT)
 }

@@ -5,9 +5,11 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use kube::runtime::events::{Recorder, Reporter};
+use nave_api::wire::WorkloadRef;
 use tokio::sync::{mpsc, watch};
 
 use crate::health::FleetHealth;
+use crate::index::Index;
 use crate::metrics::HubMetrics;
 use crate::store::Store;
 
@@ -86,25 +88,51 @@ impl WorkSignals {
     }
 }
 
-/// Asks the controllers to reconcile every object (agents reported status or capacity changed).
+/// Asks the controllers to reconcile MultiClusterDeployments: every one (a cluster joined, came
+/// back or was edited), or named ones (an agent reported their objects' status, or capacity
+/// changed and they are not settled; see [`crate::index::Index::settle`]).
 ///
-/// A channel of capacity one: a burst of reports while a pass is pending coalesces into that one
-/// pass.
+/// Requests for every object go through a channel of capacity one, so a burst of them while a
+/// pass is pending coalesces into that pass; the controller's queue merges repeated names.
 #[derive(Clone, Debug)]
 pub struct ReconcileTrigger {
-    sender: mpsc::Sender<()>,
+    all: mpsc::Sender<()>,
+    some: mpsc::UnboundedSender<WorkloadRef>,
+}
+
+/// The receiving ends of a [`ReconcileTrigger`], read by the controller.
+#[derive(Debug)]
+pub struct Triggered {
+    /// A pass over every object.
+    pub all: mpsc::Receiver<()>,
+    /// One object.
+    pub some: mpsc::UnboundedReceiver<WorkloadRef>,
 }
 
 impl ReconcileTrigger {
-    /// A trigger and the stream the controller reads it from.
-    pub fn new() -> (ReconcileTrigger, mpsc::Receiver<()>) {
-        let (sender, receiver) = mpsc::channel(1);
-        (ReconcileTrigger { sender }, receiver)
+    /// A trigger and what the controller reads.
+    pub fn new() -> (ReconcileTrigger, Triggered) {
+        let (all, all_rx) = mpsc::channel(1);
+        let (some, some_rx) = mpsc::unbounded_channel();
+        (
+            ReconcileTrigger { all, some },
+            Triggered {
+                all: all_rx,
+                some: some_rx,
+            },
+        )
     }
 
-    /// Requests a pass; a no-op when one is already pending.
+    /// Requests a pass over every object; a no-op when one is already pending.
     pub fn trigger(&self) {
-        let _ = self.sender.try_send(());
+        let _ = self.all.try_send(());
+    }
+
+    /// Requests a reconcile of each of `workloads`.
+    pub fn workloads(&self, workloads: impl IntoIterator<Item = WorkloadRef>) {
+        for workload in workloads {
+            let _ = self.some.send(workload);
+        }
     }
 }
 
@@ -119,9 +147,9 @@ pub struct Context {
     pub recorder: Recorder,
     /// Wakes agents' long-polls when a cluster's work changes.
     pub signals: Arc<WorkSignals>,
-    /// Serializes the read-modify-write of the per-cluster work sets, which several workloads
-    /// share: two reconciles writing at once would lose one's objects.
-    pub work_lock: Arc<tokio::sync::Mutex<()>>,
+    /// What reconciles read on every pass, kept in memory: agents' reports, every workload's
+    /// booked replicas, the clusters' work sets.
+    pub index: Arc<Index>,
     /// Timings (heartbeat grace, resync, ...).
     pub timings: Timings,
     /// Failed reconciles in a row per object (`namespace/name`), for the retry backoff.
@@ -147,6 +175,7 @@ impl Context {
         client: kube::Client,
         store: Arc<dyn Store>,
         signals: Arc<WorkSignals>,
+        index: Arc<Index>,
         timings: Timings,
     ) -> Self {
         let reporter = Reporter {
@@ -158,7 +187,7 @@ impl Context {
             client,
             store,
             signals,
-            work_lock: Arc::default(),
+            index,
             timings,
             backoff: Arc::default(),
             health: Arc::default(),

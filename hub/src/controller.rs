@@ -4,8 +4,9 @@
 //! them: a change to a MultiClusterService reconciles the MultiClusterDeployment it names, and a
 //! change to a ConfigMap or Secret reconciles every MultiClusterDeployment whose pod template
 //! refers to it (so the copies in the workload clusters follow the source). Agents' reports reach
-//! it through the reconcile trigger, and so does an admin's edit of a WorkloadCluster (labels,
-//! cordon, burst-only): every MultiClusterDeployment is reconciled, since any may be placed there.
+//! it through the reconcile trigger (the workloads a report concerns), and so does an admin's
+//! edit of a WorkloadCluster (labels, cordon, burst-only): every MultiClusterDeployment is
+//! reconciled then, since any may be placed there.
 
 pub mod mcd;
 
@@ -18,26 +19,38 @@ use kube::ResourceExt;
 use kube::api::Api;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::{Controller, watcher};
+use nave_api::wire::WorkloadRef;
 use nave_api::{DependencyKind, MultiClusterDeployment, MultiClusterService, WorkloadCluster};
-use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
-use crate::context::Context;
+use crate::context::{Context, Triggered};
 
-/// Runs the controllers until `shutdown` is cancelled. Every message on `triggered` reconciles
-/// every MultiClusterDeployment (agents reported new capacity or status).
-pub async fn run(ctx: Arc<Context>, triggered: mpsc::Receiver<()>, shutdown: CancellationToken) {
+/// Most reconciles at once. Each holds a rendered workload and its cluster's work sets are
+/// written one reconcile at a time anyway; unbounded, a pass over thousands of workloads held
+/// thousands of them in memory at once.
+const CONCURRENCY: u16 = 8;
+
+/// Runs the controllers until `shutdown` is cancelled. `triggered` asks for a pass over every
+/// MultiClusterDeployment or for named ones (see [`crate::context::ReconcileTrigger`]).
+pub async fn run(ctx: Arc<Context>, triggered: Triggered, shutdown: CancellationToken) {
     let mcds: Api<MultiClusterDeployment> = Api::all(ctx.client.clone());
     let services: Api<MultiClusterService> = Api::all(ctx.client.clone());
-    let trigger = futures::stream::unfold(
-        triggered,
-        |mut rx| async move { rx.recv().await.map(|()| ((), rx)) },
-    );
-    let trigger = futures::stream::select(trigger, cluster_edits(ctx.client.clone()));
+    let Triggered { all, some } = triggered;
+    let all = futures::stream::unfold(all, |mut rx| async move { rx.recv().await.map(|()| ((), rx)) });
+    let all = futures::stream::select(all, cluster_edits(ctx.client.clone()));
+    let some = futures::stream::unfold(some, |mut rx| async move {
+        rx.recv().await.map(|w: WorkloadRef| {
+            (
+                ObjectRef::<MultiClusterDeployment>::new(&w.name).within(&w.namespace),
+                rx,
+            )
+        })
+    });
     let configmaps: Api<ConfigMap> = Api::all(ctx.client.clone());
     let secrets: Api<Secret> = Api::all(ctx.client.clone());
-    let controller = Controller::new(mcds, watcher::Config::default());
+    let controller = Controller::new(mcds, watcher::Config::default())
+        .with_config(kube::runtime::controller::Config::default().concurrency(CONCURRENCY));
     let known = controller.store();
     let known_too = known.clone();
     controller
@@ -52,7 +65,8 @@ pub async fn run(ctx: Arc<Context>, triggered: mpsc::Receiver<()>, shutdown: Can
         .watches(secrets, watcher::Config::default(), move |secret| {
             referring(&known_too, DependencyKind::Secret, &secret)
         })
-        .reconcile_all_on(trigger)
+        .reconcile_all_on(all)
+        .reconcile_on(some)
         .graceful_shutdown_on(shutdown.cancelled_owned())
         .run(mcd::reconcile, mcd::error_policy, ctx)
         .for_each(|result| async move {

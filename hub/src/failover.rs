@@ -29,6 +29,7 @@ use nave_api::Failback;
 use nave_policies::{Decision, Fleet, Ledger, Request, decide};
 use serde_json::{Value, json};
 
+use crate::adapt::evacuate_what_fits;
 use crate::health::HealthSnapshot;
 
 /// History trigger of a placement change caused by failover.
@@ -42,9 +43,6 @@ pub const FAILED_BACK: &str = "FailedBack";
 /// Key of the stored decision listing the clusters that failover moved replicas away from and
 /// that failback has not returned to yet.
 pub const FAILED_OVER_FROM: &str = "failedOverFrom";
-
-/// How many attempts [`Plan::decide`] makes to evacuate only what fits elsewhere.
-const FIT_ATTEMPTS: usize = 3;
 
 /// What failover and failback do to one workload in one reconcile.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -124,23 +122,14 @@ impl Plan {
             return decide(fleet, ledger, &fresh);
         }
         let baseline = decide(fleet, ledger, request);
-        let mut evacuate = self.wanted.clone();
-        for _ in 0..FIT_ATTEMPTS {
-            if evacuate.is_empty() {
-                break;
+        match evacuate_what_fits(fleet, ledger, request, &baseline, self.wanted.clone()) {
+            Some((decision, evacuated)) => {
+                self.failed_over_from.extend(evacuated.keys().cloned());
+                self.evacuated = evacuated;
+                decision
             }
-            let mut moving = request.clone();
-            moving.evacuate = evacuate.clone();
-            let decision = decide(fleet, ledger, &moving);
-            let extra = decision.unplaced.saturating_sub(baseline.unplaced);
-            if extra == 0 {
-                self.failed_over_from.extend(evacuate.keys().cloned());
-                self.evacuated = evacuate;
-                return decision;
-            }
-            shrink(&mut evacuate, extra);
+            None => baseline,
         }
-        baseline
     }
 
     /// The history trigger when failover or failback changed this decision.
@@ -224,22 +213,6 @@ impl Plan {
             stored[FAILED_OVER_FROM] = json!(self.failed_over_from);
         }
         stored
-    }
-}
-
-/// Takes `count` replicas out of the evacuation, from the last clusters in name order.
-fn shrink(evacuate: &mut BTreeMap<String, u32>, count: u32) {
-    let mut left = count;
-    while left > 0 {
-        let Some(mut entry) = evacuate.last_entry() else {
-            return;
-        };
-        let take = left.min(*entry.get());
-        *entry.get_mut() -= take;
-        left -= take;
-        if *entry.get() == 0 {
-            entry.remove();
-        }
     }
 }
 

@@ -5,9 +5,10 @@
 //! ```text
 //!  store: clusters (capacity, last heartbeat) ─┐
 //!  WorkloadClusters (labels, cordon, burst) ───┴─► gather ─► Fleet (+ the records and objects)
-//!  store: agents' status reports ──────────────► reports
-//!  store: other placements + reports ──────────► ledger ─► replicas assigned, not yet running
 //! ```
+//!
+//! The agents' reports and the ledger of other workloads' replicas come from
+//! [`crate::index::Index`].
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -16,11 +17,11 @@ use kube::ResourceExt;
 use kube::api::{Api, ListParams};
 use nave_api::WorkloadCluster;
 use nave_api::wire::{StatusReport, WorkloadRef};
-use nave_policies::{Fleet, Ledger};
+use nave_policies::Fleet;
 
 use crate::error::Error;
 use crate::scheduler;
-use crate::store::{ClusterRecord, Store, WorkStatus};
+use crate::store::{ClusterRecord, Store};
 
 /// Every cluster the hub knows of, at one instant.
 #[derive(Debug)]
@@ -74,24 +75,6 @@ pub async fn gather(client: &kube::Client, store: &dyn Store, grace: Duration) -
     })
 }
 
-/// The agents' latest status reports, by cluster.
-pub async fn reports(
-    store: &dyn Store,
-    clusters: &[String],
-) -> Result<BTreeMap<String, StatusReport>, Error> {
-    let mut out = BTreeMap::new();
-    for cluster in clusters {
-        let status: Option<WorkStatus> = store
-            .get_work_status(cluster)
-            .await
-            .map_err(Error::store("reading work status"))?;
-        if let Some(report) = status.and_then(|s| serde_json::from_value::<StatusReport>(s.objects).ok()) {
-            out.insert(cluster.clone(), report);
-        }
-    }
-    Ok(out)
-}
-
 /// `(ready, available, pending)` of the workload's Deployment in one report.
 pub fn deployment_status(report: Option<&StatusReport>, workload: &WorkloadRef) -> Option<(i32, i32, i32)> {
     let object = report?.objects.iter().find(|o| {
@@ -106,38 +89,4 @@ pub fn deployment_status(report: Option<&StatusReport>, workload: &WorkloadRef) 
             .pending_pods
             .map_or(0, |p| i32::try_from(p).unwrap_or(i32::MAX)),
     ))
-}
-
-/// The room other workloads' replicas take before their agents report them running: every
-/// stored placement but `exclude`'s (the workload being decided), each cluster's assignment
-/// minus the replicas its agent reported ready or pending.
-pub async fn ledger(
-    store: &dyn Store,
-    reports: &BTreeMap<String, StatusReport>,
-    exclude: Option<&WorkloadRef>,
-) -> Result<Ledger, Error> {
-    let mut ledger = Ledger::new();
-    let placements = store
-        .list_placements(None)
-        .await
-        .map_err(Error::store("listing placements"))?;
-    let excluded =
-        |namespace: &str, name: &str| exclude.is_some_and(|w| w.namespace == namespace && w.name == name);
-    for placement in placements.iter().filter(|p| !excluded(&p.namespace, &p.name)) {
-        let other = WorkloadRef::new(&placement.namespace, &placement.name);
-        let other_demand = scheduler::stored_demand(&placement.decision);
-        for (cluster, assigned) in scheduler::stored_assignment(&placement.decision) {
-            let running = deployment_status(reports.get(&cluster), &other)
-                .map_or(0, |(ready, _, pending)| {
-                    u32::try_from(ready.saturating_add(pending)).unwrap_or(0)
-                });
-            ledger.reserve(
-                &cluster,
-                &other.to_string(),
-                &other_demand,
-                assigned.saturating_sub(running),
-            );
-        }
-    }
-    Ok(ledger)
 }

@@ -18,11 +18,11 @@
 //! Inside the hub:
 //!
 //! ```text
-//!  agent ──HTTP──► agent_api ──► store (clusters, heartbeats, work status)
+//!  agent ──HTTP──► agent_api ──► store (clusters, heartbeats) + index (status reports)
 //!                      │  └────► WorkloadCluster objects (Joined, capacity; rate-limited)
-//!                      └──► ReconcileTrigger ──┐ (capacity or status changed)
+//!                      └──► ReconcileTrigger ──┐ (the workloads a report or capacity change concerns)
 //!  MCD watch ──────────────────────────────────┴─► controller::mcd::reconcile
-//!     validate ─► Fleet + Request + Ledger ─► nave_policies::decide ─► store placement + history
+//!     validate ─► Fleet + Request + Ledger (index) ─► nave_policies::decide ─► store placement + history
 //!     render (render.rs) ─► merge into each cluster's work set ─► store put_work ─► WorkSignals
 //!     agents' status reports ─► MCD status (per cluster, totals, conditions) + Events
 //!  operator ──HTTP──► rest (/api/v1, bearer tokens) ──► fleet + store (clusters, placements, history)
@@ -40,14 +40,18 @@
 
 #![forbid(unsafe_code)]
 
+pub mod adapt;
 pub mod agent_api;
 pub mod cli;
 pub mod context;
 pub mod controller;
 mod error;
 pub mod failover;
+#[cfg(test)]
+mod fixtures;
 pub mod fleet;
 pub mod health;
+pub mod index;
 pub mod metrics;
 pub mod render;
 pub mod rest;
@@ -69,6 +73,7 @@ pub use error::Error;
 use crate::agent_api::{AgentState, ClusterObjects};
 use crate::cli::RunArgs;
 use crate::context::{Context, ReconcileTrigger, Timings, WorkSignals};
+use crate::index::Index;
 
 /// The CRDs of `nave-api` as one YAML stream, for `kubectl apply -f -`.
 pub fn crds_yaml() -> String {
@@ -165,10 +170,12 @@ pub async fn run_until(args: RunArgs, shutdown: CancellationToken) -> Result<(),
         max_per_minute: failover.failover_max_per_minute,
     };
     let (trigger, triggered) = ReconcileTrigger::new();
+    let index = Arc::new(Index::load(store.clone()).await?);
     let ctx = Arc::new(Context::new(
         client.clone(),
         store.clone(),
         signals.clone(),
+        index.clone(),
         timings.clone(),
     ));
     // On shutdown, end the agents' long-polls so the graceful shutdown does not wait them out.
@@ -187,6 +194,7 @@ pub async fn run_until(args: RunArgs, shutdown: CancellationToken) -> Result<(),
     );
     let state = AgentState::new(
         store.clone(),
+        index,
         signals,
         token,
         Some(ClusterObjects::new(client)),

@@ -338,6 +338,18 @@ pub fn stored_assignment(decision: &Value) -> BTreeMap<String, u32> {
     serde_json::from_value(decision["assignment"].clone()).unwrap_or_default()
 }
 
+/// The replicas a stored decision dispatches per cluster: its assignment, plus the old replicas
+/// a move keeps until the new ones run ([`crate::adapt::Moving`]).
+pub fn dispatched(decision: &Value) -> BTreeMap<String, u32> {
+    let mut replicas = stored_assignment(decision);
+    let moving: Option<crate::adapt::Moving> =
+        serde_json::from_value(decision[crate::adapt::MOVING].clone()).ok();
+    for (cluster, held) in moving.map(|m| m.held).unwrap_or_default() {
+        *replicas.entry(cluster).or_default() += held;
+    }
+    replicas
+}
+
 /// The per-replica demand of a stored decision (resources only).
 pub fn stored_demand(decision: &Value) -> Demand {
     Demand::new(

@@ -501,9 +501,9 @@ fn json_hash(value: &Value) -> String {
     hex(&Sha256::digest(text.as_bytes()))
 }
 
-/// Members of a stored decision that explain it rather than make it: see
-/// [`PlacementUpdate::decision`].
-const DECISION_PROSE: [&str; 2] = ["explanation", "clusters"];
+/// Members of a stored decision that explain it, or track how it is carried out (a move's old
+/// replicas kept until the new ones run), rather than make it: see [`PlacementUpdate::decision`].
+const NOT_DECIDED: [&str; 3] = ["explanation", "clusters", "moving"];
 
 /// Hex SHA-256 of what a decision decides (explanations left out), to tell a new decision from a
 /// re-explained one.
@@ -511,7 +511,7 @@ fn decision_hash(decision: &Value) -> String {
     match decision {
         Value::Object(members) => {
             let mut decided = members.clone();
-            for key in DECISION_PROSE {
+            for key in NOT_DECIDED {
                 decided.remove(key);
             }
             json_hash(&Value::Object(decided))

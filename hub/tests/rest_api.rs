@@ -927,8 +927,9 @@ async fn rest_api_serves_clusters_placements_history_and_simulations_as_document
         .unwrap();
     let ctx = nave_hub::context::Context::new(
         client.clone(),
-        store,
+        store.clone(),
         Arc::default(),
+        Arc::new(nave_hub::index::Index::empty(store)),
         nave_hub::context::Timings::default(),
     );
     let closed = nave_hub::rest::router(Arc::new(ctx), nave_hub::rest::ApiTokens::default());

@@ -264,8 +264,10 @@ impl Env {
         config.region = cluster.region.clone();
         config.zone = cluster.zone.clone();
         config.labels = cluster.labels.clone();
-        // Quick retries: the tests restart the hub and want the agents back soon.
+        // Quick retries: the tests restart the hub and want the agents back soon. Frequent
+        // heartbeats: the adaptive tests wait for capacity changes to reach the hub.
         config.retry_max = Duration::from_secs(2);
+        config.heartbeat_interval = Some(Duration::from_secs(1));
         let client = self.cluster_client(name);
         let stop = CancellationToken::new();
         let token = stop.clone();
@@ -277,6 +279,16 @@ impl Env {
         });
         self.agents.insert(name.to_owned(), Running { stop, task });
         Ok(())
+    }
+
+    /// The base URL of workload cluster `name`'s API server (its test hooks are under `/_sim/v1`).
+    pub fn cluster_url(&self, name: &str) -> String {
+        self.fleet
+            .clusters
+            .iter()
+            .find(|c| c.name() == name)
+            .map(|c| c.url().to_owned())
+            .unwrap_or_else(|| panic!("no workload cluster named {name}"))
     }
 
     /// Stops the agent of cluster `name` (what it applied keeps running).

@@ -24,7 +24,8 @@ async fn harness() -> Harness {
     let url = format!("sqlite://{}", dir.path().join("hub.db").display());
     let store = store::connect(&url).await.unwrap();
     let state = AgentState::new(
-        store,
+        store.clone(),
+        Arc::new(crate::index::Index::empty(store)),
         Arc::new(WorkSignals::default()),
         BOOTSTRAP,
         None,

@@ -25,7 +25,7 @@ use kube::runtime::events::{Event as KubeEvent, EventType};
 use kube::runtime::finalizer::{Event, finalizer};
 use kube::{Resource, ResourceExt};
 use nave_api::conditions::{self, reasons, types};
-use nave_api::wire::{StatusReport, WORKLOAD_LABEL, WorkloadRef};
+use nave_api::wire::{WORKLOAD_LABEL, WorkloadRef};
 use nave_api::{
     ClusterPlacementStatus, DependencyKind, MultiClusterDeployment, MultiClusterDeploymentStatus,
     MultiClusterService,
@@ -34,10 +34,12 @@ use nave_policies::{Decision, Request, Role};
 use serde_json::{Value, json};
 use tracing::{debug, info, instrument, warn};
 
+use crate::adapt::{self, Adapt, Moving};
 use crate::context::{Context, HUB_NAME};
 use crate::error::Error;
 use crate::failover;
 use crate::fleet::{self, FleetView, deployment_status};
+use crate::index::{Booking, Reports};
 use crate::render::{self, merge_work};
 use crate::scheduler;
 use crate::store::PlacementUpdate;
@@ -189,11 +191,20 @@ pub(crate) fn validate(
         ));
     }
     let spec = mcd.spec.template.deployment_spec().map_err(|e| e.to_string())?;
+    rescheduling_timings(mcd)?;
     for (index, over) in mcd.spec.overrides.iter().enumerate() {
         over.applies_to(index, "", &BTreeMap::new())
             .map_err(|e| e.to_string())?;
     }
     Ok(spec)
+}
+
+/// `rescheduling.pendingTimeout` and `rescheduling.cooldown`, or why they do not parse.
+fn rescheduling_timings(mcd: &MultiClusterDeployment) -> Result<(Duration, Duration), String> {
+    let rescheduling = &mcd.spec.placement.rescheduling;
+    let timeout = rescheduling.pending_timeout().map_err(|e| e.to_string())?;
+    let cooldown = rescheduling.cooldown().map_err(|e| e.to_string())?;
+    Ok((timeout, cooldown))
 }
 
 async fn invalid(mcd: &MultiClusterDeployment, ctx: &Context, message: String) -> Result<Action, Error> {
@@ -240,10 +251,11 @@ async fn invalid(mcd: &MultiClusterDeployment, ctx: &Context, message: String) -
 }
 
 async fn apply(mcd: Arc<MultiClusterDeployment>, ctx: &Context) -> Result<Action, Error> {
-    let deployment_spec = match validate(&mcd) {
-        Ok(spec) => spec,
-        Err(message) => return invalid(&mcd, ctx, message).await,
-    };
+    let (deployment_spec, (pending_timeout, cooldown)) =
+        match validate(&mcd).and_then(|spec| Ok((spec, rescheduling_timings(&mcd)?))) {
+            Ok(valid) => valid,
+            Err(message) => return invalid(&mcd, ctx, message).await,
+        };
     let workload = render::workload_ref(&mcd);
     let key = workload.to_string();
     let uid = mcd.uid().unwrap_or_default();
@@ -256,7 +268,7 @@ async fn apply(mcd: Arc<MultiClusterDeployment>, ctx: &Context) -> Result<Action
         now,
         ..
     } = fleet::gather(&ctx.client, ctx.store.as_ref(), ctx.timings.heartbeat_grace).await?;
-    let reports = fleet::reports(ctx.store.as_ref(), &registered).await?;
+    let reports = ctx.index.reports();
 
     // The request, steady from the stored placement of this incarnation.
     let demand = scheduler::demand(&deployment_spec);
@@ -282,14 +294,33 @@ async fn apply(mcd: Arc<MultiClusterDeployment>, ctx: &Context) -> Result<Action
         now,
     );
 
-    // Other workloads' replicas that agents have not reported running yet take room too.
-    let ledger = fleet::ledger(ctx.store.as_ref(), &reports, Some(&workload)).await?;
+    // Replicas that agents have not reported running yet take room too.
+    let ledger = ctx.index.ledger(&reports);
 
-    let decision = ctx
-        .metrics
-        .time_scheduling(|| failover.decide(&fleet, &ledger, &request));
+    // Rescheduling of stuck replicas and burst retraction, when failover moved nothing.
+    let (stuck, next_stuck) = adapt::stuck(&ctx.index.pending(), &workload, pending_timeout, now);
+    let mut adapt = Adapt::new(
+        previous.as_ref().map(|p| &p.decision),
+        mcd.spec.placement.rescheduling.enabled,
+        pending_timeout,
+        cooldown,
+        stuck,
+        now,
+    );
+    let decision = ctx.metrics.time_scheduling(|| {
+        let decision = failover.decide(&fleet, &ledger, &request);
+        if failover.trigger().is_some() {
+            decision
+        } else {
+            adapt.decide(&fleet, &ledger, &request, decision)
+        }
+    });
     debug!(assignment = ?decision.assignment, unplaced = decision.unplaced, "decided");
-    let trigger = if let Some(trigger) = failover.trigger() {
+    // Make-before-break: running replicas leaving a Ready cluster stay until the new ones run.
+    let moving = adapt
+        .hold(&request.current, &decision, &fleet, &reports, &workload)
+        .cloned();
+    let trigger = if let Some(trigger) = failover.trigger().or(adapt.trigger()) {
         trigger
     } else if previous.as_ref().is_none_or(|p| p.generation != generation) {
         TRIGGER_SPEC
@@ -297,6 +328,9 @@ async fn apply(mcd: Arc<MultiClusterDeployment>, ctx: &Context) -> Result<Action
         TRIGGER_FLEET
     };
     let explanation = decision.to_string();
+    let stored = adapt.annotate(failover.annotate(scheduler::stored_decision(&decision, &demand)));
+    let booking = Booking::of_stored(&stored);
+    let dispatched = booking.replicas.clone();
     let written = ctx
         .store
         .put_placement(&PlacementUpdate {
@@ -304,15 +338,17 @@ async fn apply(mcd: Arc<MultiClusterDeployment>, ctx: &Context) -> Result<Action
             name: workload.name.clone(),
             uid,
             generation,
-            decision: failover.annotate(scheduler::stored_decision(&decision, &demand)),
+            decision: stored,
             trigger: trigger.to_owned(),
             reason: failover
                 .reason(&decision)
+                .or_else(|| adapt.reason(&decision))
                 .unwrap_or_else(|| explanation.lines().next().unwrap_or_default().to_owned()),
             at: now,
         })
         .await
         .map_err(Error::store("storing the placement"))?;
+    ctx.index.book(&workload, booking);
 
     // Render every cluster's share.
     let mut rendered: BTreeMap<String, Vec<Value>> = BTreeMap::new();
@@ -361,7 +397,7 @@ async fn apply(mcd: Arc<MultiClusterDeployment>, ctx: &Context) -> Result<Action
             })?,
         );
     }
-    for (cluster, &n) in decision.assignment.iter().filter(|(_, n)| **n > 0) {
+    for (cluster, &n) in dispatched.iter().filter(|(_, n)| **n > 0) {
         let labels = fleet.get(cluster).map(|c| c.labels.clone()).unwrap_or_default();
         let deployment = match render::render_deployment(&mcd, cluster, &labels, n) {
             Ok(d) => d,
@@ -374,24 +410,15 @@ async fn apply(mcd: Arc<MultiClusterDeployment>, ctx: &Context) -> Result<Action
 
     // Dispatch: this workload's objects replace its previous ones in every cluster's set.
     {
-        let _guard = ctx.work_lock.lock().await;
+        let mut work = ctx.index.work().await;
         for cluster in &registered {
-            let current = ctx
-                .store
-                .get_work(cluster)
-                .await
-                .map_err(Error::store("reading work"))?;
             let mine = rendered.remove(cluster).unwrap_or_default();
-            let before = current.map(|w| w.objects).unwrap_or_default();
-            let merged = merge_work(&before, &workload, mine);
+            let before = work.get(cluster).await?;
+            let merged = merge_work(before, &workload, mine);
             if merged == before {
                 continue;
             }
-            let write = ctx
-                .store
-                .put_work(cluster, &merged)
-                .await
-                .map_err(Error::store("writing work"))?;
+            let write = work.put(cluster, merged).await?;
             if write.changed {
                 info!(cluster = %cluster, revision = write.revision, "work changed");
                 ctx.signals.notify(cluster, write.revision);
@@ -400,8 +427,13 @@ async fn apply(mcd: Arc<MultiClusterDeployment>, ctx: &Context) -> Result<Action
     }
 
     // Status from the decision and the agents' reports.
-    let status = status_of(&mcd, &decision, &reports, &workload, &missing);
+    let status = status_of(&mcd, &decision, &reports, &workload, &missing, moving.as_ref());
     write_status(ctx, &mcd, &status).await?;
+    let in_burst = adapt::in_burst_clusters(&decision);
+    ctx.index.settle(
+        &workload,
+        decision.unplaced == 0 && status.pending_replicas == 0 && in_burst.is_empty() && moving.is_none(),
+    );
     ctx.metrics.observe_mcd(&workload, &status);
     if !services.is_empty() {
         write_service_status(ctx, &services, &decision, &reports).await;
@@ -437,23 +469,58 @@ async fn apply(mcd: Arc<MultiClusterDeployment>, ctx: &Context) -> Result<Action
             }
             publish(ctx, &mcd, type_, reason, ACTION_SCHEDULE, &note).await;
         }
+        if let Some((type_, reason, note)) = adapt.event(&decision) {
+            ctx.metrics.record_reschedule(u64::from(adapt.moved()));
+            publish(ctx, &mcd, type_, reason, ACTION_SCHEDULE, &note).await;
+        }
+        let burst_before: u32 = in_burst
+            .keys()
+            .map(|c| request.current.get(c).copied().unwrap_or(0))
+            .sum();
+        if !in_burst.is_empty() && burst_before == 0 {
+            ctx.metrics.record_burst();
+            let note = format!(
+                "{} replicas went to burst clusters ({})",
+                in_burst.values().sum::<u32>(),
+                adapt::added(&decision)
+            );
+            publish(ctx, &mcd, EventType::Normal, adapt::BURST, ACTION_SCHEDULE, &note).await;
+        }
     }
-    Ok(Action::requeue(ctx.timings.resync))
+    // Come back when a Pending pod passes the timeout, the cooldown ends, or a move's deadline.
+    let mut next = ctx.timings.resync;
+    if let Some(at) = next_stuck {
+        next = next.min(at);
+    }
+    if adapt.trigger().is_none() && (!status.clusters.iter().all(|c| c.pending == 0) || !in_burst.is_empty())
+    {
+        let cooling = adapt.cooling();
+        if !cooling.is_zero() {
+            next = next.min(cooling);
+        }
+    }
+    if let Some(m) = &moving {
+        let elapsed = now.duration_since(m.since).unsigned_abs();
+        next = next.min(pending_timeout.saturating_sub(elapsed));
+    }
+    Ok(Action::requeue(next + Duration::from_secs(1)))
 }
 
 /// The status of an MCD: per cluster from the decision and the reports, totals as sums.
 pub fn status_of(
     mcd: &MultiClusterDeployment,
     decision: &Decision,
-    reports: &BTreeMap<String, StatusReport>,
+    reports: &Reports,
     workload: &WorkloadRef,
     missing_dependencies: &[String],
+    moving: Option<&Moving>,
 ) -> MultiClusterDeploymentStatus {
     let generation = mcd.metadata.generation;
     let mut status = mcd.status.clone().unwrap_or_default();
     let mut clusters = Vec::new();
     for (name, &desired) in decision.assignment.iter().filter(|(_, n)| **n > 0) {
-        let (ready, available, pending) = deployment_status(reports.get(name), workload).unwrap_or((0, 0, 0));
+        let (ready, available, pending) =
+            deployment_status(reports.get(name).map(Arc::as_ref), workload).unwrap_or((0, 0, 0));
         let burst = decision.cluster(name).is_some_and(|c| c.role == Role::Burst);
         clusters.push(ClusterPlacementStatus {
             name: name.clone(),
@@ -530,7 +597,21 @@ pub fn status_of(
     let rolled_out = clusters
         .iter()
         .all(|c| c.ready == c.desired && c.available == c.desired);
-    let progressing = if rolled_out {
+    let progressing = if let Some(moving) = moving {
+        let held: Vec<String> = moving.held.iter().map(|(c, n)| format!("{n} in {c}")).collect();
+        let to: Vec<&str> = moving.to.keys().map(String::as_str).collect();
+        condition(
+            types::PROGRESSING,
+            conditions::TRUE,
+            reasons::MOVING_REPLICAS,
+            format!(
+                "moving replicas to {}; the old ones ({}) stay until the new ones are ready",
+                to.join(", "),
+                held.join(", ")
+            ),
+            generation,
+        )
+    } else if rolled_out {
         condition(
             types::PROGRESSING,
             conditions::FALSE,
@@ -587,7 +668,37 @@ pub fn status_of(
             generation,
         )
     };
-    for c in [scheduled, available, progressing, degraded] {
+    let burst: Vec<String> = clusters
+        .iter()
+        .filter(|c| c.burst && c.desired > 0)
+        .map(|c| format!("{}={}", c.name, c.desired))
+        .collect();
+    let bursting = if burst.is_empty() {
+        condition(
+            types::BURSTING,
+            conditions::FALSE,
+            reasons::NOT_BURSTING,
+            "no replica runs in a burst cluster",
+            generation,
+        )
+    } else {
+        let reason = if mcd.spec.placement.bursting.is_some() {
+            reasons::THRESHOLD_EXCEEDED
+        } else {
+            reasons::OVERFLOW
+        };
+        condition(
+            types::BURSTING,
+            conditions::TRUE,
+            reason,
+            format!(
+                "replicas in burst clusters ({}); they come back when the regular clusters have room",
+                burst.join(", ")
+            ),
+            generation,
+        )
+    };
+    for c in [scheduled, available, progressing, degraded, bursting] {
         conditions::upsert(&mut status.conditions, c);
     }
     status.clusters = clusters;
@@ -599,7 +710,7 @@ async fn write_service_status(
     ctx: &Context,
     services: &[MultiClusterService],
     decision: &Decision,
-    reports: &BTreeMap<String, StatusReport>,
+    reports: &Reports,
 ) {
     for service in services {
         let name = service.name_any();
@@ -674,25 +785,14 @@ async fn cleanup(mcd: Arc<MultiClusterDeployment>, ctx: &Context) -> Result<Acti
         .await
         .map_err(Error::store("listing clusters"))?;
     {
-        let _guard = ctx.work_lock.lock().await;
+        let mut work = ctx.index.work().await;
         for cluster in clusters {
-            let Some(current) = ctx
-                .store
-                .get_work(&cluster.name)
-                .await
-                .map_err(Error::store("reading work"))?
-            else {
-                continue;
-            };
-            let merged = merge_work(&current.objects, &workload, Vec::new());
-            if merged == current.objects {
+            let before = work.get(&cluster.name).await?;
+            let merged = merge_work(before, &workload, Vec::new());
+            if merged == before {
                 continue;
             }
-            let write = ctx
-                .store
-                .put_work(&cluster.name, &merged)
-                .await
-                .map_err(Error::store("writing work"))?;
+            let write = work.put(&cluster.name, merged).await?;
             if write.changed {
                 ctx.signals.notify(&cluster.name, write.revision);
             }
@@ -702,6 +802,7 @@ async fn cleanup(mcd: Arc<MultiClusterDeployment>, ctx: &Context) -> Result<Acti
         .delete_placement(&workload.namespace, &workload.name)
         .await
         .map_err(Error::store("deleting the placement"))?;
+    ctx.index.forget(&workload);
     ctx.metrics.forget_mcd(&workload);
     info!(workload = %workload, "removed from every cluster");
     Ok(Action::await_change())

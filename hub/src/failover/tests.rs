@@ -1,46 +1,10 @@
 use std::time::Duration;
 
-use nave_policies::{Capacity, CapacityModel, Cluster, Demand, Node, NodeGroup, Policy, Resources, Strategy};
+use nave_policies::Cluster;
 
 use super::*;
+use crate::fixtures::{at, cluster, fleet, request};
 use crate::health::FailedOver;
-
-fn at(seconds: i64) -> jiff::Timestamp {
-    jiff::Timestamp::from_second(1_700_000_000 + seconds).unwrap()
-}
-
-/// A ready cluster with room for `replicas` more replicas of 1 CPU (its running pods are already
-/// counted in what the agent reports as requested).
-fn cluster(name: &str, replicas: u64) -> Cluster {
-    let node = Node::new(
-        Resources::new(replicas * 1000, 64 << 30, 110),
-        Resources::default(),
-    );
-    Cluster::new(
-        name,
-        Capacity::Known(CapacityModel {
-            groups: vec![NodeGroup::new(Default::default(), vec![node])],
-            usage: None,
-        }),
-    )
-}
-
-fn fleet(clusters: Vec<Cluster>) -> Fleet {
-    let mut fleet = Fleet::new();
-    for c in clusters {
-        fleet.insert(c);
-    }
-    fleet
-}
-
-fn request(replicas: u32, current: &[(&str, u32)]) -> Request {
-    let policy = Policy {
-        strategy: Strategy::Spread,
-        ..Policy::default()
-    };
-    Request::new(replicas, Demand::new(1000, 0), policy)
-        .with_current(current.iter().map(|(c, n)| ((*c).to_owned(), *n)).collect())
-}
 
 /// `eu-1` failed over at 100 s after its last heartbeat at 0 s; `us-1` Ready since 0 s.
 fn eu_lost() -> HealthSnapshot {
@@ -282,13 +246,4 @@ fn failback_waits_while_the_cluster_is_not_ready_or_gone() {
         Value::Null,
         "a cluster gone from the fleet is forgotten"
     );
-}
-
-#[test]
-fn shrink_takes_from_the_last_clusters_first() {
-    let mut evacuate: BTreeMap<String, u32> = [("a".to_owned(), 2), ("b".to_owned(), 3)].into();
-    shrink(&mut evacuate, 4);
-    assert_eq!(evacuate, [("a".to_owned(), 1)].into());
-    shrink(&mut evacuate, 5);
-    assert!(evacuate.is_empty());
 }

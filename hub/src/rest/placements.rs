@@ -285,7 +285,9 @@ pub(super) struct HistoryItem {
     uid: String,
     /// The generation the decision was made for.
     generation: i64,
-    /// What caused it: `spec` (the spec changed) or `fleet` (clusters or their capacity changed).
+    /// What caused it: `spec` (the spec changed), `fleet` (clusters or their capacity changed),
+    /// `failover`, `failback`, `reschedule` (Pending replicas moved) or `burst-retract` (burst
+    /// replicas came back).
     trigger: String,
     /// Why, in words: the decision's summary line.
     reason: String,

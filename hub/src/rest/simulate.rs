@@ -137,9 +137,9 @@ pub(super) async fn simulate(
     let ctx = &state.ctx;
     let store = ctx.store.as_ref();
     let view = fleet::gather(&ctx.client, store, ctx.timings.heartbeat_grace).await?;
-    let reports = fleet::reports(store, &view.registered).await?;
+    let reports = ctx.index.reports();
     let workload = body.name.as_ref().map(|name| WorkloadRef::new(&namespace, name));
-    let ledger = fleet::ledger(store, &reports, workload.as_ref()).await?;
+    let ledger = ctx.index.ledger(&reports);
     let stored = match &workload {
         Some(w) => store
             .get_placement(&w.namespace, &w.name)

@@ -193,8 +193,9 @@ pub struct PlacementUpdate {
     /// The MCD's `metadata.generation` the decision was made for.
     pub generation: i64,
     /// Replicas per cluster plus the per-cluster explanation. Its top-level `explanation` and
-    /// `clusters` members are prose and fresh numbers, not the decision itself: a write that
-    /// changes only those updates the current placement but is not a change (no history row).
+    /// `clusters` members are prose and fresh numbers, and `moving` is the progress of a move,
+    /// not the decision itself: a write that changes only those updates the current placement
+    /// but is not a change (no history row).
     pub decision: Value,
     /// What caused the decision, as a short keyword (`spec`, `capacity`, `reschedule`, `burst`,
     /// `failover`, ...), for filtering the history.

@@ -1,0 +1,417 @@
+//! Rescheduling, burst retraction and make-before-break moves of one MultiClusterDeployment.
+//! Pure, like [`crate::failover`]: the controller gathers the inputs, [`Adapt`] turns them into
+//! a decision and says what to record.
+//!
+//! ```text
+//!  agents' heartbeats: Pending pods (since when, why) ─► stuck past pendingTimeout ─┐
+//!  decision's burst clusters with replicas ──────────────────────────────────────────┤
+//!  stored decision (movedAt, moving) + cooldown ─────────────────────────────────────┴─► Adapt::decide
+//!       ─► Request.evacuate: only what fits elsewhere ─► history (reschedule, burst-retract) + Event
+//!  previous and new assignment + reports ─► Adapt::hold ─► old replicas kept until the new run
+//! ```
+//!
+//! - **Rescheduling**: replicas whose pods stayed Pending (unschedulable) in a cluster longer
+//!   than `spec.placement.rescheduling.pendingTimeout` are evacuated from it and placed where
+//!   there is room. Only as many move as fit elsewhere.
+//! - **Burst retraction**: replicas in burst clusters come back to regular clusters as soon as
+//!   those have room (and are under the bursting threshold); burst clusters are emptied first.
+//! - **Cooldown**: after a move, the workload's replicas do not move again (for either reason)
+//!   until `rescheduling.cooldown` has passed, so a cluster that fills and empties cannot make
+//!   them flap.
+//! - **Make-before-break**: when a decision takes running replicas out of a Ready cluster and
+//!   adds replicas elsewhere, the old ones stay dispatched ([`Moving::held`]) until the clusters
+//!   that gained report them ready, or until the move's deadline (`pendingTimeout`) passes.
+//!
+//! Pending pods come from the agents' heartbeats with the time the cluster's scheduler gave up on
+//! them, so the timeout counts from the cluster's own clock and survives a hub restart.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use kube::runtime::events::EventType;
+use nave_api::wire::{PendingPod, WorkloadRef};
+use nave_policies::{Decision, Fleet, Ledger, Request, Role, decide};
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use crate::fleet::deployment_status;
+use crate::index::Reports;
+
+/// History trigger of a move of Pending replicas.
+pub const TRIGGER_RESCHEDULE: &str = "reschedule";
+/// History trigger of a move of burst replicas back to regular clusters.
+pub const TRIGGER_RETRACT: &str = "burst-retract";
+/// Event reason: Pending replicas were moved.
+pub const RESCHEDULED: &str = "Rescheduled";
+/// Event reason: replicas went to burst clusters.
+pub const BURST: &str = "Burst";
+/// Event reason: burst replicas came back to regular clusters.
+pub const BURST_RETRACTED: &str = "BurstRetracted";
+/// Key of the stored decision: when this workload's replicas last moved (for the cooldown).
+pub const MOVED_AT: &str = "movedAt";
+/// Key of the stored decision: the move under way, see [`Moving`].
+pub const MOVING: &str = "moving";
+
+/// How many attempts [`evacuate_what_fits`] makes to evacuate only what fits elsewhere.
+const FIT_ATTEMPTS: usize = 3;
+
+/// A move under way: old replicas kept where they ran until the new ones are ready.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Moving {
+    /// Old replicas kept per cluster, on top of the assignment.
+    pub held: BTreeMap<String, u32>,
+    /// The clusters that gained replicas, with the replicas they are to run.
+    pub to: BTreeMap<String, u32>,
+    /// When the move started.
+    pub since: jiff::Timestamp,
+}
+
+impl Moving {
+    /// Replicas held in all.
+    pub fn held_total(&self) -> u32 {
+        self.held.values().sum()
+    }
+}
+
+/// One workload's Pending pods in one cluster, past the timeout.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Stuck {
+    /// How many.
+    pub pods: u32,
+    /// Since when the oldest has been Pending.
+    pub since: jiff::Timestamp,
+    /// The scheduler's message for the oldest one.
+    pub message: String,
+}
+
+/// The workload's pods Pending past `timeout` per cluster, and when the next one will be (for a
+/// requeue), from the clusters' latest heartbeats.
+pub fn stuck(
+    pending: &BTreeMap<String, Arc<Vec<PendingPod>>>,
+    workload: &WorkloadRef,
+    timeout: Duration,
+    now: jiff::Timestamp,
+) -> (BTreeMap<String, Stuck>, Option<Duration>) {
+    let mut stuck: BTreeMap<String, Stuck> = BTreeMap::new();
+    let mut next: Option<Duration> = None;
+    for (cluster, pods) in pending {
+        for pod in pods.iter().filter(|p| p.workload.as_ref() == Some(workload)) {
+            // A pod without a time is as old as the hub's first sight of it would be: now.
+            let since = pod.since.as_ref().map_or(now, |t| t.0);
+            let pending_for = now.duration_since(since).unsigned_abs();
+            if pending_for < timeout {
+                let left = timeout - pending_for;
+                next = Some(next.map_or(left, |n| n.min(left)));
+                continue;
+            }
+            let entry = stuck.entry(cluster.clone()).or_insert_with(|| Stuck {
+                pods: 0,
+                since,
+                message: pod.message.clone(),
+            });
+            entry.pods += 1;
+            if since < entry.since {
+                entry.since = since;
+                entry.message = pod.message.clone();
+            }
+        }
+    }
+    (stuck, next)
+}
+
+/// Decides with `wanted` replicas evacuated, keeping only as many as fit elsewhere: each attempt
+/// that would leave replicas unplaced (beyond `baseline`'s) evacuates fewer, from the last
+/// clusters in name order. `None` when nothing can move.
+pub fn evacuate_what_fits(
+    fleet: &Fleet,
+    ledger: &Ledger,
+    request: &Request,
+    baseline: &Decision,
+    mut wanted: BTreeMap<String, u32>,
+) -> Option<(Decision, BTreeMap<String, u32>)> {
+    for _ in 0..FIT_ATTEMPTS {
+        if wanted.is_empty() {
+            return None;
+        }
+        let mut moving = request.clone();
+        moving.evacuate = wanted.clone();
+        let decision = decide(fleet, ledger, &moving);
+        let extra = decision.unplaced.saturating_sub(baseline.unplaced);
+        if extra == 0 {
+            return Some((decision, wanted));
+        }
+        shrink(&mut wanted, extra);
+    }
+    None
+}
+
+/// Takes `count` replicas out of `wanted`, from the last clusters in name order.
+fn shrink(wanted: &mut BTreeMap<String, u32>, count: u32) {
+    let mut left = count;
+    while left > 0 {
+        let Some(mut entry) = wanted.last_entry() else {
+            return;
+        };
+        let take = left.min(*entry.get());
+        *entry.get_mut() -= take;
+        left -= take;
+        if *entry.get() == 0 {
+            entry.remove();
+        }
+    }
+}
+
+/// What rescheduling and burst retraction do to one workload in one reconcile.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Adapt {
+    now: jiff::Timestamp,
+    /// When the replicas last moved (for the cooldown).
+    moved_at: Option<jiff::Timestamp>,
+    /// The move under way, from the stored decision.
+    moving: Option<Moving>,
+    cooldown: Duration,
+    deadline: Duration,
+    rescheduling: bool,
+    /// What this reconcile moved, and why.
+    trigger: Option<&'static str>,
+    moved: BTreeMap<String, u32>,
+    stuck: BTreeMap<String, Stuck>,
+}
+
+impl Adapt {
+    /// The plan for a workload with its `stored` decision; `timeout` is `pendingTimeout` (also
+    /// the deadline of a move), `cooldown` the least time between two moves.
+    pub fn new(
+        stored: Option<&Value>,
+        rescheduling: bool,
+        timeout: Duration,
+        cooldown: Duration,
+        stuck: BTreeMap<String, Stuck>,
+        now: jiff::Timestamp,
+    ) -> Adapt {
+        Adapt {
+            now,
+            moved_at: stored.and_then(|d| serde_json::from_value(d[MOVED_AT].clone()).ok()),
+            moving: stored.and_then(|d| serde_json::from_value(d[MOVING].clone()).ok()),
+            cooldown,
+            deadline: timeout,
+            rescheduling,
+            trigger: None,
+            moved: BTreeMap::new(),
+            stuck,
+        }
+    }
+
+    /// How long until the cooldown ends; zero when it has.
+    pub fn cooling(&self) -> Duration {
+        self.moved_at.map_or(Duration::ZERO, |at| {
+            self.cooldown
+                .saturating_sub(self.now.duration_since(at).unsigned_abs())
+        })
+    }
+
+    /// `baseline`, or a decision that moves stuck replicas or retracts burst replicas when one is
+    /// due, no move is under way and the cooldown has passed.
+    pub fn decide(
+        &mut self,
+        fleet: &Fleet,
+        ledger: &Ledger,
+        request: &Request,
+        baseline: Decision,
+    ) -> Decision {
+        if self.moving.is_some() || !self.cooling().is_zero() {
+            return baseline;
+        }
+        if self.rescheduling {
+            let wanted: BTreeMap<String, u32> = self
+                .stuck
+                .iter()
+                .map(|(c, s)| {
+                    (
+                        c.clone(),
+                        s.pods.min(request.current.get(c).copied().unwrap_or(0)),
+                    )
+                })
+                .filter(|(_, n)| *n > 0)
+                .collect();
+            if let Some((decision, moved)) = evacuate_what_fits(fleet, ledger, request, &baseline, wanted) {
+                self.trigger = Some(TRIGGER_RESCHEDULE);
+                self.moved = moved;
+                self.moved_at = Some(self.now);
+                return decision;
+            }
+        }
+        let in_burst = |d: &Decision| -> u32 {
+            d.clusters
+                .iter()
+                .filter(|c| c.role == Role::Burst)
+                .map(|c| d.replicas_in(&c.cluster))
+                .sum()
+        };
+        let bursting: BTreeMap<String, u32> = baseline
+            .clusters
+            .iter()
+            .filter(|c| c.role == Role::Burst && c.previous > 0)
+            .map(|c| (c.cluster.clone(), c.previous))
+            .collect();
+        if let Some((decision, moved)) = evacuate_what_fits(fleet, ledger, request, &baseline, bursting)
+            && in_burst(&decision) < in_burst(&baseline)
+        {
+            self.trigger = Some(TRIGGER_RETRACT);
+            self.moved = moved;
+            self.moved_at = Some(self.now);
+            return decision;
+        }
+        baseline
+    }
+
+    /// The history trigger when this reconcile moved replicas.
+    pub fn trigger(&self) -> Option<&'static str> {
+        self.trigger
+    }
+
+    /// Replicas moved by this reconcile, in all.
+    pub fn moved(&self) -> u32 {
+        self.moved.values().sum()
+    }
+
+    /// One line for the history and the Event: what moved, from where, to where, and why.
+    pub fn reason(&self, decision: &Decision) -> Option<String> {
+        let trigger = self.trigger?;
+        let to = added(decision);
+        let from: Vec<String> = self
+            .moved
+            .iter()
+            .map(|(cluster, n)| match (trigger, self.stuck.get(cluster)) {
+                (TRIGGER_RESCHEDULE, Some(stuck)) => {
+                    let minutes = self.now.duration_since(stuck.since).unsigned_abs().as_secs() / 60;
+                    let message = stuck.message.trim();
+                    let why = if message.is_empty() {
+                        String::new()
+                    } else {
+                        format!(": {message}")
+                    };
+                    format!("{n} from {cluster} (Pending for {minutes}m{why})")
+                }
+                _ => format!("{n} from {cluster}"),
+            })
+            .collect();
+        Some(match trigger {
+            TRIGGER_RESCHEDULE => format!("rescheduled: moved {} to {to}", from.join(", ")),
+            _ => format!(
+                "burst retracted: moved {} back to {to}, which have room again",
+                from.join(", ")
+            ),
+        })
+    }
+
+    /// The Event to publish when this reconcile moved replicas.
+    pub fn event(&self, decision: &Decision) -> Option<(EventType, &'static str, String)> {
+        let reason = match self.trigger? {
+            TRIGGER_RESCHEDULE => RESCHEDULED,
+            _ => BURST_RETRACTED,
+        };
+        Some((EventType::Normal, reason, self.reason(decision)?))
+    }
+
+    /// The move under way after `decision`: the stored one until the clusters that gained report
+    /// their replicas ready (or its deadline passes), plus the running replicas this decision
+    /// takes out of Ready clusters while it adds elsewhere.
+    pub fn hold(
+        &mut self,
+        previous: &BTreeMap<String, u32>,
+        decision: &Decision,
+        fleet: &Fleet,
+        reports: &Reports,
+        workload: &WorkloadRef,
+    ) -> Option<&Moving> {
+        let ready_in = |cluster: &str| -> u32 {
+            deployment_status(reports.get(cluster).map(Arc::as_ref), workload)
+                .map_or(0, |(ready, _, _)| u32::try_from(ready).unwrap_or(0))
+        };
+        let mut moving = self.moving.take().filter(|m| {
+            let expired = self.now.duration_since(m.since).unsigned_abs() >= self.deadline;
+            let arrived =
+                m.to.keys()
+                    .all(|c| ready_in(c) >= decision.assignment.get(c).copied().unwrap_or(0));
+            !expired && !arrived
+        });
+        let added: u32 = decision
+            .assignment
+            .iter()
+            .map(|(c, n)| n.saturating_sub(previous.get(c).copied().unwrap_or(0)))
+            .sum();
+        let mut budget = added;
+        for (cluster, &before) in previous {
+            let after = decision.assignment.get(cluster).copied().unwrap_or(0);
+            if budget == 0 || after >= before || !fleet.get(cluster).is_some_and(|c| c.ready) {
+                continue;
+            }
+            // Only running replicas are worth keeping: Pending ones serve nothing.
+            let running_taken = ready_in(cluster).min(before).saturating_sub(after);
+            let keep = running_taken.min(budget);
+            if keep == 0 {
+                continue;
+            }
+            budget -= keep;
+            let m = moving.get_or_insert_with(|| Moving {
+                since: self.now,
+                ..Moving::default()
+            });
+            *m.held.entry(cluster.clone()).or_default() += keep;
+            m.since = self.now;
+        }
+        if let Some(m) = moving.as_mut() {
+            for (cluster, &n) in &decision.assignment {
+                if n > previous.get(cluster).copied().unwrap_or(0) {
+                    m.to.insert(cluster.clone(), n);
+                }
+            }
+            m.to.retain(|c, _| decision.assignment.get(c).is_some_and(|n| *n > 0));
+            m.held.retain(|_, n| *n > 0);
+        }
+        self.moving = moving.filter(|m| !m.held.is_empty());
+        self.moving.as_ref()
+    }
+
+    /// The stored decision with the time of the last move and the move under way.
+    pub fn annotate(&self, mut stored: Value) -> Value {
+        if let Some(at) = self.moved_at {
+            stored[MOVED_AT] = json!(at);
+        }
+        if let Some(moving) = &self.moving {
+            stored[MOVING] = json!(moving);
+        }
+        stored
+    }
+}
+
+/// `cluster +n, ...` for the clusters `decision` added replicas to, or `nowhere`.
+pub fn added(decision: &Decision) -> String {
+    let added: Vec<String> = decision
+        .clusters
+        .iter()
+        .filter(|c| c.replicas > c.previous)
+        .map(|c| format!("{} +{}", c.cluster, c.replicas - c.previous))
+        .collect();
+    if added.is_empty() {
+        "nowhere".to_owned()
+    } else {
+        added.join(", ")
+    }
+}
+
+/// Replicas `decision` assigns to burst clusters, by cluster.
+pub fn in_burst_clusters(decision: &Decision) -> BTreeMap<String, u32> {
+    decision
+        .clusters
+        .iter()
+        .filter(|c| c.role == Role::Burst && c.replicas > 0)
+        .map(|c| (c.cluster.clone(), c.replicas))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,304 @@
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use nave_api::wire::{ObjectStatus, StatusReport};
+
+use super::*;
+use crate::fixtures::{at, cluster, fleet, request};
+
+fn web() -> WorkloadRef {
+    WorkloadRef::new("shop", "web")
+}
+
+fn pending(workload: &WorkloadRef, since: i64, message: &str) -> PendingPod {
+    PendingPod {
+        namespace: workload.namespace.clone(),
+        name: format!("{}-{since}", workload.name),
+        workload: Some(workload.clone()),
+        reason: "Unschedulable".to_owned(),
+        message: message.to_owned(),
+        since: Some(Time(at(since))),
+    }
+}
+
+/// Reports where `web`'s Deployment has `ready` replicas in each cluster.
+fn ready(clusters: &[(&str, i32)]) -> Reports {
+    clusters
+        .iter()
+        .map(|(cluster, ready)| {
+            let report = StatusReport {
+                objects: vec![ObjectStatus {
+                    kind: "Deployment".to_owned(),
+                    namespace: Some("shop".to_owned()),
+                    name: "web".to_owned(),
+                    workload: Some(web()),
+                    ready_replicas: Some(*ready),
+                    ..ObjectStatus::default()
+                }],
+                ..StatusReport::default()
+            };
+            ((*cluster).to_owned(), Arc::new(report))
+        })
+        .collect()
+}
+
+const MINUTE: Duration = Duration::from_secs(60);
+
+#[test]
+fn pods_count_as_stuck_only_past_the_timeout_and_the_next_expiry_is_known() {
+    let other = WorkloadRef::new("shop", "api");
+    let pods = vec![
+        pending(&web(), 0, "0/5 nodes are available: 5 Insufficient cpu."),
+        pending(&web(), 200, "later"),
+        pending(&web(), 280, "fresh"),
+        pending(&other, 0, "not web"),
+    ];
+    let by_cluster: BTreeMap<String, Arc<Vec<PendingPod>>> = [("eu-1".to_owned(), Arc::new(pods))].into();
+    let (stuck, next) = stuck(&by_cluster, &web(), 5 * MINUTE, at(500));
+    assert_eq!(stuck.len(), 1, "only eu-1 has stuck pods: {stuck:?}");
+    let eu = &stuck["eu-1"];
+    assert_eq!(
+        eu.pods, 2,
+        "pods pending 500 s and 300 s are past 5 minutes; 220 s is not"
+    );
+    assert_eq!(eu.since, at(0), "the oldest pod's time");
+    assert_eq!(eu.message, "0/5 nodes are available: 5 Insufficient cpu.");
+    assert_eq!(
+        next,
+        Some(Duration::from_secs(80)),
+        "the fresh pod is stuck in 80 s"
+    );
+}
+
+fn stuck_in(cluster: &str, pods: u32) -> BTreeMap<String, Stuck> {
+    [(
+        cluster.to_owned(),
+        Stuck {
+            pods,
+            since: at(0),
+            message: "0/5 nodes are available: 5 Insufficient cpu.".to_owned(),
+        },
+    )]
+    .into()
+}
+
+#[test]
+fn stuck_replicas_move_where_there_is_room_and_only_as_many_as_fit() {
+    let fleet = fleet(vec![cluster("eu-1", 0), cluster("us-1", 2)]);
+    let req = request(6, &[("eu-1", 6)]);
+    let baseline = decide(&fleet, &Ledger::new(), &req);
+    let mut adapt = Adapt::new(None, true, 5 * MINUTE, 10 * MINUTE, stuck_in("eu-1", 3), at(600));
+    let decision = adapt.decide(&fleet, &Ledger::new(), &req, baseline);
+    assert_eq!(
+        decision.assignment,
+        [("eu-1".to_owned(), 4), ("us-1".to_owned(), 2)].into(),
+        "3 are stuck but us-1 has room for 2"
+    );
+    assert_eq!(adapt.trigger(), Some(TRIGGER_RESCHEDULE));
+    assert_eq!(adapt.moved(), 2);
+    let reason = adapt.reason(&decision).unwrap();
+    assert_eq!(
+        reason,
+        "rescheduled: moved 2 from eu-1 (Pending for 10m: 0/5 nodes are available: 5 Insufficient cpu.) \
+         to us-1 +2"
+    );
+    assert_eq!(
+        adapt.annotate(json!({}))[MOVED_AT],
+        json!(at(600)),
+        "the cooldown starts"
+    );
+}
+
+#[test]
+fn nothing_moves_during_the_cooldown_or_when_rescheduling_is_off() {
+    let fleet = fleet(vec![cluster("eu-1", 0), cluster("us-1", 8)]);
+    let req = request(6, &[("eu-1", 6)]);
+    let moved_recently = json!({ MOVED_AT: at(300) });
+    for (what, stored, enabled) in [
+        ("in the cooldown", Some(&moved_recently), true),
+        ("with rescheduling off", None, false),
+    ] {
+        let baseline = decide(&fleet, &Ledger::new(), &req);
+        let mut adapt = Adapt::new(
+            stored,
+            enabled,
+            5 * MINUTE,
+            10 * MINUTE,
+            stuck_in("eu-1", 3),
+            at(600),
+        );
+        let decision = adapt.decide(&fleet, &Ledger::new(), &req, baseline);
+        assert_eq!(
+            decision.assignment,
+            [("eu-1".to_owned(), 6)].into(),
+            "{what}: nothing moves"
+        );
+        assert_eq!(adapt.trigger(), None, "{what}");
+    }
+    let adapt = Adapt::new(
+        Some(&moved_recently),
+        true,
+        5 * MINUTE,
+        10 * MINUTE,
+        BTreeMap::new(),
+        at(600),
+    );
+    assert_eq!(
+        adapt.cooling(),
+        5 * MINUTE,
+        "moved at 300 s, cooldown 10 min, now 600 s"
+    );
+}
+
+#[test]
+fn burst_replicas_come_back_when_a_regular_cluster_has_room() {
+    let mut burst = cluster("burst", 10);
+    burst.burst_only = true;
+    let fleet = fleet(vec![cluster("eu-1", 3), burst]);
+    let req = request(5, &[("eu-1", 2), ("burst", 3)]);
+    let baseline = decide(&fleet, &Ledger::new(), &req);
+    assert_eq!(in_burst_clusters(&baseline), [("burst".to_owned(), 3)].into());
+    let mut adapt = Adapt::new(None, true, 5 * MINUTE, 10 * MINUTE, BTreeMap::new(), at(600));
+    let decision = adapt.decide(&fleet, &Ledger::new(), &req, baseline);
+    assert_eq!(decision.assignment.get("eu-1"), Some(&5), "{decision}");
+    assert!(
+        in_burst_clusters(&decision).is_empty(),
+        "burst emptied: {decision}"
+    );
+    assert_eq!(adapt.trigger(), Some(TRIGGER_RETRACT));
+    assert_eq!(
+        adapt.reason(&decision).unwrap(),
+        "burst retracted: moved 3 from burst back to eu-1 +3, which have room again"
+    );
+}
+
+#[test]
+fn burst_replicas_stay_while_regular_clusters_are_full() {
+    let mut burst = cluster("burst", 10);
+    burst.burst_only = true;
+    let fleet = fleet(vec![cluster("eu-1", 0), burst]);
+    let req = request(5, &[("eu-1", 2), ("burst", 3)]);
+    let baseline = decide(&fleet, &Ledger::new(), &req);
+    let mut adapt = Adapt::new(None, true, 5 * MINUTE, 10 * MINUTE, BTreeMap::new(), at(600));
+    let decision = adapt.decide(&fleet, &Ledger::new(), &req, baseline);
+    assert_eq!(decision.assignment.get("burst"), Some(&3), "{decision}");
+    assert_eq!(adapt.trigger(), None);
+}
+
+#[test]
+fn running_replicas_taken_from_a_ready_cluster_stay_until_the_new_ones_are_ready() {
+    let fleet = fleet(vec![cluster("eu-1", 0), cluster("us-1", 8)]);
+    let previous: BTreeMap<String, u32> = [("eu-1".to_owned(), 4)].into();
+    let req = request(4, &[]);
+    // A decision that moves all 4 to us-1 (as failback or a rebalance would).
+    let decision = decide(&fleet, &Ledger::new(), &req);
+    assert_eq!(decision.assignment, [("us-1".to_owned(), 4)].into());
+
+    // 3 of the 4 run in eu-1 (one is Pending and is not worth keeping).
+    let mut adapt = Adapt::new(None, true, 5 * MINUTE, 10 * MINUTE, BTreeMap::new(), at(0));
+    let moving = adapt
+        .hold(&previous, &decision, &fleet, &ready(&[("eu-1", 3)]), &web())
+        .cloned()
+        .expect("a move holds the running replicas");
+    assert_eq!(moving.held, [("eu-1".to_owned(), 3)].into());
+    assert_eq!(moving.to, [("us-1".to_owned(), 4)].into());
+    let stored = adapt.annotate(json!({"assignment": decision.assignment}));
+    assert_eq!(
+        crate::scheduler::dispatched(&stored),
+        [("eu-1".to_owned(), 3), ("us-1".to_owned(), 4)].into(),
+        "both run while the move is under way"
+    );
+
+    // Next reconcile: us-1 has 2 of 4 ready: still held. Then 4 of 4: released.
+    let current = decision.assignment.clone();
+    let mut later = Adapt::new(
+        Some(&stored),
+        true,
+        5 * MINUTE,
+        10 * MINUTE,
+        BTreeMap::new(),
+        at(30),
+    );
+    assert!(
+        later
+            .hold(
+                &current,
+                &decision,
+                &fleet,
+                &ready(&[("eu-1", 3), ("us-1", 2)]),
+                &web()
+            )
+            .is_some(),
+        "held while us-1 is not ready"
+    );
+    let mut arrived = Adapt::new(
+        Some(&stored),
+        true,
+        5 * MINUTE,
+        10 * MINUTE,
+        BTreeMap::new(),
+        at(60),
+    );
+    assert!(
+        arrived
+            .hold(
+                &current,
+                &decision,
+                &fleet,
+                &ready(&[("eu-1", 3), ("us-1", 4)]),
+                &web()
+            )
+            .is_none(),
+        "released when us-1 runs its 4"
+    );
+    assert_eq!(arrived.annotate(json!({}))[MOVING], Value::Null);
+
+    // Past the deadline the old replicas go even if the new ones never became ready.
+    let mut expired = Adapt::new(
+        Some(&stored),
+        true,
+        5 * MINUTE,
+        10 * MINUTE,
+        BTreeMap::new(),
+        at(301),
+    );
+    assert!(
+        expired
+            .hold(&current, &decision, &fleet, &ready(&[("eu-1", 3)]), &web())
+            .is_none(),
+        "released at the deadline"
+    );
+}
+
+#[test]
+fn scale_downs_and_lost_clusters_hold_nothing() {
+    let mut lost = cluster("eu-1", 0);
+    lost.ready = false;
+    let fleet_lost = fleet(vec![lost, cluster("us-1", 8)]);
+    let previous: BTreeMap<String, u32> = [("eu-1".to_owned(), 4)].into();
+    let decision = decide(&fleet_lost, &Ledger::new(), &request(4, &[]));
+    let mut adapt = Adapt::new(None, true, 5 * MINUTE, 10 * MINUTE, BTreeMap::new(), at(0));
+    assert!(
+        adapt
+            .hold(&previous, &decision, &fleet_lost, &ready(&[("eu-1", 4)]), &web())
+            .is_none(),
+        "failover from a lost cluster does not wait for it"
+    );
+
+    let fleet_ok = fleet(vec![cluster("eu-1", 8)]);
+    let shrink = decide(&fleet_ok, &Ledger::new(), &request(2, &[("eu-1", 4)]));
+    let mut adapt = Adapt::new(None, true, 5 * MINUTE, 10 * MINUTE, BTreeMap::new(), at(0));
+    assert!(
+        adapt
+            .hold(&previous, &shrink, &fleet_ok, &ready(&[("eu-1", 4)]), &web())
+            .is_none(),
+        "a scale-down adds nowhere, so nothing is held"
+    );
+}
+
+#[test]
+fn shrink_takes_from_the_last_clusters_first() {
+    let mut wanted: BTreeMap<String, u32> = [("a".to_owned(), 2), ("b".to_owned(), 3)].into();
+    shrink(&mut wanted, 4);
+    assert_eq!(wanted, [("a".to_owned(), 1)].into());
+    shrink(&mut wanted, 5);
+    assert!(wanted.is_empty());
+}

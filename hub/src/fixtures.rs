@@ -1,0 +1,45 @@
+//! Builders shared by the hub's unit tests.
+
+use nave_policies::{
+    Capacity, CapacityModel, Cluster, Demand, Fleet, Node, NodeGroup, Policy, Request, Resources, Strategy,
+};
+
+/// A fixed instant `seconds` after an arbitrary origin.
+pub(crate) fn at(seconds: i64) -> jiff::Timestamp {
+    jiff::Timestamp::from_second(1_700_000_000 + seconds).unwrap()
+}
+
+/// A ready cluster with room for `replicas` more replicas of 1 CPU (its running pods are already
+/// counted in what the agent reports as requested).
+pub(crate) fn cluster(name: &str, replicas: u64) -> Cluster {
+    let node = Node::new(
+        Resources::new(replicas * 1000, 64 << 30, 110),
+        Resources::default(),
+    );
+    Cluster::new(
+        name,
+        Capacity::Known(CapacityModel {
+            groups: vec![NodeGroup::new(Default::default(), vec![node])],
+            usage: None,
+        }),
+    )
+}
+
+/// A fleet of `clusters`.
+pub(crate) fn fleet(clusters: Vec<Cluster>) -> Fleet {
+    let mut fleet = Fleet::new();
+    for c in clusters {
+        fleet.insert(c);
+    }
+    fleet
+}
+
+/// `replicas` of 1 CPU under `spread`, steady from `current`.
+pub(crate) fn request(replicas: u32, current: &[(&str, u32)]) -> Request {
+    let policy = Policy {
+        strategy: Strategy::Spread,
+        ..Policy::default()
+    };
+    Request::new(replicas, Demand::new(1000, 0), policy)
+        .with_current(current.iter().map(|(c, n)| ((*c).to_owned(), *n)).collect())
+}
