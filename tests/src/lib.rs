@@ -180,8 +180,10 @@ impl Env {
             clients: BTreeMap::new(),
             postgres,
         };
+        std::fs::create_dir_all(env.dir.path().join("clusters"))?;
         for c in &env.fleet.clusters {
             env.clients.insert(c.name().to_owned(), c.client().await?);
+            c.write_kubeconfig(&env.agent_kubeconfig(c.name()))?;
         }
         env.start_hub().await?;
         for name in env.cluster_names() {
@@ -203,6 +205,14 @@ impl Env {
     /// The environment's directory (kubeconfig, bootstrap token, SQLite file).
     pub fn dir(&self) -> &Path {
         self.dir.path()
+    }
+
+    /// The kubeconfig of workload cluster `name` the agent reads.
+    fn agent_kubeconfig(&self, name: &str) -> PathBuf {
+        self.dir
+            .path()
+            .join("clusters")
+            .join(format!("{name}.kubeconfig"))
     }
 
     /// Client of a workload cluster.
@@ -266,12 +276,18 @@ impl Env {
         config.labels = cluster.labels.clone();
         // Quick retries: the tests restart the hub and want the agents back soon.
         config.retry_max = Duration::from_secs(2);
-        let client = self.cluster_client(name);
+        // The agent builds its client as the binary does (and so sends its User-Agent), apart
+        // from the clients the tests use.
+        let kubeconfig = self.agent_kubeconfig(name);
         let stop = CancellationToken::new();
         let token = stop.clone();
         let owned = name.to_owned();
         let task = tokio::spawn(async move {
-            if let Err(e) = nave_agent::run_agent(config, client, token).await {
+            let run = async {
+                let client = nave_agent::kube_client(Some(&kubeconfig)).await?;
+                nave_agent::run_agent(config, client, token).await
+            };
+            if let Err(e) = run.await {
                 tracing::error!(cluster = %owned, error = %e, "an agent stopped");
             }
         });
