@@ -10,8 +10,13 @@
 //! The hub and the agents are the library entry points the binaries call, so a test exercises
 //! the same code as `nave-hub run` and `nave-agent`, only without process boundaries. The
 //! benchmark (`benches/e2e.rs`) runs them as separate processes to measure their memory.
+//!
+//! [`rbac`] reads the simulated clusters' request logs as the API server's authorizer would, so
+//! `tests/helm.rs` can hold the Helm charts' RBAC rules to what the hub and agents really do.
 
 #![forbid(unsafe_code)]
+
+pub mod rbac;
 
 use std::collections::BTreeMap;
 use std::future::Future;
