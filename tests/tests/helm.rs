@@ -1186,6 +1186,24 @@ fn compare(
     problems
 }
 
+/// Creates `body`, a `K`, in namespace `namespace` of the management cluster.
+async fn create<K>(client: &kube::Client, namespace: &str, body: Value)
+where
+    K: kube::Resource<Scope = kube::core::NamespaceResourceScope>
+        + Clone
+        + std::fmt::Debug
+        + DeserializeOwned
+        + Serialize,
+    K::DynamicType: Default,
+{
+    let kind = K::kind(&K::DynamicType::default()).into_owned();
+    let object: K = serde_json::from_value(body).unwrap_or_else(|e| panic!("a {kind}: {e}"));
+    Api::<K>::namespaced(client.clone(), namespace)
+        .create(&PostParams::default(), &object)
+        .await
+        .unwrap_or_else(|e| panic!("{kind} created: {e}"));
+}
+
 /// A workload with a ConfigMap and a Secret it depends on and a MultiClusterService, in a
 /// namespace the workload clusters do not have yet; rolled out, then deleted everywhere.
 async fn place_and_delete_a_workload(env: &Env) {
@@ -1198,34 +1216,16 @@ async fn place_and_delete_a_workload(env: &Env) {
         )
         .await
         .expect("namespace created");
-    let post = |kind: &str, body: Value| {
-        let client = env.client.clone();
-        let kind = kind.to_owned();
-        async move {
-            let result = match kind.as_str() {
-                "ConfigMap" => Api::<ConfigMap>::namespaced(client, SHOP)
-                    .create(&PostParams::default(), &serde_json::from_value(body).unwrap())
-                    .await
-                    .map(drop),
-                "Secret" => Api::<Secret>::namespaced(client, SHOP)
-                    .create(&PostParams::default(), &serde_json::from_value(body).unwrap())
-                    .await
-                    .map(drop),
-                _ => Api::<nave_api::MultiClusterService>::namespaced(client, SHOP)
-                    .create(&PostParams::default(), &serde_json::from_value(body).unwrap())
-                    .await
-                    .map(drop),
-            };
-            result.unwrap_or_else(|e| panic!("{kind} created: {e}"));
-        }
-    };
-    post(
-        "ConfigMap",
+    let client = &env.client;
+    create::<ConfigMap>(
+        client,
+        SHOP,
         json!({"metadata": {"name": "site-config"}, "data": {"greeting": "hello"}}),
     )
     .await;
-    post(
-        "Secret",
+    create::<Secret>(
+        client,
+        SHOP,
         json!({"metadata": {"name": "site-secret"}, "stringData": {"key": "s3cret"}}),
     )
     .await;
@@ -1243,8 +1243,9 @@ async fn place_and_delete_a_workload(env: &Env) {
     )
     .await
     .expect("MCD created");
-    post(
-        "MultiClusterService",
+    create::<nave_api::MultiClusterService>(
+        client,
+        SHOP,
         json!({"apiVersion": nave_api::API_VERSION, "kind": "MultiClusterService",
                "metadata": {"name": "site", "namespace": SHOP},
                "spec": {"deployment": "site", "ports": [{"name": "http", "port": 80}]}}),
