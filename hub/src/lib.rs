@@ -53,6 +53,7 @@ pub mod fleet;
 pub mod health;
 pub mod index;
 pub mod metrics;
+pub mod probes;
 pub mod render;
 pub mod rest;
 pub mod scheduler;
@@ -74,6 +75,9 @@ use crate::agent_api::{AgentState, ClusterObjects};
 use crate::cli::RunArgs;
 use crate::context::{Context, ReconcileTrigger, Timings, WorkSignals};
 use crate::index::Index;
+
+/// The `User-Agent` of the hub's requests to the management cluster.
+pub const USER_AGENT: &str = concat!("nave-hub/", env!("CARGO_PKG_VERSION"));
 
 /// The CRDs of `nave-api` as one YAML stream, for `kubectl apply -f -`.
 pub fn crds_yaml() -> String {
@@ -210,7 +214,8 @@ pub async fn run_until(args: RunArgs, shutdown: CancellationToken) -> Result<(),
     info!(addr = %args.listen, backend = %store.backend(), "hub started");
     let routes = agent_api::router(state)
         .merge(rest::router(ctx.clone(), tokens))
-        .merge(metrics::router(ctx.clone()));
+        .merge(metrics::router(ctx.clone()))
+        .merge(probes::router(ctx.clone()));
     let server = axum::serve(listener, routes).with_graceful_shutdown(shutdown.clone().cancelled_owned());
     let controllers = controller::run(ctx, triggered, shutdown.clone());
     let (served, (), ()) = tokio::join!(
@@ -251,6 +256,12 @@ async fn kube_client(kubeconfig: Option<&std::path::Path>) -> Result<kube::Clien
         }
         None => kube::Config::infer().await.map_err(|e| boxed(Box::new(e)))?,
     };
+    let mut config = config;
+    // Names the hub in the API server's audit log (and in nave-sim's request log).
+    config.headers.push((
+        axum::http::header::USER_AGENT,
+        axum::http::HeaderValue::from_static(USER_AGENT),
+    ));
     kube::Client::try_from(config).map_err(|e| boxed(Box::new(e)))
 }
 

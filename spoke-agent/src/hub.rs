@@ -37,7 +37,7 @@ impl HubClient {
         let http = reqwest::Client::builder()
             .connect_timeout(CONNECT_TIMEOUT)
             .timeout(REQUEST_TIMEOUT)
-            .user_agent(concat!("nave-agent/", env!("CARGO_PKG_VERSION")))
+            .user_agent(crate::USER_AGENT)
             .build()
             .map_err(|source| Error::HttpClient { source })?;
         Ok(HubClient {

@@ -186,11 +186,16 @@ impl AgentMetrics {
     }
 }
 
+/// Path of the metrics endpoint.
+pub const METRICS_PATH: &str = "/metrics";
+/// Path of the liveness probe: `200 ok` while the process serves.
+pub const HEALTHZ_PATH: &str = "/healthz";
+
 /// `GET /metrics` and `GET /healthz`.
 pub fn router(metrics: Arc<AgentMetrics>) -> Router {
     Router::new()
-        .route("/metrics", get(scrape))
-        .route("/healthz", get(|| async { "ok\n" }))
+        .route(METRICS_PATH, get(scrape))
+        .route(HEALTHZ_PATH, get(|| async { "ok\n" }))
         .with_state(metrics)
 }
 

@@ -10,8 +10,13 @@
 //! The hub and the agents are the library entry points the binaries call, so a test exercises
 //! the same code as `nave-hub run` and `nave-agent`, only without process boundaries. The
 //! benchmark (`benches/e2e.rs`) runs them as separate processes to measure their memory.
+//!
+//! [`rbac`] reads the simulated clusters' request logs as the API server's authorizer would, so
+//! `tests/helm.rs` can hold the Helm charts' RBAC rules to what the hub and agents really do.
 
 #![forbid(unsafe_code)]
+
+pub mod rbac;
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -180,8 +185,10 @@ impl Env {
             clients: BTreeMap::new(),
             postgres,
         };
+        std::fs::create_dir_all(env.dir.path().join("clusters"))?;
         for c in &env.fleet.clusters {
             env.clients.insert(c.name().to_owned(), c.client().await?);
+            c.write_kubeconfig(&env.agent_kubeconfig(c.name()))?;
         }
         env.start_hub().await?;
         for name in env.cluster_names() {
@@ -203,6 +210,14 @@ impl Env {
     /// The environment's directory (kubeconfig, bootstrap token, SQLite file).
     pub fn dir(&self) -> &Path {
         self.dir.path()
+    }
+
+    /// The kubeconfig of workload cluster `name` the agent reads.
+    fn agent_kubeconfig(&self, name: &str) -> PathBuf {
+        self.dir
+            .path()
+            .join("clusters")
+            .join(format!("{name}.kubeconfig"))
     }
 
     /// Client of a workload cluster.
@@ -268,12 +283,18 @@ impl Env {
         // heartbeats: the adaptive tests wait for capacity changes to reach the hub.
         config.retry_max = Duration::from_secs(2);
         config.heartbeat_interval = Some(Duration::from_secs(1));
-        let client = self.cluster_client(name);
+        // The agent builds its client as the binary does (and so sends its User-Agent), apart
+        // from the clients the tests use.
+        let kubeconfig = self.agent_kubeconfig(name);
         let stop = CancellationToken::new();
         let token = stop.clone();
         let owned = name.to_owned();
         let task = tokio::spawn(async move {
-            if let Err(e) = nave_agent::run_agent(config, client, token).await {
+            let run = async {
+                let client = nave_agent::kube_client(Some(&kubeconfig)).await?;
+                nave_agent::run_agent(config, client, token).await
+            };
+            if let Err(e) = run.await {
                 tracing::error!(cluster = %owned, error = %e, "an agent stopped");
             }
         });

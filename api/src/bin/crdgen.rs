@@ -1,15 +1,28 @@
-//! Writes the CRD manifests to `crds/` (or to the directory given as the only argument),
-//! one `<plural>.<group>.yaml` per resource, and removes stale `*.nave.dev.yaml` files there.
+//! Writes the CRD manifests to `crds/` and to the hub's Helm chart (`helm/nave-hub/crds/`), or
+//! only to the directory given as the only argument: one `<plural>.<group>.yaml` per resource,
+//! removing stale `*.nave.dev.yaml` files there.
 
 use std::{collections::BTreeSet, fs, path::PathBuf};
 
 use anyhow::Context as _;
 
 fn main() -> anyhow::Result<()> {
-    let dir = match std::env::args_os().nth(1) {
-        Some(dir) => PathBuf::from(dir),
-        None => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..").join("crds"),
+    let dirs = match std::env::args_os().nth(1) {
+        Some(dir) => vec![PathBuf::from(dir)],
+        None => {
+            let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+            // Helm installs the CRDs of a chart's `crds/` before its templates; the copies there
+            // must match (a test in nave-e2e compares them).
+            vec![root.join("crds"), root.join("helm").join("nave-hub").join("crds")]
+        }
     };
+    for dir in dirs {
+        write_to(dir)?;
+    }
+    Ok(())
+}
+
+fn write_to(dir: PathBuf) -> anyhow::Result<()> {
     fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     let dir = dir
         .canonicalize()

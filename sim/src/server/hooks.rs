@@ -210,7 +210,8 @@ pub struct RequestLog {
     entries: Mutex<VecDeque<LoggedRequest>>,
 }
 
-const LOG_CAPACITY: usize = 2000;
+/// How many requests the log keeps; older ones are dropped.
+pub const LOG_CAPACITY: usize = 2000;
 
 impl RequestLog {
     /// Appends an entry, dropping the oldest beyond capacity.

@@ -1,0 +1,87 @@
+{{/* Name of the chart, overridable. */}}
+{{- define "nave-hub.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Name of the release's objects: the release name, with the chart name unless it has it. */}}
+{{- define "nave-hub.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* Labels every object carries. */}}
+{{- define "nave-hub.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{ include "nave-hub.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: nave
+{{- end }}
+
+{{/* Labels that select the hub's pod: never change them on upgrade (selectors are immutable). */}}
+{{- define "nave-hub.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "nave-hub.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "nave-hub.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "nave-hub.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- required "serviceAccount.name is required when serviceAccount.create is false" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{- define "nave-hub.image" -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
+
+{{/* The Secret holding the bootstrap token agents register with, and its key. */}}
+{{- define "nave-hub.bootstrapSecretName" -}}
+{{- default (printf "%s-bootstrap-token" (include "nave-hub.fullname" .)) .Values.bootstrapToken.existingSecret }}
+{{- end }}
+
+{{- define "nave-hub.bootstrapSecretKey" -}}
+{{- if .Values.bootstrapToken.existingSecret }}{{ .Values.bootstrapToken.existingSecretKey }}{{ else }}token{{ end }}
+{{- end }}
+
+{{/* The Secret of the REST API tokens the hub reads (`--api-tokens-secret`); empty for none. */}}
+{{- define "nave-hub.apiTokensSecretName" -}}
+{{- if .Values.apiTokens.existingSecret }}
+{{- .Values.apiTokens.existingSecret }}
+{{- else if .Values.apiTokens.tokens }}
+{{- printf "%s-api-tokens" (include "nave-hub.fullname" .) }}
+{{- end }}
+{{- end }}
+
+{{/* The Secret holding the Postgres URL, and its key. */}}
+{{- define "nave-hub.postgresSecretName" -}}
+{{- default (printf "%s-database" (include "nave-hub.fullname" .)) .Values.database.postgres.existingSecret }}
+{{- end }}
+
+{{- define "nave-hub.postgresSecretKey" -}}
+{{- if .Values.database.postgres.existingSecret }}{{ .Values.database.postgres.existingSecretKey }}{{ else }}url{{ end }}
+{{- end }}
+
+{{/* The PersistentVolumeClaim of the SQLite store. */}}
+{{- define "nave-hub.claimName" -}}
+{{- default (printf "%s-data" (include "nave-hub.fullname" .)) .Values.database.sqlite.persistence.existingClaim }}
+{{- end }}
+
+{{/* Fails the render on a database choice the hub cannot run with. */}}
+{{- define "nave-hub.validateDatabase" -}}
+{{- if not (has .Values.database.type (list "sqlite" "postgres")) }}
+{{- fail (printf "database.type must be sqlite or postgres, not %q" .Values.database.type) }}
+{{- end }}
+{{- if and (eq .Values.database.type "postgres") (not .Values.database.postgres.url) (not .Values.database.postgres.existingSecret) }}
+{{- fail "database.type=postgres needs database.postgres.existingSecret (a Secret with the URL) or database.postgres.url" }}
+{{- end }}
+{{- end }}
