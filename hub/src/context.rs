@@ -9,6 +9,7 @@ use tokio::sync::{mpsc, watch};
 
 use crate::health::FleetHealth;
 use crate::metrics::HubMetrics;
+use crate::prometheus::UsageCache;
 use crate::store::Store;
 
 /// Field manager and event reporter name of the hub.
@@ -130,6 +131,9 @@ pub struct Context {
     pub health: Arc<FleetHealth>,
     /// Prometheus metrics, served on `/metrics`.
     pub metrics: Arc<HubMetrics>,
+    /// Per-cluster usage measured by Prometheus; disabled (always empty) without
+    /// `--prometheus-url`.
+    pub usage: Arc<UsageCache>,
 }
 
 impl std::fmt::Debug for Context {
@@ -163,6 +167,7 @@ impl Context {
             backoff: Arc::default(),
             health: Arc::default(),
             metrics: Arc::default(),
+            usage: Arc::default(),
         }
     }
 }

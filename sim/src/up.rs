@@ -144,6 +144,7 @@ impl Playground {
             kubeconfig: Some(management_kubeconfig),
             log_json: false,
             failover: nave_hub::cli::FailoverArgs::default(),
+            prometheus: nave_hub::cli::PrometheusArgs::default(),
         };
         let hub_stop = stop.clone();
         tasks.spawn(async move {

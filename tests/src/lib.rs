@@ -165,6 +165,7 @@ impl Env {
             kubeconfig: Some(kubeconfig),
             log_json: false,
             failover: nave_hub::cli::FailoverArgs::default(),
+            prometheus: nave_hub::cli::PrometheusArgs::default(),
         };
         let mut env = Env {
             management,
