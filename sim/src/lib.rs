@@ -27,6 +27,7 @@ pub mod config;
 pub mod controllers;
 pub mod kubectl;
 pub mod metrics;
+pub mod prometheus;
 pub mod server;
 pub mod up;
 
