@@ -10,8 +10,20 @@
 //! The hub and the agents are the library entry points the binaries call, so a test exercises
 //! the same code as `nave-hub run` and `nave-agent`, only without process boundaries. The
 //! benchmark (`benches/e2e.rs`) runs them as separate processes to measure their memory.
+//!
+//! With [`EnvOptions::prometheus`], a real Prometheus server ([`prometheus`]) scrapes every
+//! workload cluster (label `cluster`), every agent and the hub once a second, and the hub reads
+//! usage from it (`--prometheus-url`):
+//!
+//! ```text
+//!   prometheus (binary, own port/config/data) ──scrape──► clusters' /metrics, agents, hub
+//!        ▲ PromQL (usage by cluster)
+//!   hub ─┘
+//! ```
 
 #![forbid(unsafe_code)]
+
+pub mod prometheus;
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -61,6 +73,16 @@ impl Database {
     }
 }
 
+/// What an [`Env`] runs besides the clusters, the hub and the agents.
+#[derive(Debug, Clone, Default)]
+pub struct EnvOptions {
+    /// Run Prometheus (the binary, which [`prometheus::binary_or_skip`] finds) scraping the
+    /// clusters, the agents and the hub, and point the hub at it; the agents serve `/metrics`.
+    pub prometheus: Option<PathBuf>,
+    /// The hub's Prometheus settings (queries, TTL); the URL is filled in.
+    pub hub_prometheus: nave_hub::cli::PrometheusArgs,
+}
+
 /// A running part (hub or agent) and how to stop it.
 #[derive(Debug)]
 struct Running {
@@ -94,6 +116,9 @@ pub struct Env {
     agents: BTreeMap<String, Running>,
     clients: BTreeMap<String, kube::Client>,
     postgres: Option<(String, String)>,
+    /// Where each agent serves `/metrics`, when it does.
+    agent_metrics: BTreeMap<String, SocketAddr>,
+    prometheus: Option<nave_sim::prometheus::Prometheus>,
 }
 
 impl std::fmt::Debug for Env {
@@ -116,6 +141,16 @@ pub fn fleet(n: usize) -> FleetConfig {
 impl Env {
     /// Starts everything and waits until every workload cluster has reported its capacity.
     pub async fn start(fleet_config: FleetConfig, database: Database) -> anyhow::Result<Env> {
+        Env::start_with(fleet_config, database, EnvOptions::default()).await
+    }
+
+    /// As [`Env::start`], with Prometheus when `options` ask for it; then also waits until
+    /// Prometheus scrapes every target.
+    pub async fn start_with(
+        fleet_config: FleetConfig,
+        database: Database,
+        options: EnvOptions,
+    ) -> anyhow::Result<Env> {
         let dir = tempfile::tempdir().context("a temporary directory")?;
         let management = SimCluster::start(
             ClusterConfig {
@@ -156,6 +191,26 @@ impl Env {
         let api_tokens = dir.path().join("api-tokens");
         std::fs::write(&api_tokens, format!("admin {admin_token}\n"))?;
         let listen = free_loopback_port()?;
+        let hub_url = format!("http://{listen}");
+        let mut agent_metrics = BTreeMap::new();
+        let mut prometheus = None;
+        let mut hub_prometheus = options.hub_prometheus.clone();
+        if let Some(binary) = &options.prometheus {
+            for c in &fleet_config.clusters {
+                agent_metrics.insert(c.name.clone(), free_loopback_port()?);
+            }
+            let ports: Vec<SocketAddr> = fleet.clusters.iter().map(|c| agent_metrics[c.name()]).collect();
+            let targets = nave_sim::up::scrape_targets(&fleet, dir.path(), &hub_url, &ports)?;
+            let server = nave_sim::prometheus::Prometheus::start(
+                binary,
+                &dir.path().join("prometheus"),
+                &targets,
+                prometheus::SCRAPE_INTERVAL,
+            )
+            .await?;
+            hub_prometheus.prometheus_url = Some(server.url().to_owned());
+            prometheus = Some(server);
+        }
         let hub_args = nave_hub::cli::RunArgs {
             database_url,
             listen,
@@ -165,13 +220,13 @@ impl Env {
             kubeconfig: Some(kubeconfig),
             log_json: false,
             failover: nave_hub::cli::FailoverArgs::default(),
-            prometheus: nave_hub::cli::PrometheusArgs::default(),
+            prometheus: hub_prometheus,
         };
         let mut env = Env {
             management,
             fleet,
             client,
-            hub_url: format!("http://{listen}"),
+            hub_url,
             admin_token,
             fleet_config,
             dir,
@@ -180,6 +235,8 @@ impl Env {
             agents: BTreeMap::new(),
             clients: BTreeMap::new(),
             postgres,
+            agent_metrics,
+            prometheus,
         };
         for c in &env.fleet.clusters {
             env.clients.insert(c.name().to_owned(), c.client().await?);
@@ -189,7 +246,41 @@ impl Env {
             env.start_agent(&name)?;
         }
         env.wait_fleet_reporting().await?;
+        if let Some(prometheus) = &env.prometheus {
+            prometheus.wait_targets_up(DEADLINE).await?;
+        }
         Ok(env)
+    }
+
+    /// The Prometheus server, when the environment runs one.
+    pub fn prometheus(&self) -> Option<&nave_sim::prometheus::Prometheus> {
+        self.prometheus.as_ref()
+    }
+
+    /// Stops Prometheus (the hub's queries fail from then on).
+    pub async fn stop_prometheus(&mut self) {
+        if let Some(prometheus) = self.prometheus.take() {
+            prometheus.stop().await;
+        }
+    }
+
+    /// `GET` of the hub's REST API at `path` (under `/api/v1`) with the admin token; the JSON
+    /// body, or what went wrong.
+    pub async fn rest(&self, path: &str) -> Result<Value, String> {
+        let url = format!("{}/api/v1{path}", self.hub_url);
+        let res = reqwest::Client::new()
+            .get(&url)
+            .bearer_auth(&self.admin_token)
+            .send()
+            .await
+            .map_err(|e| format!("GET {url}: {e}"))?;
+        let status = res.status();
+        let body: Value = res.json().await.map_err(|e| format!("GET {url}: {e}"))?;
+        if status.is_success() {
+            Ok(body)
+        } else {
+            Err(format!("GET {url}: {status} {body}"))
+        }
     }
 
     /// The workload clusters' names, in order.
@@ -267,6 +358,7 @@ impl Env {
         config.labels = cluster.labels.clone();
         // Quick retries: the tests restart the hub and want the agents back soon.
         config.retry_max = Duration::from_secs(2);
+        config.metrics_listen = self.agent_metrics.get(name).copied();
         let client = self.cluster_client(name);
         let stop = CancellationToken::new();
         let token = stop.clone();
@@ -393,6 +485,7 @@ impl Env {
             self.stop_agent(&name).await;
         }
         self.stop_hub().await;
+        self.stop_prometheus().await;
         self.fleet.shutdown().await;
         self.management.shutdown().await;
         if let Some((url, schema)) = self.postgres.take()
