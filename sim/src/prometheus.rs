@@ -111,6 +111,16 @@ pub fn scrape_config(targets: &[ScrapeTarget], interval: Duration) -> String {
     serde_json::to_string_pretty(&config).unwrap_or_default()
 }
 
+/// `n` distinct free ports on the loopback interface, for servers that take an address rather
+/// than a listener. All are held until all are chosen, so they differ from one another; another
+/// process may still take one before its server binds it.
+pub fn free_loopback_ports(n: usize) -> std::io::Result<Vec<std::net::SocketAddr>> {
+    let held: Vec<std::net::TcpListener> = (0..n)
+        .map(|_| std::net::TcpListener::bind("127.0.0.1:0"))
+        .collect::<std::io::Result<_>>()?;
+    held.iter().map(std::net::TcpListener::local_addr).collect()
+}
+
 /// The `prometheus` binary on `PATH`, if there is one.
 pub fn find_binary() -> Option<PathBuf> {
     let path = std::env::var_os("PATH")?;
@@ -145,6 +155,18 @@ impl Prometheus {
         targets: &[ScrapeTarget],
         interval: Duration,
     ) -> anyhow::Result<Prometheus> {
+        let listen = free_loopback_ports(1)?[0];
+        Prometheus::start_at(listen, binary, dir, targets, interval).await
+    }
+
+    /// As [`Prometheus::start`], listening on `listen`.
+    pub async fn start_at(
+        listen: std::net::SocketAddr,
+        binary: &Path,
+        dir: &Path,
+        targets: &[ScrapeTarget],
+        interval: Duration,
+    ) -> anyhow::Result<Prometheus> {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         let config = dir.join("prometheus.yml");
         std::fs::write(&config, scrape_config(targets, interval))
@@ -155,8 +177,6 @@ impl Prometheus {
         let log_path = dir.join("prometheus.log");
         let log =
             std::fs::File::create(&log_path).with_context(|| format!("creating {}", log_path.display()))?;
-        let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
-        let listen = format!("127.0.0.1:{port}");
         let child = tokio::process::Command::new(binary)
             .arg(format!("--config.file={}", config.display()))
             .arg(format!("--storage.tsdb.path={}", data.display()))

@@ -144,13 +144,11 @@ impl Playground {
             &api_tokens_file,
             format!("# scope token (written by nave-sim up)\nadmin {admin_token}\n"),
         )?;
-        let hub_addr = free_loopback_port()?;
+        // The hub, Prometheus and each agent's metrics: distinct ports, chosen together.
+        let mut ports = prometheus::free_loopback_ports(2 + fleet.clusters.len())?;
+        let agent_metrics = ports.split_off(2);
+        let (hub_addr, prometheus_addr) = (ports[0], ports[1]);
         let hub_url = format!("http://{hub_addr}");
-        let agent_metrics: Vec<std::net::SocketAddr> = fleet
-            .clusters
-            .iter()
-            .map(|_| free_loopback_port())
-            .collect::<std::io::Result<_>>()?;
         let (prometheus, prometheus_absent) = if !opts.prometheus {
             (
                 None,
@@ -158,7 +156,8 @@ impl Playground {
             )
         } else if let Some(binary) = prometheus::find_binary() {
             let targets = scrape_targets(&fleet, &opts.dir, &hub_url, &agent_metrics)?;
-            match Prometheus::start(&binary, &opts.dir.join("prometheus"), &targets, SCRAPE_INTERVAL).await {
+            let dir = opts.dir.join("prometheus");
+            match Prometheus::start_at(prometheus_addr, &binary, &dir, &targets, SCRAPE_INTERVAL).await {
                 Ok(p) => (Some(p), None),
                 Err(e) => {
                     tracing::warn!(error = %e, "Prometheus did not start; scores use requests");
@@ -328,12 +327,6 @@ impl Playground {
     pub fn dir(&self) -> &Path {
         &self.dir
     }
-}
-
-/// A free port on the loopback interface for the hub, which takes an address rather than a
-/// listener.  Another process could take the port in between; the hub then fails to bind and says so.
-fn free_loopback_port() -> std::io::Result<std::net::SocketAddr> {
-    std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()
 }
 
 /// What the playground's Prometheus scrapes: each workload cluster (its series labelled with

@@ -190,18 +190,23 @@ impl Env {
         let admin_token = uuid::Uuid::new_v4().simple().to_string();
         let api_tokens = dir.path().join("api-tokens");
         std::fs::write(&api_tokens, format!("admin {admin_token}\n"))?;
-        let listen = free_loopback_port()?;
+        // The hub, Prometheus and each agent's metrics: distinct ports, chosen together. The hub
+        // binds an address rather than taking a listener, and keeps it across restarts, as a
+        // Service would.
+        let mut ports = nave_sim::prometheus::free_loopback_ports(2 + fleet.clusters.len())?;
+        let agent_ports = ports.split_off(2);
+        let (listen, prometheus_addr) = (ports[0], ports[1]);
         let hub_url = format!("http://{listen}");
         let mut agent_metrics = BTreeMap::new();
         let mut prometheus = None;
         let mut hub_prometheus = options.hub_prometheus.clone();
         if let Some(binary) = &options.prometheus {
-            for c in &fleet_config.clusters {
-                agent_metrics.insert(c.name.clone(), free_loopback_port()?);
+            for (c, port) in fleet.clusters.iter().zip(&agent_ports) {
+                agent_metrics.insert(c.name().to_owned(), *port);
             }
-            let ports: Vec<SocketAddr> = fleet.clusters.iter().map(|c| agent_metrics[c.name()]).collect();
-            let targets = nave_sim::up::scrape_targets(&fleet, dir.path(), &hub_url, &ports)?;
-            let server = nave_sim::prometheus::Prometheus::start(
+            let targets = nave_sim::up::scrape_targets(&fleet, dir.path(), &hub_url, &agent_ports)?;
+            let server = nave_sim::prometheus::Prometheus::start_at(
+                prometheus_addr,
                 binary,
                 &dir.path().join("prometheus"),
                 &targets,
@@ -497,12 +502,6 @@ impl Env {
             pool.close().await;
         }
     }
-}
-
-/// A free port on the loopback interface for the hub, which binds an address rather than taking
-/// a listener; it keeps the same address across restarts, as a Service would.
-fn free_loopback_port() -> std::io::Result<SocketAddr> {
-    std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()
 }
 
 /// Polls `check` every 100 ms until it returns `Ok`, and panics after `deadline` with what it
