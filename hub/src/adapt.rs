@@ -243,13 +243,7 @@ impl Adapt {
                 return decision;
             }
         }
-        let in_burst = |d: &Decision| -> u32 {
-            d.clusters
-                .iter()
-                .filter(|c| c.role == Role::Burst)
-                .map(|c| d.replicas_in(&c.cluster))
-                .sum()
-        };
+        let in_burst = |d: &Decision| -> u32 { in_burst_clusters(d).values().sum() };
         let bursting: BTreeMap<String, u32> = baseline
             .clusters
             .iter()

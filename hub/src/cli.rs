@@ -17,6 +17,8 @@ pub struct Cli {
 
 /// Subcommands.
 #[derive(Debug, Subcommand)]
+// Parsed once at start-up; boxing the arguments would buy nothing.
+#[allow(clippy::large_enum_variant)]
 pub enum Command {
     /// Run the hub: controllers, agent endpoints, loops.
     Run(RunArgs),
@@ -53,6 +55,56 @@ pub struct RunArgs {
     /// When a silent cluster is declared lost and how fast replicas leave it.
     #[command(flatten)]
     pub failover: FailoverArgs,
+    /// Prometheus as a scoring input.
+    #[command(flatten)]
+    pub prometheus: PrometheusArgs,
+}
+
+/// Where measured usage comes from (see the `prometheus` module). Without a URL, placement
+/// counts requests only.
+#[derive(Debug, Clone, PartialEq, clap::Args)]
+pub struct PrometheusArgs {
+    /// Base URL of a Prometheus (or compatible) server, e.g. `http://prometheus:9090`. Its
+    /// series must name the workload cluster in a `cluster` label. Without it, scores use
+    /// requests only.
+    #[arg(long, env = "NAVE_PROMETHEUS_URL")]
+    pub prometheus_url: Option<String>,
+    /// PromQL for the CPU each cluster uses, in cores, one series per `cluster`; empty turns
+    /// the signal off.
+    #[arg(
+        long,
+        env = "NAVE_PROMETHEUS_USAGE_CPU_QUERY",
+        default_value = crate::prometheus::DEFAULT_CPU_QUERY
+    )]
+    pub prometheus_usage_cpu_query: String,
+    /// PromQL for the memory each cluster uses, in bytes, one series per `cluster`; empty turns
+    /// the signal off.
+    #[arg(
+        long,
+        env = "NAVE_PROMETHEUS_USAGE_MEMORY_QUERY",
+        default_value = crate::prometheus::DEFAULT_MEMORY_QUERY
+    )]
+    pub prometheus_usage_memory_query: String,
+    /// PromQL for each cluster's traffic (requests per second, say), one series per `cluster`.
+    /// Shown in the REST API; no default.
+    #[arg(long, env = "NAVE_PROMETHEUS_TRAFFIC_QUERY")]
+    pub prometheus_traffic_query: Option<String>,
+    /// How long a measured value counts; older ones are dropped and scores fall back to
+    /// requests. The queries run every third of it.
+    #[arg(long, env = "NAVE_PROMETHEUS_TTL", default_value = "30s", value_parser = positive_duration)]
+    pub prometheus_ttl: Duration,
+}
+
+impl Default for PrometheusArgs {
+    fn default() -> Self {
+        PrometheusArgs {
+            prometheus_url: None,
+            prometheus_usage_cpu_query: crate::prometheus::DEFAULT_CPU_QUERY.to_owned(),
+            prometheus_usage_memory_query: crate::prometheus::DEFAULT_MEMORY_QUERY.to_owned(),
+            prometheus_traffic_query: None,
+            prometheus_ttl: Duration::from_secs(30),
+        }
+    }
 }
 
 /// Failover rules of `nave-hub run` (see the `health` module for how they combine).
@@ -153,6 +205,30 @@ mod tests {
         assert_eq!(run.failover.failover_max_stale_percent, 30);
         assert_eq!(run.failover.failover_max_per_minute, 5);
         assert_eq!(run.failover.failback_settle, Duration::ZERO);
+    }
+
+    #[test]
+    fn prometheus_flags_default_to_off_with_cadvisor_queries() {
+        let run = parse(&[]).expect("defaults parse");
+        assert_eq!(run.prometheus, PrometheusArgs::default());
+        assert!(run.prometheus.prometheus_url.is_none());
+        let run = parse(&[
+            "--prometheus-url",
+            "http://prometheus:9090",
+            "--prometheus-ttl",
+            "1m",
+            "--prometheus-traffic-query",
+            "sum by (cluster) (rate(http_requests_total[2m]))",
+        ])
+        .expect("flags parse");
+        assert_eq!(
+            run.prometheus.prometheus_url.as_deref(),
+            Some("http://prometheus:9090")
+        );
+        assert_eq!(run.prometheus.prometheus_ttl, Duration::from_secs(60));
+        assert!(run.prometheus.prometheus_traffic_query.is_some());
+        let error = parse(&["--prometheus-ttl", "0s"]).expect_err("a zero TTL is refused");
+        assert!(error.to_string().contains("greater than zero"), "{error}");
     }
 
     #[test]

@@ -11,6 +11,7 @@ use tokio::sync::{mpsc, watch};
 use crate::health::FleetHealth;
 use crate::index::Index;
 use crate::metrics::HubMetrics;
+use crate::prometheus::UsageCache;
 use crate::store::Store;
 
 /// Field manager and event reporter name of the hub.
@@ -158,6 +159,9 @@ pub struct Context {
     pub health: Arc<FleetHealth>,
     /// Prometheus metrics, served on `/metrics`.
     pub metrics: Arc<HubMetrics>,
+    /// Per-cluster usage measured by Prometheus; disabled (always empty) without
+    /// `--prometheus-url`.
+    pub usage: Arc<UsageCache>,
 }
 
 impl std::fmt::Debug for Context {
@@ -192,6 +196,7 @@ impl Context {
             backoff: Arc::default(),
             health: Arc::default(),
             metrics: Arc::default(),
+            usage: Arc::default(),
         }
     }
 }

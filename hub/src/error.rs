@@ -56,6 +56,14 @@ pub enum Error {
         #[source]
         source: StoreError,
     },
+    /// `--prometheus-url` cannot be used (it does not parse, or no client can be built for it).
+    #[error("--prometheus-url {url}: {message}")]
+    Prometheus {
+        /// The URL given.
+        url: String,
+        /// What is wrong with it.
+        message: String,
+    },
     /// Binding the HTTP listener failed.
     #[error("listening on {addr}")]
     Listen {

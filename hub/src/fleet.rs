@@ -17,9 +17,10 @@ use kube::ResourceExt;
 use kube::api::{Api, ListParams};
 use nave_api::WorkloadCluster;
 use nave_api::wire::{StatusReport, WorkloadRef};
-use nave_policies::Fleet;
+use nave_policies::{Capacity, Fleet};
 
 use crate::error::Error;
+use crate::prometheus::{Usage, UsageCache};
 use crate::scheduler;
 use crate::store::{ClusterRecord, Store};
 
@@ -36,6 +37,27 @@ pub struct FleetView {
     pub registered: Vec<String>,
     /// When the view was taken; readiness is judged against it.
     pub now: jiff::Timestamp,
+    /// Fresh measured usage by cluster ([`FleetView::with_usage`]); empty without Prometheus.
+    pub usage: Usage,
+}
+
+impl FleetView {
+    /// The view with `cache`'s fresh usage put into the clusters' capacity models, where it
+    /// replaces requests in utilization and ranks by measured headroom (see `nave-policies`).
+    /// Clusters without fresh values, or with unknown capacity, keep counting requests.
+    pub fn with_usage(mut self, cache: &UsageCache) -> FleetView {
+        self.usage = cache.fresh(self.now);
+        for (name, measured) in &self.usage {
+            let Some(mut cluster) = self.fleet.get(name).cloned() else {
+                continue;
+            };
+            if let Capacity::Known(model) = &mut cluster.capacity {
+                model.usage = measured.usage(model.utilization(&[]).used);
+                self.fleet.insert(cluster);
+            }
+        }
+        self
+    }
 }
 
 /// Reads the registered clusters and the WorkloadClusters and builds the placement engine's
@@ -72,6 +94,7 @@ pub async fn gather(client: &kube::Client, store: &dyn Store, grace: Duration) -
         objects,
         registered,
         now,
+        usage: Usage::new(),
     })
 }
 

@@ -29,6 +29,8 @@
 //!                        └─ simulate: validate ─► Fleet + Request + Ledger ─► decide (nothing written)
 //!  health loop: store heartbeats ─► WorkloadCluster Ready ─► failed-over clusters ─► trigger
 //!     (the MCD controller evacuates them: failover.rs)
+//!  prometheus refresher (--prometheus-url): PromQL per signal ─► UsageCache (TTL)
+//!     ─► fleet usage (scores, bursting threshold), /metrics, REST API, WorkloadCluster status
 //! ```
 //!
 //! The controller and the REST API build the placement engine's inputs with the same code
@@ -54,6 +56,7 @@ pub mod health;
 pub mod index;
 pub mod metrics;
 pub mod probes;
+pub mod prometheus;
 pub mod render;
 pub mod rest;
 pub mod scheduler;
@@ -175,13 +178,27 @@ pub async fn run_until(args: RunArgs, shutdown: CancellationToken) -> Result<(),
     };
     let (trigger, triggered) = ReconcileTrigger::new();
     let index = Arc::new(Index::load(store.clone()).await?);
-    let ctx = Arc::new(Context::new(
+    let mut ctx = Context::new(
         client.clone(),
         store.clone(),
         signals.clone(),
         index.clone(),
         timings.clone(),
-    ));
+    );
+    if args.prometheus.prometheus_url.is_some() {
+        ctx.usage = Arc::new(prometheus::UsageCache::new(args.prometheus.prometheus_ttl));
+    }
+    let refresher = prometheus::Refresher::new(&args.prometheus, ctx.usage.clone(), ctx.metrics.clone())?
+        .map(|r| {
+            r.with_status(
+                ClusterObjects::new(client.clone()),
+                timings.cluster_status_interval,
+            )
+        });
+    if refresher.is_none() {
+        info!("no --prometheus-url: scores use requests only");
+    }
+    let ctx = Arc::new(ctx);
     // On shutdown, end the agents' long-polls so the graceful shutdown does not wait them out.
     let closing = signals.clone();
     let closed = shutdown.clone();
@@ -218,7 +235,12 @@ pub async fn run_until(args: RunArgs, shutdown: CancellationToken) -> Result<(),
         .merge(probes::router(ctx.clone()));
     let server = axum::serve(listener, routes).with_graceful_shutdown(shutdown.clone().cancelled_owned());
     let controllers = controller::run(ctx, triggered, shutdown.clone());
-    let (served, (), ()) = tokio::join!(
+    let usage = async {
+        if let Some(refresher) = refresher {
+            refresher.run(shutdown.clone()).await;
+        }
+    };
+    let (served, (), (), ()) = tokio::join!(
         async {
             let result = server.await.map_err(Error::Serve);
             // The controllers stop too when the server fails.
@@ -226,7 +248,8 @@ pub async fn run_until(args: RunArgs, shutdown: CancellationToken) -> Result<(),
             result
         },
         controllers,
-        health
+        health,
+        usage
     );
     store.close().await.map_err(Error::OpenStore)?;
     served

@@ -6,8 +6,10 @@
 //!        │        ── record_placement_change ───► nave_placements_total
 //!        └─────── record_reconcile_error ───────► nave_reconcile_errors_total
 //!  rescheduling, bursting, failover ── record_* ─► nave_{reschedules,bursts,failovers}_total
+//!  prometheus::Refresher ── record_prometheus_query ─► nave_prometheus_quer{ies,y_errors}_total
 //!
 //!  GET /metrics ─► store.list_clusters() ─► nave_cluster_* (computed per scrape)
+//!               ├► UsageCache::fresh()  ─► nave_cluster_used
 //!               └► the registry above     ─► OpenMetrics text
 //! ```
 //!
@@ -17,9 +19,8 @@
 //! placement counts with; readiness follows placement's rule (a heartbeat within the grace
 //! period, [`crate::scheduler::fleet_cluster`]).
 //!
-//! Measured usage (`nave_cluster_used`) is not exported yet: the wire protocol has room for it
-//! (`Heartbeat::usage`), but agents do not report it and the store keeps only the capacity model
-//! of the newest heartbeat. The family will come with the agent's usage reports.
+//! Measured usage (`nave_cluster_used`) comes from Prometheus ([`crate::prometheus`]) when the
+//! hub reads it: the fresh values at scrape time, absent when there are none.
 //!
 //! Every metric is documented in `docs/metrics.md`.
 
@@ -46,6 +47,7 @@ use serde_json::json;
 use tracing::warn;
 
 use crate::context::Context;
+use crate::prometheus::Usage;
 use crate::scheduler;
 use crate::store::ClusterRecord;
 
@@ -78,6 +80,12 @@ struct ClusterLabels {
     cluster: String,
 }
 
+/// Labels of the Prometheus query counters.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct SignalLabels {
+    signal: &'static str,
+}
+
 /// Labels of the per-cluster, per-resource gauges.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ResourceLabels {
@@ -99,6 +107,8 @@ pub struct HubMetrics {
     scrape_errors: Counter,
     mcd_desired: Family<McdLabels, Gauge>,
     mcd_ready: Family<McdLabels, Gauge>,
+    prometheus_queries: Family<SignalLabels, Counter>,
+    prometheus_errors: Family<SignalLabels, Counter>,
     /// The clusters each MCD has series for, so that clusters it left and deleted MCDs lose
     /// theirs. The lock is held across the family updates so that an observe and a forget of
     /// the same MCD cannot interleave.
@@ -171,6 +181,19 @@ impl HubMetrics {
             "Ready replicas of a MultiClusterDeployment in a cluster, as its agent reported",
             mcd_ready.clone(),
         );
+        let prometheus_queries = Family::<SignalLabels, Counter>::default();
+        registry.register(
+            "nave_prometheus_queries",
+            "Usage queries sent to Prometheus, by signal (cpu, memory, traffic)",
+            prometheus_queries.clone(),
+        );
+        let prometheus_errors = Family::<SignalLabels, Counter>::default();
+        registry.register(
+            "nave_prometheus_query_errors",
+            "Usage queries that failed (no answer, an error, or an answer not keyed by cluster); \
+             the last values stay until their TTL",
+            prometheus_errors.clone(),
+        );
         HubMetrics {
             registry,
             scheduling_duration,
@@ -182,6 +205,8 @@ impl HubMetrics {
             scrape_errors,
             mcd_desired,
             mcd_ready,
+            prometheus_queries,
+            prometheus_errors,
             mcd_clusters: Mutex::default(),
         }
     }
@@ -217,6 +242,22 @@ impl HubMetrics {
     /// Counts a failover: an MCD's replicas moved away from a cluster that stopped being ready.
     pub fn record_failover(&self) {
         self.failovers.inc();
+    }
+
+    /// Creates `signal`'s query counters at zero, so that they are there before the first query.
+    pub fn prometheus_signal(&self, signal: &'static str) {
+        let labels = SignalLabels { signal };
+        let _ = self.prometheus_queries.get_or_create(&labels);
+        let _ = self.prometheus_errors.get_or_create(&labels);
+    }
+
+    /// Counts one Prometheus query of `signal`, and whether it failed.
+    pub fn record_prometheus_query(&self, signal: &'static str, failed: bool) {
+        let labels = SignalLabels { signal };
+        self.prometheus_queries.get_or_create(&labels).inc();
+        if failed {
+            self.prometheus_errors.get_or_create(&labels).inc();
+        }
     }
 
     /// Counts a failed reconcile.
@@ -270,13 +311,25 @@ impl HubMetrics {
         now: jiff::Timestamp,
         grace: Duration,
     ) -> Result<String, std::fmt::Error> {
+        self.encode_with_usage(clusters, &Usage::new(), now, grace)
+    }
+
+    /// As [`HubMetrics::encode`], with `nave_cluster_used` from the measured `usage` of the
+    /// clusters in `clusters`.
+    pub fn encode_with_usage(
+        &self,
+        clusters: Option<&[ClusterRecord]>,
+        usage: &Usage,
+        now: jiff::Timestamp,
+        grace: Duration,
+    ) -> Result<String, std::fmt::Error> {
         if clusters.is_none() {
             self.scrape_errors.inc();
         }
         let mut text = String::new();
         encode_registry(&mut text, &self.registry)?;
         if let Some(clusters) = clusters {
-            encode_registry(&mut text, &cluster_registry(clusters, now, grace))?;
+            encode_registry(&mut text, &cluster_registry(clusters, usage, now, grace))?;
         }
         encode_eof(&mut text)?;
         Ok(text)
@@ -292,7 +345,12 @@ fn mcd_labels(workload: &WorkloadRef, cluster: &str) -> McdLabels {
 }
 
 /// A registry of the per-cluster families as of `now`, built afresh for each scrape.
-fn cluster_registry(clusters: &[ClusterRecord], now: jiff::Timestamp, grace: Duration) -> Registry {
+fn cluster_registry(
+    clusters: &[ClusterRecord],
+    usage: &Usage,
+    now: jiff::Timestamp,
+    grace: Duration,
+) -> Registry {
     let mut registry = Registry::default();
     let allocatable = Family::<ResourceLabels, FloatGauge>::default();
     registry.register(
@@ -307,6 +365,13 @@ fn cluster_registry(clusters: &[ClusterRecord], now: jiff::Timestamp, grace: Dur
         "Resources requested by the pods on the cluster's schedulable nodes: cpu in cores, memory \
          in bytes, pods in pods",
         requested.clone(),
+    );
+    let used = Family::<ResourceLabels, FloatGauge>::default();
+    registry.register(
+        "nave_cluster_used",
+        "Resources the cluster uses, as Prometheus measured them (fresh values only): cpu in \
+         cores, memory in bytes; absent when not measured",
+        used.clone(),
     );
     let utilization = Family::<ResourceLabels, FloatGauge>::default();
     registry.register_with_unit(
@@ -348,6 +413,18 @@ fn cluster_registry(clusters: &[ClusterRecord], now: jiff::Timestamp, grace: Dur
         };
         let fleet = scheduler::fleet_cluster(&record.name, Some(record), None, now, grace);
         ready.get_or_create(&cluster).set(i64::from(fleet.ready));
+        if let Some(measured) = usage.get(&record.name) {
+            let resource = |resource| ResourceLabels {
+                cluster: record.name.clone(),
+                resource,
+            };
+            if let Some(cpu) = measured.cpu_millis {
+                used.get_or_create(&resource("cpu")).set(cpu as f64 / 1000.0);
+            }
+            if let Some(memory) = measured.memory_bytes {
+                used.get_or_create(&resource("memory")).set(memory as f64);
+            }
+        }
         if let Some(at) = record.last_heartbeat_at {
             let age = now.duration_since(at).as_secs_f64().max(0.0);
             heartbeat_age.get_or_create(&cluster).set(age);
@@ -412,9 +489,10 @@ async fn scrape(State(ctx): State<Arc<Context>>) -> Response {
         }
     };
     let now = jiff::Timestamp::now();
+    let usage = ctx.usage.fresh(now);
     match ctx
         .metrics
-        .encode(clusters.as_deref(), now, ctx.timings.heartbeat_grace)
+        .encode_with_usage(clusters.as_deref(), &usage, now, ctx.timings.heartbeat_grace)
     {
         Ok(text) => ([(header::CONTENT_TYPE, OPENMETRICS_CONTENT_TYPE)], text).into_response(),
         Err(error) => {

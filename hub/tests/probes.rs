@@ -46,6 +46,7 @@ async fn readiness_fails_when_the_store_does_not_answer_and_liveness_does_not() 
         client,
         store.clone(),
         Arc::new(WorkSignals::default()),
+        Arc::new(nave_hub::index::Index::empty(store.clone())),
         Timings::default(),
     ));
     let probe = |path: &'static str| {

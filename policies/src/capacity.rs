@@ -119,6 +119,8 @@ pub struct Utilization {
     pub used: Resources,
     /// Allocatable, summed over nodes.
     pub allocatable: Resources,
+    /// `used` counts measured usage rather than requests.
+    pub measured: bool,
 }
 
 impl Utilization {
@@ -164,7 +166,11 @@ impl fmt::Display for Utilization {
             "cpu {}%, memory {}%",
             self.cpu_percent(),
             self.memory_percent()
-        )
+        )?;
+        if self.measured {
+            f.write_str(" (measured usage)")?;
+        }
+        Ok(())
     }
 }
 
@@ -218,7 +224,25 @@ impl CapacityModel {
             acc.saturating_add(r.demand.per_replica().saturating_mul(u64::from(r.replicas)))
         });
         let used = self.usage.unwrap_or(requested).saturating_add(reserved);
-        Utilization { used, allocatable }
+        Utilization {
+            used,
+            allocatable,
+            measured: self.usage.is_some(),
+        }
+    }
+
+    /// How many replicas of `demand` fit in what measured usage leaves of allocatable, once
+    /// `reservations` are counted; `None` without measured usage.
+    ///
+    /// Only CPU and memory count, summed over the cluster: usage is measured per cluster, and
+    /// pod slots and per-node fit are already in [`CapacityModel::room`]. A zero request does
+    /// not limit.
+    pub fn headroom(&self, demand: &Demand, reservations: &[Reservation]) -> Option<u64> {
+        self.usage?;
+        let u = self.utilization(reservations);
+        let left = u.allocatable.saturating_sub(u.used);
+        let fit = |free: u64, want: u64| free.checked_div(want).unwrap_or(u64::MAX);
+        Some(fit(left.cpu_millis, demand.cpu_millis).min(fit(left.memory_bytes, demand.memory_bytes)))
     }
 
     fn free_after(&self, reservations: &[Reservation]) -> Vec<Vec<Resources>> {

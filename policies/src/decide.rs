@@ -52,6 +52,9 @@ struct Cand<'a> {
     kept: u64,
     /// Room left for new replicas; zero when filtered.
     free: u64,
+    /// Replicas that fit in what measured usage leaves, when usage is measured; ranking takes
+    /// the lower of this and `free`, filling never more than `free`.
+    headroom: Option<u64>,
     added: u64,
     eligible: bool,
     changed: bool,
@@ -60,6 +63,12 @@ struct Cand<'a> {
 impl Cand<'_> {
     fn holds(&self) -> u64 {
         self.kept + self.added
+    }
+
+    /// What the strategies rank by: the room by requests, or less when measured usage says the
+    /// cluster is busier than its requests show.
+    fn score(&self) -> u64 {
+        self.headroom.map_or(self.free, |h| h.min(self.free))
     }
 }
 
@@ -129,7 +138,7 @@ fn evaluate<'a>(fleet: &'a Fleet, ledger: &Ledger, request: &Request) -> Table<'
                 .map(Filter::SelectorMismatch)
         };
         // Room is not worth computing for a cluster the workload may not use at all.
-        let (room, utilization) = match (&cluster.capacity, &filter) {
+        let (room, utilization, headroom) = match (&cluster.capacity, &filter) {
             (Capacity::Known(model), None) => {
                 let reservations = ledger.reservations(name);
                 // Utilization is a second pass over every node; only the threshold needs it.
@@ -137,9 +146,13 @@ fn evaluate<'a>(fleet: &'a Fleet, ledger: &Ledger, request: &Request) -> Table<'
                     .bursting
                     .threshold_percent
                     .map(|_| model.utilization(reservations));
-                (Some(model.room(&request.demand, reservations)), utilization)
+                (
+                    Some(model.room(&request.demand, reservations)),
+                    utilization,
+                    model.headroom(&request.demand, reservations),
+                )
             }
-            _ => (None, None),
+            _ => (None, None, None),
         };
         let evacuating = request.evacuate.get(name).copied().unwrap_or(0);
         if filter.is_none() {
@@ -177,6 +190,7 @@ fn evaluate<'a>(fleet: &'a Fleet, ledger: &Ledger, request: &Request) -> Table<'
             weight: u64::from(weight.unwrap_or(0)),
             kept: u64::from(previous),
             free,
+            headroom,
             added: 0,
             eligible,
             changed: false,
@@ -206,6 +220,7 @@ fn evaluate<'a>(fleet: &'a Fleet, ledger: &Ledger, request: &Request) -> Table<'
                 weight: 0,
                 kept: u64::from(previous),
                 free: 0,
+                headroom: None,
                 added: 0,
                 eligible: false,
                 changed: false,
@@ -256,7 +271,7 @@ fn rank(t: &mut Table<'_>, fleet: &Fleet, request: &Request) -> Vec<usize> {
     let mut proximity: Vec<Option<Proximity>> = Vec::new();
     match strategy {
         Strategy::WorstFit | Strategy::Spread => {
-            ranked.sort_by(|&a, &b| cands[b].free.cmp(&cands[a].free).then(a.cmp(&b)));
+            ranked.sort_by(|&a, &b| cands[b].score().cmp(&cands[a].score()).then(a.cmp(&b)));
         }
         Strategy::BestFit => {
             let need = u64::from(request.replicas)
@@ -269,7 +284,7 @@ fn rank(t: &mut Table<'_>, fleet: &Fleet, request: &Request) -> Vec<usize> {
                 0 => (2, 0),
                 f => (1, u64::MAX - f),
             };
-            ranked.sort_by(|&a, &b| key(cands[a].free).cmp(&key(cands[b].free)).then(a.cmp(&b)));
+            ranked.sort_by(|&a, &b| key(cands[a].score()).cmp(&key(cands[b].score())).then(a.cmp(&b)));
         }
         Strategy::Proximity(origin) => {
             let point = Point::of_origin(origin, fleet);
@@ -283,9 +298,11 @@ fn rank(t: &mut Table<'_>, fleet: &Fleet, request: &Request) -> Vec<usize> {
     }
     let of = ranked.len();
     for (position, &i) in ranked.iter().enumerate() {
+        let c = &cands[i];
         let score = match proximity.get(i).copied().flatten() {
             Some(p) => Score::Proximity(p),
-            None => Score::Room(cands[i].free),
+            None if c.score() < c.free => Score::MeasuredHeadroom(c.score()),
+            None => Score::Room(c.free),
         };
         t.outs[i].rank = Some(Rank {
             order: strategy.name(),

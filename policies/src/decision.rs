@@ -82,6 +82,9 @@ impl fmt::Display for Filter {
 pub enum Score {
     /// Replicas of this demand that fit (worst-fit, best-fit, spread rank by it).
     Room(u64),
+    /// Replicas of this demand that fit in what measured usage leaves free, when that is less
+    /// than the room by requests: worst-fit, best-fit and spread ranked the cluster by it.
+    MeasuredHeadroom(u64),
     /// Nearness to the origin, or to the clusters already chosen.
     Proximity(Proximity),
 }
@@ -105,6 +108,8 @@ impl fmt::Display for Rank {
         match self.score {
             // Room is printed beside the rank anyway.
             Score::Room(_) => Ok(()),
+            Score::MeasuredHeadroom(1) => f.write_str(" (by measured usage: headroom for 1 replica)"),
+            Score::MeasuredHeadroom(n) => write!(f, " (by measured usage: headroom for {n} replicas)"),
             Score::Proximity(p) => write!(f, " ({p})"),
         }
     }

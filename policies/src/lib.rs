@@ -25,6 +25,11 @@
 //!   required node affinity and whose blocking taints it tolerates, of min(free cpu / cpu
 //!   request, free memory / memory request, free pods), with free = allocatable - requested and
 //!   the ledger's reservations taken out. A zero request does not limit.
+//! - **Measured usage** ([`CapacityModel::usage`], from metrics), when the caller has it,
+//!   replaces requests in [`Utilization`] (the bursting threshold) and ranks worst-fit,
+//!   best-fit and spread by the lower of room and [`CapacityModel::headroom`]; the explanation
+//!   says so ([`Score::MeasuredHeadroom`]). Filling still stops at room by requests, because the
+//!   Kubernetes scheduler admits pods by requests.
 //! - **Capacity unknown** (no agent report yet) is a filter: the cluster keeps what it has and
 //!   gets nothing new, because placing blind is how clusters get overcommitted.
 //! - **Filters** (allow-list, `clusterSelector`, not Ready, cordoned, capacity unknown,

@@ -49,6 +49,9 @@ pub enum Command {
         /// Serve HTTPS with generated CAs.
         #[arg(long)]
         tls: bool,
+        /// Do not start Prometheus even when `prometheus` is on PATH (scores then use requests).
+        #[arg(long)]
+        no_prometheus: bool,
     },
     /// Serve every cluster of a fleet file, one listener each.
     Fleet {
@@ -117,12 +120,19 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             config,
             dir,
             tls,
+            no_prometheus,
         } => {
             let fleet = match config {
                 Some(p) => FleetConfig::from_file(&p)?,
                 None => crate::up::default_fleet(usize::from(clusters)),
             };
-            let playground = crate::up::Playground::start(crate::up::UpOptions { fleet, dir, tls }).await?;
+            let playground = crate::up::Playground::start(crate::up::UpOptions {
+                fleet,
+                dir,
+                tls,
+                prometheus: !no_prometheus,
+            })
+            .await?;
             print!("{}", playground.next_steps());
             shutdown_signal().await;
             playground.shutdown().await;

@@ -17,7 +17,8 @@
 //! ```
 //!
 //! Entry points: [`SimCluster`] and [`SimFleet`] for tests and other crates; [`cli`] for the
-//! `nave-sim` binary.
+//! `nave-sim` binary; [`up`] for the playground, and [`prometheus`] for a real Prometheus
+//! scraping simulated clusters (the playground's and the end-to-end tests').
 
 #![forbid(unsafe_code)]
 
@@ -27,6 +28,7 @@ pub mod config;
 pub mod controllers;
 pub mod kubectl;
 pub mod metrics;
+pub mod prometheus;
 pub mod server;
 pub mod up;
 

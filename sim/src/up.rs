@@ -7,6 +7,8 @@
 //!                                                                         ▲ /agent/v1
 //!   .nave/admin-token (+ api-tokens) ──► REST API /api/v1 of the hub ──────────┘
 //!   .nave/clusters/<name>.kubeconfig ──► workload cluster <name> ◄── nave-agent (one per cluster)
+//!   .nave/prometheus/  when `prometheus` is on PATH: it scrapes every cluster (label `cluster`),
+//!                      the hub and the agents, and the hub reads usage from it (--prometheus-url)
 //!   .nave/ready.json   written last: every URL above is serving
 //! ```
 
@@ -21,6 +23,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::cluster::{ServeOptions, SimCluster, SimFleet};
 use crate::config::{ClusterConfig, Coordinates, FleetConfig, NodePool};
+use crate::prometheus::{self, CLUSTER_LABEL, Prometheus, ScrapeTarget};
 
 /// Name of the simulated management cluster.
 pub const MANAGEMENT_CLUSTER: &str = "management";
@@ -40,7 +43,13 @@ pub struct UpOptions {
     pub dir: PathBuf,
     /// Serve HTTPS with generated CAs.
     pub tls: bool,
+    /// Start Prometheus too when its binary is on `PATH`.
+    pub prometheus: bool,
 }
+
+/// How often the playground's Prometheus scrapes: often enough that usage follows a change
+/// within seconds.
+pub const SCRAPE_INTERVAL: Duration = Duration::from_secs(2);
 
 /// The running playground.
 #[derive(Debug)]
@@ -51,6 +60,10 @@ pub struct Playground {
     pub fleet: SimFleet,
     /// The hub's URL (agent endpoints).
     pub hub_url: String,
+    /// The Prometheus server, when its binary was found.
+    pub prometheus: Option<Prometheus>,
+    /// Why there is no Prometheus, when there is none.
+    pub prometheus_absent: Option<String>,
     dir: PathBuf,
     /// Stops the hub and the agents.
     stop: CancellationToken,
@@ -131,8 +144,32 @@ impl Playground {
             &api_tokens_file,
             format!("# scope token (written by nave-sim up)\nadmin {admin_token}\n"),
         )?;
-        let hub_addr = free_loopback_port()?;
+        // The hub, Prometheus and each agent's metrics: distinct ports, chosen together.
+        let mut ports = prometheus::free_loopback_ports(2 + fleet.clusters.len())?;
+        let agent_metrics = ports.split_off(2);
+        let (hub_addr, prometheus_addr) = (ports[0], ports[1]);
         let hub_url = format!("http://{hub_addr}");
+        let (prometheus, prometheus_absent) = if !opts.prometheus {
+            (
+                None,
+                Some("Prometheus not started (--no-prometheus); scores use requests".to_owned()),
+            )
+        } else if let Some(binary) = prometheus::find_binary() {
+            let targets = scrape_targets(&fleet, &opts.dir, &hub_url, &agent_metrics)?;
+            let dir = opts.dir.join("prometheus");
+            match Prometheus::start_at(prometheus_addr, &binary, &dir, &targets, SCRAPE_INTERVAL).await {
+                Ok(p) => (Some(p), None),
+                Err(e) => {
+                    tracing::warn!(error = %e, "Prometheus did not start; scores use requests");
+                    (
+                        None,
+                        Some(format!("Prometheus did not start ({e}); scores use requests")),
+                    )
+                }
+            }
+        } else {
+            (None, Some("Prometheus not found; scores use requests".to_owned()))
+        };
         let stop = CancellationToken::new();
         let mut tasks = tokio::task::JoinSet::new();
         let hub_args = nave_hub::cli::RunArgs {
@@ -144,6 +181,10 @@ impl Playground {
             kubeconfig: Some(management_kubeconfig),
             log_json: false,
             failover: nave_hub::cli::FailoverArgs::default(),
+            prometheus: nave_hub::cli::PrometheusArgs {
+                prometheus_url: prometheus.as_ref().map(|p| p.url().to_owned()),
+                ..nave_hub::cli::PrometheusArgs::default()
+            },
         };
         let hub_stop = stop.clone();
         tasks.spawn(async move {
@@ -162,8 +203,10 @@ impl Playground {
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        for (cluster, config) in fleet.clusters.iter().zip(&opts.fleet.clusters) {
+        for ((cluster, config), metrics) in fleet.clusters.iter().zip(&opts.fleet.clusters).zip(agent_metrics)
+        {
             let mut agent = nave_agent::Config::new(hub_url.clone(), cluster.name(), token_file.clone());
+            agent.metrics_listen = Some(metrics);
             agent.region = config.region.clone();
             agent.zone = config.zone.clone();
             agent.labels = config.labels.clone();
@@ -180,6 +223,8 @@ impl Playground {
             management,
             fleet,
             hub_url,
+            prometheus,
+            prometheus_absent,
             dir: opts.dir,
             stop,
             tasks,
@@ -220,6 +265,10 @@ impl Playground {
                 },
             },
             "clusters": clusters,
+            "prometheus": self.prometheus.as_ref().map(|p| serde_json::json!({
+                "url": p.url(),
+                "config": p.dir().join("prometheus.yml").display().to_string(),
+            })),
         });
         // Written last and atomically: its presence means everything above is serving.
         let tmp = self.dir.join("ready.json.tmp");
@@ -234,6 +283,14 @@ impl Playground {
         let mut s = String::new();
         s.push_str(&format!("management cluster  {}\n", self.management.url()));
         s.push_str(&format!("hub                 {}\n", self.hub_url));
+        match (&self.prometheus, &self.prometheus_absent) {
+            (Some(p), _) => s.push_str(&format!(
+                "prometheus          {}  (the hub reads cluster usage from it)\n",
+                p.url()
+            )),
+            (None, Some(why)) => s.push_str(&format!("{why}\n")),
+            (None, None) => {}
+        }
         for c in &self.fleet.clusters {
             s.push_str(&format!(
                 "workload cluster    {:<14} {}  (metrics {})\n",
@@ -259,6 +316,9 @@ impl Playground {
         let _ = std::fs::remove_file(self.dir.join("ready.json"));
         self.stop.cancel();
         while self.tasks.join_next().await.is_some() {}
+        if let Some(prometheus) = self.prometheus.take() {
+            prometheus.stop().await;
+        }
         self.fleet.shutdown().await;
         self.management.shutdown().await;
     }
@@ -269,10 +329,34 @@ impl Playground {
     }
 }
 
-/// A free port on the loopback interface for the hub, which takes an address rather than a
-/// listener.  Another process could take the port in between; the hub then fails to bind and says so.
-fn free_loopback_port() -> std::io::Result<std::net::SocketAddr> {
-    std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()
+/// What the playground's Prometheus scrapes: each workload cluster (its series labelled with
+/// its name; over HTTPS with its CA, written under `dir`), the hub, and each agent (labelled
+/// with its cluster).
+pub fn scrape_targets(
+    fleet: &SimFleet,
+    dir: &Path,
+    hub_url: &str,
+    agent_metrics: &[std::net::SocketAddr],
+) -> anyhow::Result<Vec<ScrapeTarget>> {
+    let mut targets = Vec::new();
+    for (cluster, agent) in fleet.clusters.iter().zip(agent_metrics) {
+        let name = cluster.name();
+        let mut target = ScrapeTarget::from_url(&format!("cluster-{name}"), &cluster.metrics_url())?
+            .label(CLUSTER_LABEL, name);
+        if let Some(ca) = cluster.ca_pem() {
+            let path = dir.join("clusters").join(format!("{name}.ca.pem"));
+            std::fs::create_dir_all(dir.join("clusters"))?;
+            std::fs::write(&path, ca)?;
+            target = target.ca_file(path);
+        }
+        targets.push(target);
+        targets.push(
+            ScrapeTarget::from_url(&format!("nave-agent-{name}"), &format!("http://{agent}/metrics"))?
+                .label(CLUSTER_LABEL, name),
+        );
+    }
+    targets.push(ScrapeTarget::from_url("nave-hub", &format!("{hub_url}/metrics"))?);
+    Ok(targets)
 }
 
 /// Creates (or replaces) Nave's CRDs and waits until each is Established.

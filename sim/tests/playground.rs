@@ -18,6 +18,7 @@ async fn up_serves_a_management_cluster_with_the_crds_and_a_declared_fleet() {
         fleet: default_fleet(2),
         dir: dir.path().to_path_buf(),
         tls: false,
+        prometheus: true,
     })
     .await
     .expect("the playground starts");
@@ -128,6 +129,68 @@ async fn up_serves_a_management_cluster_with_the_crds_and_a_declared_fleet() {
     );
     let (status, refused) = get_json(&format!("{api}/clusters"), None).await;
     assert_eq!(status, 401, "the REST API without a token: {refused}");
+
+    // Prometheus: started when its binary is on PATH, scraping every cluster, the hub and the
+    // agents; the hub reads each cluster's usage from it.
+    let required = std::env::var_os("NAVE_REQUIRE_PROMETHEUS").is_some_and(|v| v == "1");
+    match (&playground.prometheus, nave_sim::prometheus::find_binary()) {
+        (None, None) if !required => {
+            println!("skipped: prometheus is not on PATH (the playground's Prometheus part)");
+            assert!(
+                ready["prometheus"].is_null(),
+                "no prometheus in ready.json: {ready}"
+            );
+            assert!(
+                playground
+                    .next_steps()
+                    .contains("Prometheus not found; scores use requests"),
+                "the playground says Prometheus is missing:\n{}",
+                playground.next_steps()
+            );
+        }
+        (None, _) => panic!(
+            "expected the playground to start Prometheus (NAVE_REQUIRE_PROMETHEUS=1 or the binary is on PATH): {:?}",
+            playground.prometheus_absent
+        ),
+        (Some(prometheus), _) => {
+            assert_eq!(
+                ready["prometheus"]["url"].as_str(),
+                Some(prometheus.url()),
+                "prometheus.url in ready.json"
+            );
+            assert!(
+                playground.next_steps().contains(prometheus.url()),
+                "the playground prints Prometheus' URL:\n{}",
+                playground.next_steps()
+            );
+            prometheus
+                .wait_targets_up(Duration::from_secs(60))
+                .await
+                .expect("every cluster, agent and the hub are scraped");
+            wait_for(
+                Duration::from_secs(90),
+                "the hub to read the CPU usage of both clusters from Prometheus",
+                || async {
+                    let (status, clusters) = get_json(&format!("{api}/clusters"), Some(token.trim())).await;
+                    let measured: Vec<(&str, &serde_json::Value)> = clusters["items"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .map(|c| (c["name"].as_str().unwrap_or_default(), &c["usage"]["cpuMillis"]))
+                        .collect();
+                    if status == 200
+                        && measured.len() == 2
+                        && measured.iter().all(|(_, cpu)| cpu.as_u64() > Some(0))
+                    {
+                        Ok(())
+                    } else {
+                        Err(format!("{status}: {measured:?}"))
+                    }
+                },
+            )
+            .await;
+        }
+    }
 
     for c in ready["clusters"].as_array().expect("clusters") {
         let path = c["kubeconfig"].as_str().expect("kubeconfig path");

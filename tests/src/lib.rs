@@ -14,8 +14,19 @@
 //! [`rbac`] reads the simulated clusters' request logs as the API server's authorizer would, so
 //! `tests/helm.rs` can hold the Helm charts' RBAC rules to what the hub and agents really do.
 
+//! With [`EnvOptions::prometheus`], a real Prometheus server ([`prometheus`]) scrapes every
+//! workload cluster (label `cluster`), every agent and the hub once a second, and the hub reads
+//! usage from it (`--prometheus-url`):
+//!
+//! ```text
+//!   prometheus (binary, own port/config/data) ──scrape──► clusters' /metrics, agents, hub
+//!        ▲ PromQL (usage by cluster)
+//!   hub ─┘
+//! ```
+
 #![forbid(unsafe_code)]
 
+pub mod prometheus;
 pub mod rbac;
 
 use std::collections::BTreeMap;
@@ -66,6 +77,16 @@ impl Database {
     }
 }
 
+/// What an [`Env`] runs besides the clusters, the hub and the agents.
+#[derive(Debug, Clone, Default)]
+pub struct EnvOptions {
+    /// Run Prometheus (the binary, which [`prometheus::binary_or_skip`] finds) scraping the
+    /// clusters, the agents and the hub, and point the hub at it; the agents serve `/metrics`.
+    pub prometheus: Option<PathBuf>,
+    /// The hub's Prometheus settings (queries, TTL); the URL is filled in.
+    pub hub_prometheus: nave_hub::cli::PrometheusArgs,
+}
+
 /// A running part (hub or agent) and how to stop it.
 #[derive(Debug)]
 struct Running {
@@ -99,6 +120,9 @@ pub struct Env {
     agents: BTreeMap<String, Running>,
     clients: BTreeMap<String, kube::Client>,
     postgres: Option<(String, String)>,
+    /// Where each agent serves `/metrics`, when it does.
+    agent_metrics: BTreeMap<String, SocketAddr>,
+    prometheus: Option<nave_sim::prometheus::Prometheus>,
 }
 
 impl std::fmt::Debug for Env {
@@ -121,6 +145,16 @@ pub fn fleet(n: usize) -> FleetConfig {
 impl Env {
     /// Starts everything and waits until every workload cluster has reported its capacity.
     pub async fn start(fleet_config: FleetConfig, database: Database) -> anyhow::Result<Env> {
+        Env::start_with(fleet_config, database, EnvOptions::default()).await
+    }
+
+    /// As [`Env::start`], with Prometheus when `options` ask for it; then also waits until
+    /// Prometheus scrapes every target.
+    pub async fn start_with(
+        fleet_config: FleetConfig,
+        database: Database,
+        options: EnvOptions,
+    ) -> anyhow::Result<Env> {
         let dir = tempfile::tempdir().context("a temporary directory")?;
         let management = SimCluster::start(
             ClusterConfig {
@@ -160,7 +194,32 @@ impl Env {
         let admin_token = uuid::Uuid::new_v4().simple().to_string();
         let api_tokens = dir.path().join("api-tokens");
         std::fs::write(&api_tokens, format!("admin {admin_token}\n"))?;
-        let listen = free_loopback_port()?;
+        // The hub, Prometheus and each agent's metrics: distinct ports, chosen together. The hub
+        // binds an address rather than taking a listener, and keeps it across restarts, as a
+        // Service would.
+        let mut ports = nave_sim::prometheus::free_loopback_ports(2 + fleet.clusters.len())?;
+        let agent_ports = ports.split_off(2);
+        let (listen, prometheus_addr) = (ports[0], ports[1]);
+        let hub_url = format!("http://{listen}");
+        let mut agent_metrics = BTreeMap::new();
+        let mut prometheus = None;
+        let mut hub_prometheus = options.hub_prometheus.clone();
+        if let Some(binary) = &options.prometheus {
+            for (c, port) in fleet.clusters.iter().zip(&agent_ports) {
+                agent_metrics.insert(c.name().to_owned(), *port);
+            }
+            let targets = nave_sim::up::scrape_targets(&fleet, dir.path(), &hub_url, &agent_ports)?;
+            let server = nave_sim::prometheus::Prometheus::start_at(
+                prometheus_addr,
+                binary,
+                &dir.path().join("prometheus"),
+                &targets,
+                prometheus::SCRAPE_INTERVAL,
+            )
+            .await?;
+            hub_prometheus.prometheus_url = Some(server.url().to_owned());
+            prometheus = Some(server);
+        }
         let hub_args = nave_hub::cli::RunArgs {
             database_url,
             listen,
@@ -170,12 +229,13 @@ impl Env {
             kubeconfig: Some(kubeconfig),
             log_json: false,
             failover: nave_hub::cli::FailoverArgs::default(),
+            prometheus: hub_prometheus,
         };
         let mut env = Env {
             management,
             fleet,
             client,
-            hub_url: format!("http://{listen}"),
+            hub_url,
             admin_token,
             fleet_config,
             dir,
@@ -184,6 +244,8 @@ impl Env {
             agents: BTreeMap::new(),
             clients: BTreeMap::new(),
             postgres,
+            agent_metrics,
+            prometheus,
         };
         std::fs::create_dir_all(env.dir.path().join("clusters"))?;
         for c in &env.fleet.clusters {
@@ -195,7 +257,41 @@ impl Env {
             env.start_agent(&name)?;
         }
         env.wait_fleet_reporting().await?;
+        if let Some(prometheus) = &env.prometheus {
+            prometheus.wait_targets_up(DEADLINE).await?;
+        }
         Ok(env)
+    }
+
+    /// The Prometheus server, when the environment runs one.
+    pub fn prometheus(&self) -> Option<&nave_sim::prometheus::Prometheus> {
+        self.prometheus.as_ref()
+    }
+
+    /// Stops Prometheus (the hub's queries fail from then on).
+    pub async fn stop_prometheus(&mut self) {
+        if let Some(prometheus) = self.prometheus.take() {
+            prometheus.stop().await;
+        }
+    }
+
+    /// `GET` of the hub's REST API at `path` (under `/api/v1`) with the admin token; the JSON
+    /// body, or what went wrong.
+    pub async fn rest(&self, path: &str) -> Result<Value, String> {
+        let url = format!("{}/api/v1{path}", self.hub_url);
+        let res = reqwest::Client::new()
+            .get(&url)
+            .bearer_auth(&self.admin_token)
+            .send()
+            .await
+            .map_err(|e| format!("GET {url}: {e}"))?;
+        let status = res.status();
+        let body: Value = res.json().await.map_err(|e| format!("GET {url}: {e}"))?;
+        if status.is_success() {
+            Ok(body)
+        } else {
+            Err(format!("GET {url}: {status} {body}"))
+        }
     }
 
     /// The workload clusters' names, in order.
@@ -286,6 +382,7 @@ impl Env {
         // The agent builds its client as the binary does (and so sends its User-Agent), apart
         // from the clients the tests use.
         let kubeconfig = self.agent_kubeconfig(name);
+        config.metrics_listen = self.agent_metrics.get(name).copied();
         let stop = CancellationToken::new();
         let token = stop.clone();
         let owned = name.to_owned();
@@ -425,6 +522,7 @@ impl Env {
             self.stop_agent(&name).await;
         }
         self.stop_hub().await;
+        self.stop_prometheus().await;
         self.fleet.shutdown().await;
         self.management.shutdown().await;
         if let Some((url, schema)) = self.postgres.take()
@@ -436,12 +534,6 @@ impl Env {
             pool.close().await;
         }
     }
-}
-
-/// A free port on the loopback interface for the hub, which binds an address rather than taking
-/// a listener; it keeps the same address across restarts, as a Service would.
-fn free_loopback_port() -> std::io::Result<SocketAddr> {
-    std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()
 }
 
 /// Polls `check` every 100 ms until it returns `Ok`, and panics after `deadline` with what it

@@ -116,6 +116,24 @@ impl ClusterObjects {
 }
 
 impl ClusterObjects {
+    /// Sets (or, with `None`, removes) `status.capacity.usage` of an existing WorkloadCluster
+    /// whose agent has reported capacity; others are left alone, since usage without the
+    /// capacity it is measured against reads as a cluster with no nodes. Returns whether the
+    /// status now shows `usage`.
+    pub async fn set_usage(&self, name: &str, usage: Option<&ResourceAmounts>) -> Result<bool, kube::Error> {
+        let Some(object) = self.api.get_opt(name).await? else {
+            return Ok(false);
+        };
+        let Some(capacity) = object.status.and_then(|s| s.capacity) else {
+            return Ok(false);
+        };
+        if capacity.usage.as_ref() != usage {
+            self.patch_status(name, json!({"capacity": {"usage": usage}}))
+                .await?;
+        }
+        Ok(true)
+    }
+
     /// Sets the `Ready` condition of an existing WorkloadCluster, leaving the rest of its status
     /// as it is; a missing object is left missing (an admin deleted it). Writes only when the
     /// condition differs.

@@ -267,7 +267,9 @@ async fn apply(mcd: Arc<MultiClusterDeployment>, ctx: &Context) -> Result<Action
         registered,
         now,
         ..
-    } = fleet::gather(&ctx.client, ctx.store.as_ref(), ctx.timings.heartbeat_grace).await?;
+    } = fleet::gather(&ctx.client, ctx.store.as_ref(), ctx.timings.heartbeat_grace)
+        .await?
+        .with_usage(&ctx.usage);
     let reports = ctx.index.reports();
 
     // The request, steady from the stored placement of this incarnation.

@@ -259,3 +259,34 @@ fn time_scheduling_returns_the_decision_and_counts_it() {
     let text = metrics.encode(Some(&[]), now(), GRACE).unwrap();
     assert_line(&text, "nave_scheduling_duration_seconds_count 1");
 }
+
+#[test]
+fn measured_usage_and_prometheus_queries_are_exported_when_known() {
+    let metrics = HubMetrics::new();
+    metrics.prometheus_signal("cpu");
+    metrics.record_prometheus_query("cpu", false);
+    metrics.record_prometheus_query("cpu", true);
+    let clusters = [
+        record("eu-1", Some(Duration::from_secs(5)), Some(totals())),
+        record("us-1", Some(Duration::from_secs(5)), Some(totals())),
+    ];
+    let usage = Usage::from([(
+        "eu-1".to_owned(),
+        crate::prometheus::Measured {
+            cpu_millis: Some(6500),
+            memory_bytes: None,
+            traffic: Some(3.0),
+            at: now(),
+        },
+    )]);
+    let text = metrics
+        .encode_with_usage(Some(&clusters), &usage, now(), GRACE)
+        .unwrap();
+    assert_line(&text, "nave_cluster_used{cluster=\"eu-1\",resource=\"cpu\"} 6.5");
+    assert_no_series(&text, "nave_cluster_used{cluster=\"eu-1\",resource=\"memory\"}");
+    assert_no_series(&text, "nave_cluster_used{cluster=\"us-1\"");
+    assert_line(&text, "nave_prometheus_queries_total{signal=\"cpu\"} 2");
+    assert_line(&text, "nave_prometheus_query_errors_total{signal=\"cpu\"} 1");
+    let plain = metrics.encode(Some(&clusters), now(), GRACE).unwrap();
+    assert_no_series(&plain, "nave_cluster_used{");
+}

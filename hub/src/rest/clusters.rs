@@ -56,6 +56,9 @@ pub(super) struct ClusterView {
     capacity: Option<CapacityView>,
     /// Requested over allocatable; `null` without capacity.
     utilization: Option<UtilizationView>,
+    /// What Prometheus measured, when the hub reads it (`--prometheus-url`) and the values are
+    /// younger than `--prometheus-ttl`; `null` otherwise, and placement then counts requests.
+    usage: Option<UsageView>,
     /// Round-trip times its agent measured, from the last heartbeat. `null` until agents report
     /// latency (today's agents do not measure it yet).
     latency: Option<LatencyView>,
@@ -109,6 +112,21 @@ pub(super) struct UtilizationView {
     cpu_percent: Option<f64>,
     /// Memory; `null` when nothing is allocatable.
     memory_percent: Option<f64>,
+}
+
+/// Usage measured by Prometheus. Measured CPU and memory replace requests in the cluster's
+/// utilization for placement (the bursting threshold) and rank it by the headroom they leave.
+#[derive(Serialize, Debug, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub(super) struct UsageView {
+    /// CPU in use, in millicores; `null` when not measured.
+    cpu_millis: Option<u64>,
+    /// Memory in use, in bytes; `null` when not measured.
+    memory_bytes: Option<u64>,
+    /// The traffic query's value (`--prometheus-traffic-query`); `null` without one.
+    traffic: Option<f64>,
+    /// When the oldest of these values was read (RFC 3339).
+    measured_at: String,
 }
 
 /// Round-trip times measured by the cluster's agent.
@@ -221,6 +239,12 @@ async fn view(
         kubernetes_version: record.and_then(|r| r.kubernetes_version.clone()),
         capacity,
         utilization,
+        usage: fleet.usage.get(name).map(|m| UsageView {
+            cpu_millis: m.cpu_millis,
+            memory_bytes: m.memory_bytes,
+            traffic: m.traffic,
+            measured_at: m.at.to_string(),
+        }),
         latency: if record.is_some() {
             latency(state, name).await?
         } else {
@@ -232,7 +256,9 @@ async fn view(
 
 async fn gather(state: &RestState) -> Result<(FleetView, Vec<PlacementRecord>), ApiError> {
     let ctx = &state.ctx;
-    let fleet = fleet::gather(&ctx.client, ctx.store.as_ref(), ctx.timings.heartbeat_grace).await?;
+    let fleet = fleet::gather(&ctx.client, ctx.store.as_ref(), ctx.timings.heartbeat_grace)
+        .await?
+        .with_usage(&ctx.usage);
     let placements = ctx.store.list_placements(None).await?;
     Ok((fleet, placements))
 }

@@ -136,7 +136,9 @@ pub(super) async fn simulate(
 
     let ctx = &state.ctx;
     let store = ctx.store.as_ref();
-    let view = fleet::gather(&ctx.client, store, ctx.timings.heartbeat_grace).await?;
+    let view = fleet::gather(&ctx.client, store, ctx.timings.heartbeat_grace)
+        .await?
+        .with_usage(&ctx.usage);
     let reports = ctx.index.reports();
     let workload = body.name.as_ref().map(|name| WorkloadRef::new(&namespace, name));
     let ledger = ctx.index.ledger(&reports);

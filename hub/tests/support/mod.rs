@@ -114,6 +114,7 @@ pub fn start_hub(management: &SimCluster, dir: &Path, configure: impl FnOnce(&mu
         kubeconfig: Some(kubeconfig),
         log_json: false,
         failover: FailoverArgs::default(),
+        prometheus: nave_hub::cli::PrometheusArgs::default(),
     };
     configure(&mut args);
     let shutdown = CancellationToken::new();

@@ -178,6 +178,54 @@ fn utilization_uses_usage_when_measured_and_counts_reservations() {
 }
 
 #[test]
+fn headroom_counts_what_measured_usage_and_reservations_leave() {
+    let plain = model(mk_cluster("c").cpu(10).mem_gib(10));
+    assert_eq!(
+        plain.headroom(&Demand::new(1000, GIB), &[]),
+        None,
+        "no usage, no headroom"
+    );
+    let measured = model(
+        mk_cluster("c")
+            .cpu(10)
+            .mem_gib(10)
+            .usage(Resources::new(6000, 8 * GIB, 0)),
+    );
+    assert_eq!(
+        measured.headroom(&Demand::new(1000, 0), &[]),
+        Some(4),
+        "4 of 10 cores left"
+    );
+    assert_eq!(
+        measured.headroom(&Demand::new(1000, GIB), &[]),
+        Some(2),
+        "memory binds: 2 GiB left"
+    );
+    let reserved = [crate::Reservation {
+        workload: "w".into(),
+        demand: Demand::new(1000, 0),
+        replicas: 3,
+    }];
+    assert_eq!(measured.headroom(&Demand::new(1000, 0), &reserved), Some(1));
+    assert_eq!(
+        measured.headroom(&Demand::new(0, 0), &[]),
+        Some(u64::MAX),
+        "a zero request does not limit"
+    );
+    let over = model(mk_cluster("c").cpu(1).usage(Resources::new(3000, 0, 0)));
+    assert_eq!(
+        over.headroom(&Demand::new(100, 0), &[]),
+        Some(0),
+        "usage above allocatable leaves nothing, not an underflow"
+    );
+    assert!(over.utilization(&[]).measured);
+    assert_eq!(
+        over.utilization(&[]).to_string(),
+        "cpu 300%, memory 0% (measured usage)"
+    );
+}
+
+#[test]
 fn from_nodes_groups_by_labels_and_taints() {
     let node = Node::new(Resources::new(1000, GIB, 10), Resources::ZERO);
     let a = labels(&[("pool", "a")]);

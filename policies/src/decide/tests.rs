@@ -345,6 +345,105 @@ fn fleet_with_usage() -> Fleet {
     ])
 }
 
+/// Two clusters of 8 cores: `quiet-by-requests` has the most room by requests but measured
+/// usage of 7 cores; `reserved` has 3 cores requested and nearly nothing used.
+fn busy_by_usage_fleet() -> Fleet {
+    fleet([
+        mk_cluster("quiet-by-requests")
+            .cpu(8)
+            .requested(500, 0, 2)
+            .usage(Resources::new(7000, 0, 2)),
+        mk_cluster("reserved")
+            .cpu(8)
+            .requested(3000, 0, 3)
+            .usage(Resources::new(100, 0, 3)),
+    ])
+}
+
+#[test]
+fn worst_fit_ranks_by_measured_headroom_when_usage_is_tighter_than_requests() {
+    let by_requests = fleet([
+        mk_cluster("quiet-by-requests").cpu(8).requested(500, 0, 2),
+        mk_cluster("reserved").cpu(8).requested(3000, 0, 3),
+    ]);
+    let blind = ask(2).max(1).on(&by_requests);
+    assert_eq!(
+        placed(&blind),
+        [("quiet-by-requests", 2)],
+        "by requests alone the cluster with 7.5 free cores wins; seen\n{blind}"
+    );
+    let measured = ask(2).max(1).on(&busy_by_usage_fleet());
+    assert_eq!(
+        placed(&measured),
+        [("reserved", 2)],
+        "7 of 8 cores are in use in quiet-by-requests; seen\n{measured}"
+    );
+    assert_eq!(
+        line(&measured, "quiet-by-requests"),
+        "quiet-by-requests: worst-fit rank 2 of 2 (by measured usage: headroom for 1 replica), \
+         room for 7 replicas (cpu-bound), given 0 (beyond maxClusters=1)"
+    );
+    assert_eq!(
+        line(&measured, "reserved"),
+        "reserved: worst-fit rank 1 of 2, room for 5 replicas (cpu-bound), given 2 (+2 in policy order)",
+        "where requests are the tighter bound the room is the score, as without usage"
+    );
+}
+
+#[test]
+fn measured_headroom_ranks_but_never_adds_beyond_the_room_by_requests() {
+    // Usage below requests: the scheduler still admits by requests, so room is what fills.
+    let fleet = fleet([mk_cluster("idle")
+        .cpu(4)
+        .requested(3000, 0, 3)
+        .usage(Resources::new(200, 0, 3))]);
+    let decision = ask(3).on(&fleet);
+    assert_eq!(
+        (placed(&decision), decision.unplaced),
+        (vec![("idle", 1)], 2),
+        "one core free by requests takes one replica; seen\n{decision}"
+    );
+}
+
+#[test]
+fn best_fit_packs_by_measured_headroom() {
+    // By requests both have 6 cores free; by usage `busy` has 3, just enough for 3 replicas.
+    let fleet = fleet([
+        mk_cluster("busy")
+            .cpu(8)
+            .requested(2000, 0, 2)
+            .usage(Resources::new(5000, 0, 2)),
+        mk_cluster("calm").cpu(8).requested(2000, 0, 2),
+    ]);
+    let decision = ask(3).best_fit().on(&fleet);
+    assert_eq!(
+        placed(&decision),
+        [("busy", 3)],
+        "best-fit takes the least headroom that still fits; seen\n{decision}"
+    );
+    assert_eq!(rank_of(&decision, "busy"), 1, "seen\n{decision}");
+}
+
+#[test]
+fn measured_usage_trips_the_bursting_threshold_and_says_so() {
+    let decision = ask(2)
+        .bursting(Bursting {
+            threshold_percent: Some(50),
+            targets: None,
+        })
+        .on(&busy_by_usage_fleet());
+    assert_eq!(
+        placed(&decision),
+        [("reserved", 2)],
+        "quiet-by-requests is 87% used; seen\n{decision}"
+    );
+    assert_eq!(
+        line(&decision, "quiet-by-requests"),
+        "quiet-by-requests: filtered out: utilization 87% above the bursting threshold 50%, \
+         room for 7 replicas (cpu-bound), utilization cpu 87%, memory 0% (measured usage), given 0"
+    );
+}
+
 #[test]
 fn clusters_dropped_from_the_placement_have_their_replicas_moved() {
     let fleet = fleet([mk_cluster("eu-1").cpu(8), mk_cluster("eu-2").cpu(8)]);

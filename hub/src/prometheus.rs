@@ -1,0 +1,529 @@
+//! Prometheus as a scoring input: per-cluster usage (and traffic) read with PromQL, kept for a
+//! TTL, so that placement scores by what clusters use rather than only by what pods request.
+//!
+//! ```text
+//!  --prometheus-url ─► Refresher, every TTL/3: one instant query per signal ──► Prometheus
+//!        │   answer: a vector keyed by the `cluster` label ─► { cluster: value }
+//!        │   failure: logged, counted (nave_prometheus_query_errors_total), values kept
+//!        ▼
+//!   UsageCache: value and time per (cluster, signal)
+//!        └─ fresh(now): values younger than --prometheus-ttl; older ones are gone
+//!             ├─► FleetView::with_usage ─► CapacityModel::usage ─► utilization and scores
+//!             ├─► GET /metrics (nave_cluster_used) and GET /api/v1/clusters (`usage`)
+//!             └─► WorkloadCluster status.capacity.usage (rate-limited; removed when stale)
+//! ```
+//!
+//! Usage is optional all the way: without `--prometheus-url`, or for a cluster Prometheus has
+//! no series for, or once the values are older than the TTL (Prometheus down, a query broken),
+//! placement counts requests, as it always did. A resource measured for a cluster replaces its
+//! requests in utilization; an unmeasured one keeps the requests (see [`Measured::usage`]).
+//!
+//! The default queries read cAdvisor's container series, as kubelets (and nave-sim) expose
+//! them; the scrape configuration must give each workload cluster's series a `cluster` label
+//! with the WorkloadCluster's name. The traffic query has no default: there is no standard
+//! series for it. Traffic is read and shown (REST API); it does not change scores yet.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use nave_api::ResourceAmounts;
+use nave_api::cluster::{cpu_quantity, memory_quantity};
+use nave_policies::Resources;
+use prometheus_http_query::response::Data;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+
+use crate::agent_api::ClusterObjects;
+use crate::cli::PrometheusArgs;
+use crate::error::Error;
+use crate::metrics::HubMetrics;
+
+/// The label that names the workload cluster in every answer.
+pub const CLUSTER_LABEL: &str = "cluster";
+
+/// Default CPU query: cores in use per cluster, from cAdvisor. `container!=""` leaves out the
+/// pod-level cgroup series and `container!="POD"` the pause containers, which would count twice.
+pub const DEFAULT_CPU_QUERY: &str =
+    r#"sum by (cluster) (rate(container_cpu_usage_seconds_total{container!="",container!="POD"}[2m]))"#;
+
+/// Default memory query: working-set bytes per cluster, from cAdvisor (what the kubelet evicts by).
+pub const DEFAULT_MEMORY_QUERY: &str =
+    r#"sum by (cluster) (container_memory_working_set_bytes{container!="",container!="POD"})"#;
+
+/// What a query measures.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Signal {
+    /// CPU in use, in cores.
+    Cpu,
+    /// Memory in use, in bytes.
+    Memory,
+    /// Traffic, in whatever unit the query returns (requests per second, typically).
+    Traffic,
+}
+
+impl Signal {
+    /// The name used in logs and metric labels.
+    pub fn name(self) -> &'static str {
+        match self {
+            Signal::Cpu => "cpu",
+            Signal::Memory => "memory",
+            Signal::Traffic => "traffic",
+        }
+    }
+}
+
+/// What Prometheus measured of one cluster, each value younger than the TTL.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Measured {
+    /// CPU in use, in millicores.
+    pub cpu_millis: Option<u64>,
+    /// Memory in use, in bytes.
+    pub memory_bytes: Option<u64>,
+    /// The traffic query's value.
+    pub traffic: Option<f64>,
+    /// When the oldest of these values was read.
+    pub at: jiff::Timestamp,
+}
+
+impl Measured {
+    /// Usage as placement counts it: the measured CPU and memory, and the `requested` amount of
+    /// what was not measured (pods are never measured). `None` when neither CPU nor memory was.
+    pub fn usage(&self, requested: Resources) -> Option<Resources> {
+        if self.cpu_millis.is_none() && self.memory_bytes.is_none() {
+            return None;
+        }
+        Some(Resources::new(
+            self.cpu_millis.unwrap_or(requested.cpu_millis),
+            self.memory_bytes.unwrap_or(requested.memory_bytes),
+            requested.pods,
+        ))
+    }
+
+    /// The measured amounts as a WorkloadCluster shows them; `None` when neither was measured.
+    pub fn amounts(&self) -> Option<ResourceAmounts> {
+        if self.cpu_millis.is_none() && self.memory_bytes.is_none() {
+            return None;
+        }
+        Some(ResourceAmounts {
+            cpu: self.cpu_millis.map(cpu_quantity),
+            memory: self.memory_bytes.map(memory_quantity),
+            pods: None,
+        })
+    }
+}
+
+/// Fresh measurements by cluster name.
+pub type Usage = BTreeMap<String, Measured>;
+
+/// The latest answer of each query, per cluster, with the time it was read.
+///
+/// The default cache is disabled: it holds nothing and [`UsageCache::fresh`] is always empty, which
+/// is the hub without `--prometheus-url`.
+#[derive(Debug, Default)]
+pub struct UsageCache {
+    ttl: Option<Duration>,
+    values: Mutex<BTreeMap<(String, Signal), (f64, jiff::Timestamp)>>,
+}
+
+impl UsageCache {
+    /// A cache whose values expire `ttl` after they were read.
+    pub fn new(ttl: Duration) -> Self {
+        UsageCache {
+            ttl: Some(ttl),
+            values: Mutex::default(),
+        }
+    }
+
+    /// Whether the hub reads usage at all.
+    pub fn enabled(&self) -> bool {
+        self.ttl.is_some()
+    }
+
+    /// Replaces `signal`'s values with a successful answer read `at`: a cluster missing from it
+    /// is no longer measured.
+    pub fn record(&self, signal: Signal, answer: &BTreeMap<String, f64>, at: jiff::Timestamp) {
+        let mut values = self.values.lock().unwrap_or_else(|e| e.into_inner());
+        values.retain(|(_, s), _| *s != signal);
+        for (cluster, value) in answer {
+            values.insert((cluster.clone(), signal), (*value, at));
+        }
+    }
+
+    /// The values younger than the TTL as of `now`, by cluster.
+    pub fn fresh(&self, now: jiff::Timestamp) -> Usage {
+        let Some(ttl) = self.ttl else {
+            return Usage::new();
+        };
+        let values = self.values.lock().unwrap_or_else(|e| e.into_inner());
+        let mut out = Usage::new();
+        for ((cluster, signal), (value, at)) in values.iter() {
+            // A value read after `now` (a round that finished while the caller gathered) is fresh.
+            let age = now.duration_since(*at);
+            if !age.is_negative() && age.unsigned_abs() >= ttl {
+                continue;
+            }
+            let entry = out.entry(cluster.clone()).or_insert(Measured {
+                cpu_millis: None,
+                memory_bytes: None,
+                traffic: None,
+                at: *at,
+            });
+            entry.at = entry.at.min(*at);
+            match signal {
+                Signal::Cpu => entry.cpu_millis = Some(to_u64(value * 1000.0)),
+                Signal::Memory => entry.memory_bytes = Some(to_u64(*value)),
+                Signal::Traffic => entry.traffic = Some(*value),
+            }
+        }
+        out
+    }
+}
+
+/// A non-negative finite float to an integer, rounded; saturating at `u64::MAX`.
+fn to_u64(value: f64) -> u64 {
+    // `as` saturates; values were checked finite and non-negative when parsed.
+    value.round() as u64
+}
+
+/// The per-cluster values of an instant query's answer.
+///
+/// The answer must be a vector; each series names its cluster in the `cluster` label. Series
+/// of the same cluster are added up; series without the label, and values that are not finite
+/// non-negative numbers (NaN from a division by zero, say), are left out. An answer with
+/// series but none labelled is an error: the query or the scrape configuration is wrong.
+pub fn per_cluster(data: &Data) -> Result<BTreeMap<String, f64>, String> {
+    let vector = match data {
+        Data::Vector(v) => v,
+        Data::Matrix(_) => return Err("the query returned a range vector; use an instant vector".to_owned()),
+        Data::Scalar(_) => {
+            return Err(format!(
+                "the query returned a scalar; aggregate `by ({CLUSTER_LABEL})` to get one value per cluster"
+            ));
+        }
+    };
+    let mut out = BTreeMap::new();
+    let mut unlabelled = 0usize;
+    for series in vector {
+        let Some(cluster) = series.metric().get(CLUSTER_LABEL).filter(|c| !c.is_empty()) else {
+            unlabelled += 1;
+            continue;
+        };
+        let value = series.sample().value();
+        if value.is_finite() && value >= 0.0 {
+            *out.entry(cluster.clone()).or_insert(0.0) += value;
+        }
+    }
+    if out.is_empty() && unlabelled > 0 {
+        return Err(format!(
+            "none of the {unlabelled} series has a `{CLUSTER_LABEL}` label; aggregate `by ({CLUSTER_LABEL})` \
+             and give each workload cluster's targets that label"
+        ));
+    }
+    Ok(out)
+}
+
+/// Reads the queries on a period and keeps [`UsageCache`] current; mirrors fresh usage into
+/// WorkloadCluster status when given the objects.
+pub struct Refresher {
+    client: prometheus_http_query::Client,
+    queries: Vec<(Signal, String)>,
+    interval: Duration,
+    cache: Arc<UsageCache>,
+    metrics: Arc<HubMetrics>,
+    objects: Option<ClusterObjects>,
+    status_interval: Duration,
+    /// What each WorkloadCluster's status says now, and when it was written.
+    written: BTreeMap<String, (Option<ResourceAmounts>, Instant)>,
+}
+
+impl std::fmt::Debug for Refresher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Refresher")
+            .field("url", &self.client.base_url().as_str())
+            .field("queries", &self.queries)
+            .field("interval", &self.interval)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Refresher {
+    /// A refresher of `cache` from the Prometheus at `args.prometheus_url`, querying every third
+    /// of the TTL (so one failed round does not expire the values) with that as the timeout.
+    /// `None` without a URL; an error when the URL does not parse.
+    pub fn new(
+        args: &PrometheusArgs,
+        cache: Arc<UsageCache>,
+        metrics: Arc<HubMetrics>,
+    ) -> Result<Option<Refresher>, Error> {
+        let Some(url) = args.prometheus_url.as_deref() else {
+            return Ok(None);
+        };
+        let interval = (args.prometheus_ttl / 3).max(Duration::from_millis(100));
+        let http = reqwest::Client::builder()
+            .timeout(interval.max(Duration::from_secs(1)))
+            .build()
+            .map_err(|e| Error::Prometheus {
+                url: url.to_owned(),
+                message: e.to_string(),
+            })?;
+        let client = prometheus_http_query::Client::from(http, url).map_err(|e| Error::Prometheus {
+            url: url.to_owned(),
+            message: e.to_string(),
+        })?;
+        let queries: Vec<(Signal, String)> = [
+            (Signal::Cpu, Some(&args.prometheus_usage_cpu_query)),
+            (Signal::Memory, Some(&args.prometheus_usage_memory_query)),
+            (Signal::Traffic, args.prometheus_traffic_query.as_ref()),
+        ]
+        .into_iter()
+        .filter_map(|(signal, query)| {
+            let query = query?.trim();
+            (!query.is_empty()).then(|| (signal, query.to_owned()))
+        })
+        .collect();
+        for (signal, _) in &queries {
+            metrics.prometheus_signal(signal.name());
+        }
+        Ok(Some(Refresher {
+            client,
+            queries,
+            interval,
+            cache,
+            metrics,
+            objects: None,
+            status_interval: Duration::from_secs(30),
+            written: BTreeMap::new(),
+        }))
+    }
+
+    /// Also writes fresh usage into WorkloadCluster status, at most once per `interval` per
+    /// cluster unless usage appears or expires.
+    pub fn with_status(mut self, objects: ClusterObjects, interval: Duration) -> Self {
+        self.objects = Some(objects);
+        self.status_interval = interval;
+        self
+    }
+
+    /// Queries until `shutdown`.
+    pub async fn run(mut self, shutdown: CancellationToken) {
+        info!(
+            url = %self.client.base_url(),
+            every = ?self.interval,
+            signals = ?self.queries.iter().map(|(s, _)| s.name()).collect::<Vec<_>>(),
+            "reading usage from Prometheus"
+        );
+        let mut tick = tokio::time::interval(self.interval);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                () = shutdown.cancelled() => return,
+                _ = tick.tick() => {}
+            }
+            tokio::select! {
+                () = shutdown.cancelled() => return,
+                _ = self.refresh() => {}
+            }
+        }
+    }
+
+    /// One round: every query, then the WorkloadCluster status. Returns how many queries failed.
+    pub async fn refresh(&mut self) -> usize {
+        let client = &self.client;
+        let answers = futures::future::join_all(self.queries.iter().map(|(signal, query)| async move {
+            let answer = client.query(query).get().await;
+            (*signal, query, answer)
+        }))
+        .await;
+        let at = jiff::Timestamp::now();
+        let mut failed = 0;
+        for (signal, query, answer) in answers {
+            let values = answer
+                .map_err(|e| e.to_string())
+                .and_then(|r| per_cluster(r.data()));
+            match values {
+                Ok(values) => {
+                    debug!(signal = signal.name(), clusters = values.len(), "usage read");
+                    self.metrics.record_prometheus_query(signal.name(), false);
+                    self.cache.record(signal, &values, at);
+                }
+                Err(error) => {
+                    failed += 1;
+                    self.metrics.record_prometheus_query(signal.name(), true);
+                    warn!(
+                        signal = signal.name(),
+                        query = %query,
+                        error = %error,
+                        "Prometheus query failed; keeping the last values until they expire"
+                    );
+                }
+            }
+        }
+        self.write_status().await;
+        failed
+    }
+
+    async fn write_status(&mut self) {
+        let Some(objects) = &self.objects else {
+            return;
+        };
+        let fresh = self.cache.fresh(jiff::Timestamp::now());
+        let mut names: Vec<String> = fresh.keys().cloned().collect();
+        names.extend(self.written.keys().filter(|n| !fresh.contains_key(*n)).cloned());
+        for name in names {
+            let now = fresh.get(&name).and_then(Measured::amounts);
+            let due = match self.written.get(&name) {
+                None => now.is_some(),
+                Some((before, _)) if before.is_some() != now.is_some() => true,
+                Some((before, when)) => *before != now && when.elapsed() >= self.status_interval,
+            };
+            if !due {
+                continue;
+            }
+            match objects.set_usage(&name, now.as_ref()).await {
+                // Nothing to show it on (no object, or no capacity yet): tried again next round
+                // while there is usage to show.
+                Ok(false) | Ok(true) if now.is_none() => {
+                    self.written.remove(&name);
+                }
+                Ok(false) => {}
+                Ok(true) => {
+                    self.written.insert(name, (now, Instant::now()));
+                }
+                Err(error) => {
+                    warn!(cluster = %name, error = %error, "cannot write the measured usage into WorkloadCluster status");
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn data(value: serde_json::Value) -> Data {
+        serde_json::from_value(value).expect("a well-formed answer")
+    }
+
+    fn series(labels: serde_json::Value, value: &str) -> serde_json::Value {
+        json!({"metric": labels, "value": [1_700_000_000.0, value]})
+    }
+
+    #[test]
+    fn answers_become_values_per_cluster() {
+        let answer = data(json!({"resultType": "vector", "result": [
+            series(json!({"cluster": "eu-1"}), "1.5"),
+            series(json!({"cluster": "us-1"}), "0.25"),
+            series(json!({"cluster": "us-1", "node": "b"}), "0.25"),
+            series(json!({"cluster": "ap-1"}), "NaN"),
+            series(json!({"cluster": "ap-2"}), "-1"),
+            series(json!({"node": "unlabelled"}), "9"),
+        ]}));
+        let values = per_cluster(&answer).expect("a vector keyed by cluster");
+        assert_eq!(
+            values,
+            BTreeMap::from([("eu-1".to_owned(), 1.5), ("us-1".to_owned(), 0.5)]),
+            "same-cluster series add up; NaN, negative and unlabelled series are left out"
+        );
+        let empty = data(json!({"resultType": "vector", "result": []}));
+        assert_eq!(
+            per_cluster(&empty),
+            Ok(BTreeMap::new()),
+            "nothing measured is not an error"
+        );
+    }
+
+    #[test]
+    fn answers_of_the_wrong_shape_are_errors_that_say_what_to_fix() {
+        let scalar = data(json!({"resultType": "scalar", "result": [1_700_000_000.0, "3"]}));
+        let error = per_cluster(&scalar).expect_err("a scalar names no cluster");
+        assert!(error.contains("by (cluster)"), "{error}");
+        let unlabelled = data(json!({"resultType": "vector", "result": [series(json!({}), "3")]}));
+        let error = per_cluster(&unlabelled).expect_err("no cluster label");
+        assert!(error.contains("`cluster` label"), "{error}");
+        let matrix = data(json!({"resultType": "matrix", "result": [
+            {"metric": {"cluster": "eu-1"}, "values": [[1_700_000_000.0, "1"]]}]}));
+        assert!(per_cluster(&matrix).is_err(), "a range vector is refused");
+    }
+
+    #[test]
+    fn values_expire_after_the_ttl_and_answers_replace_each_other() {
+        let cache = UsageCache::new(Duration::from_secs(30));
+        let t0: jiff::Timestamp = "2026-01-01T00:00:00Z".parse().unwrap();
+        let secs = |s: i64| t0 + jiff::SignedDuration::from_secs(s);
+        cache.record(
+            Signal::Cpu,
+            &BTreeMap::from([("eu-1".to_owned(), 1.2345), ("us-1".to_owned(), 2.0)]),
+            t0,
+        );
+        cache.record(
+            Signal::Memory,
+            &BTreeMap::from([("eu-1".to_owned(), 1024.4)]),
+            secs(10),
+        );
+        let fresh = cache.fresh(secs(20));
+        assert_eq!(
+            fresh.get("eu-1"),
+            Some(&Measured {
+                cpu_millis: Some(1235),
+                memory_bytes: Some(1024),
+                traffic: None,
+                at: t0,
+            }),
+            "cores to millicores, bytes rounded, the oldest time; seen {fresh:?}"
+        );
+        let later = cache.fresh(secs(35));
+        assert_eq!(
+            later.get("eu-1").map(|m| (m.cpu_millis, m.memory_bytes)),
+            Some((None, Some(1024))),
+            "the CPU value expired, the memory value has not; seen {later:?}"
+        );
+        assert!(!later.contains_key("us-1"), "us-1 expired; seen {later:?}");
+        cache.record(Signal::Cpu, &BTreeMap::from([("us-1".to_owned(), 1.0)]), secs(36));
+        let replaced = cache.fresh(secs(36));
+        assert_eq!(
+            replaced.keys().collect::<Vec<_>>(),
+            ["eu-1", "us-1"],
+            "seen {replaced:?}"
+        );
+        assert_eq!(
+            replaced["eu-1"].cpu_millis, None,
+            "a new answer without eu-1 drops it"
+        );
+        assert!(
+            UsageCache::default().fresh(secs(0)).is_empty() && !UsageCache::default().enabled(),
+            "the default cache is disabled"
+        );
+    }
+
+    #[test]
+    fn usage_takes_the_measured_parts_and_requests_for_the_rest() {
+        let at = jiff::Timestamp::UNIX_EPOCH;
+        let requested = Resources::new(500, 1 << 30, 7);
+        let cpu_only = Measured {
+            cpu_millis: Some(3000),
+            memory_bytes: None,
+            traffic: Some(12.0),
+            at,
+        };
+        assert_eq!(cpu_only.usage(requested), Some(Resources::new(3000, 1 << 30, 7)));
+        assert_eq!(
+            cpu_only.amounts(),
+            Some(ResourceAmounts {
+                cpu: Some(cpu_quantity(3000)),
+                memory: None,
+                pods: None,
+            })
+        );
+        let traffic_only = Measured {
+            cpu_millis: None,
+            memory_bytes: None,
+            ..cpu_only
+        };
+        assert_eq!(traffic_only.usage(requested), None, "traffic is not usage");
+        assert_eq!(traffic_only.amounts(), None);
+    }
+}
