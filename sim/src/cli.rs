@@ -122,7 +122,11 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
                 Some(p) => FleetConfig::from_file(&p)?,
                 None => crate::up::default_fleet(usize::from(clusters)),
             };
-            let playground = crate::up::Playground::start(crate::up::UpOptions { fleet, dir, tls }).await?;
+            let playground = crate::up::Playground::start(crate::up::UpOptions {
+                tls,
+                ..crate::up::UpOptions::new(fleet, dir)
+            })
+            .await?;
             print!("{}", playground.next_steps());
             shutdown_signal().await;
             playground.shutdown().await;

@@ -14,13 +14,9 @@ use nave_sim::up::{Playground, UpOptions, default_fleet};
 #[tokio::test]
 async fn up_serves_a_management_cluster_with_the_crds_and_a_declared_fleet() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let playground = Playground::start(UpOptions {
-        fleet: default_fleet(2),
-        dir: dir.path().to_path_buf(),
-        tls: false,
-    })
-    .await
-    .expect("the playground starts");
+    let playground = Playground::start(UpOptions::new(default_fleet(2), dir.path()))
+        .await
+        .expect("the playground starts");
 
     let ready: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(dir.path().join("ready.json")).expect("ready.json"))
