@@ -17,7 +17,8 @@
 //! ```
 //!
 //! Entry points: [`SimCluster`] and [`SimFleet`] for tests and other crates; [`cli`] for the
-//! `nave-sim` binary.
+//! `nave-sim` binary; [`up`] for the playground (a management cluster, the hub, a fleet with its
+//! agents) and [`scenario`] for evaluation runs on it.
 
 #![forbid(unsafe_code)]
 
@@ -27,6 +28,7 @@ pub mod config;
 pub mod controllers;
 pub mod kubectl;
 pub mod metrics;
+pub mod scenario;
 pub mod server;
 pub mod up;
 
