@@ -1,4 +1,5 @@
-//! The `nave-sim` command line: `serve` (one cluster) and `fleet` (many clusters in one process).
+//! The `nave-sim` command line: `serve` (one cluster), `fleet` (many clusters in one process),
+//! `up` (the playground) and `scenario` (evaluation runs of Nave on a simulated fleet).
 
 use std::path::PathBuf;
 
@@ -53,6 +54,12 @@ pub enum Command {
         #[arg(long)]
         no_prometheus: bool,
     },
+    /// Run an evaluation scenario of Nave's placement on a simulated fleet and print the figures.
+    Scenario {
+        /// Which scenario.
+        #[command(subcommand)]
+        scenario: Scenario,
+    },
     /// Serve every cluster of a fleet file, one listener each.
     Fleet {
         /// Fleet configuration (YAML).
@@ -65,6 +72,54 @@ pub enum Command {
         #[arg(long)]
         tls: bool,
     },
+}
+
+/// The scenarios of `nave-sim scenario`.
+#[derive(Debug, Subcommand)]
+pub enum Scenario {
+    /// mck8s's testbed: 5 clusters of 5 workers (4 CPU / 4 GiB) and a burst cluster, other
+    /// tenants filling them unevenly, 40 workloads arriving, scaling and leaving over 40 scenario
+    /// minutes; one run per Nave policy and a static KubeFed-like baseline, each in a fresh
+    /// environment. Prints pending share, time to ready, replicas moved and clusters used.
+    Testbed {
+        /// Also write the figures as JSON to this file (`{"runs": [{"policy": ..}, ..]}`).
+        #[arg(long)]
+        json: Option<PathBuf>,
+        /// Seed of the workload stream: the same seed gives the same events.
+        #[arg(long, default_value_t = crate::scenario::DEFAULT_SEED)]
+        seed: u64,
+        /// Scenario seconds per real second (60: a scenario minute lasts a real second), 1 to 600.
+        #[arg(long, default_value_t = crate::scenario::DEFAULT_TIME_SCALE, value_parser = time_scale)]
+        time_scale: f64,
+        /// The runs, comma-separated: worst-fit, best-fit, spread, proximity, static.
+        #[arg(
+            long,
+            value_delimiter = ',',
+            default_value = "worst-fit,best-fit,spread,proximity,static"
+        )]
+        policies: Vec<crate::scenario::RunKind>,
+    },
+}
+
+impl Cli {
+    /// The log filter when `RUST_LOG` is unset. Scenarios print a table, and the hub, the agents
+    /// and the clusters they run log retries that are routine there, so only errors reach the
+    /// terminal (`RUST_LOG=warn` shows more).
+    pub fn default_log_filter(&self) -> &'static str {
+        match self.command {
+            Command::Scenario { .. } => "error",
+            _ => "info",
+        }
+    }
+}
+
+fn time_scale(value: &str) -> Result<f64, String> {
+    let scale: f64 = value.parse().map_err(|_| format!("{value:?} is not a number"))?;
+    if crate::scenario::run::TIME_SCALES.contains(&scale) {
+        Ok(scale)
+    } else {
+        Err(format!("{value} is not between 1 and 600"))
+    }
 }
 
 async fn shutdown_signal() {
@@ -127,15 +182,27 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
                 None => crate::up::default_fleet(usize::from(clusters)),
             };
             let playground = crate::up::Playground::start(crate::up::UpOptions {
-                fleet,
-                dir,
                 tls,
                 prometheus: !no_prometheus,
+                ..crate::up::UpOptions::new(fleet, dir)
             })
             .await?;
             print!("{}", playground.next_steps());
             shutdown_signal().await;
             playground.shutdown().await;
+        }
+        Command::Scenario {
+            scenario:
+                Scenario::Testbed {
+                    json,
+                    seed,
+                    time_scale,
+                    mut policies,
+                },
+        } => {
+            let mut seen = std::collections::BTreeSet::new();
+            policies.retain(|p| seen.insert(p.name()));
+            crate::scenario::testbed(seed, time_scale, policies, json.as_deref()).await?;
         }
         Command::Fleet { config, out, tls } => {
             let config = FleetConfig::from_file(&config)?;

@@ -73,6 +73,10 @@ pub struct ClusterConfig {
     /// Latitude/longitude of the cluster, for proximity placement in the playground.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub coordinates: Option<Coordinates>,
+    /// Declared burst-only when the playground registers it (`spec.burstOnly` of its
+    /// WorkloadCluster): Nave sends it replicas only when the other clusters are full.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub burst_only: bool,
     /// The nodes, in pools of identical nodes.  Default: one pool of 3 nodes, 4 CPU / 16Gi / 110 pods.
     #[serde(default = "default_node_pools")]
     pub node_pools: Vec<NodePool>,
@@ -92,6 +96,7 @@ impl Default for ClusterConfig {
             zone: None,
             labels: BTreeMap::new(),
             coordinates: None,
+            burst_only: false,
             node_pools: default_node_pools(),
             timing: Timing::default(),
             usage: UsageModel::default(),

@@ -75,7 +75,7 @@ use self::cache::{Cache, Key, WorkQueue};
 use self::kubelet_status::IpAllocator;
 use crate::config::ClusterConfig;
 
-pub use self::foreign::{ForeignPod, ForeignPodsRequest};
+pub use self::foreign::{FOREIGN_LABEL, ForeignPod, ForeignPodsRequest};
 pub use self::nodes::{NewNode, NodeSummary};
 
 /// Field manager of the ReplicaSet and Deployment controllers.

@@ -17,7 +17,8 @@
 //! ```
 //!
 //! Entry points: [`SimCluster`] and [`SimFleet`] for tests and other crates; [`cli`] for the
-//! `nave-sim` binary; [`up`] for the playground, and [`prometheus`] for a real Prometheus
+//! `nave-sim` binary; [`up`] for the playground (a management cluster, the hub, a fleet with its
+//! agents), [`scenario`] for evaluation runs on it, and [`prometheus`] for a real Prometheus
 //! scraping simulated clusters (the playground's and the end-to-end tests').
 
 #![forbid(unsafe_code)]
@@ -29,6 +30,7 @@ pub mod controllers;
 pub mod kubectl;
 pub mod metrics;
 pub mod prometheus;
+pub mod scenario;
 pub mod server;
 pub mod up;
 

@@ -7,11 +7,13 @@ use clap::Parser;
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     nave_sim::cluster::install_crypto_provider();
+    let cli = nave_sim::cli::Cli::parse();
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| cli.default_log_filter().into()),
         )
         .with_writer(std::io::stderr)
         .init();
-    nave_sim::cli::run(nave_sim::cli::Cli::parse()).await
+    nave_sim::cli::run(cli).await
 }

@@ -11,6 +11,11 @@
 //!                      the hub and the agents, and the hub reads usage from it (--prometheus-url)
 //!   .nave/ready.json   written last: every URL above is serving
 //! ```
+//!
+//! Start-up is two steps, [`PlaygroundClusters::start`] (the clusters, the CRDs, the declared
+//! fleet) then [`PlaygroundClusters::start_nave`] (the hub, the agents, the files), so that the
+//! scenarios ([`crate::scenario`]) can put other tenants' pods in the clusters before Nave
+//! arrives; [`Playground::start`] does both.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -45,6 +50,39 @@ pub struct UpOptions {
     pub tls: bool,
     /// Start Prometheus too when its binary is on `PATH`.
     pub prometheus: bool,
+    /// The agents' heartbeat interval; `None` takes the hub's (10 s). Scenarios that compress
+    /// time shorten it so the hub sees capacity change at the pace of the scenario.
+    pub agent_heartbeat: Option<Duration>,
+    /// The longest time between two status reports of an agent; `None` keeps the agent's default.
+    pub agent_status_interval: Option<Duration>,
+}
+
+impl UpOptions {
+    /// Serve `fleet` over HTTP, write under `dir`, agents with their default timings, no
+    /// Prometheus.
+    pub fn new(fleet: FleetConfig, dir: impl Into<PathBuf>) -> UpOptions {
+        UpOptions {
+            fleet,
+            dir: dir.into(),
+            tls: false,
+            prometheus: false,
+            agent_heartbeat: None,
+            agent_status_interval: None,
+        }
+    }
+}
+
+/// The clusters of a playground, serving, before Nave starts on them: the management cluster
+/// with Nave's CRDs and the fleet declared as WorkloadClusters, and the workload clusters.
+/// `nave-sim up` goes straight on to [`PlaygroundClusters::start_nave`]; a scenario first sets
+/// up what Nave should find when it arrives (the other tenants' pods).
+#[derive(Debug)]
+pub struct PlaygroundClusters {
+    /// The management cluster (Nave's CRDs installed).
+    pub management: SimCluster,
+    /// The workload clusters.
+    pub fleet: SimFleet,
+    opts: UpOptions,
 }
 
 /// How often the playground's Prometheus scrapes: often enough that usage follows a change
@@ -58,16 +96,19 @@ pub struct Playground {
     pub management: SimCluster,
     /// The workload clusters.
     pub fleet: SimFleet,
-    /// The hub's URL (agent endpoints).
+    /// The hub's URL (agent endpoints, REST API under `/api/v1`, `/metrics`).
     pub hub_url: String,
     /// The Prometheus server, when its binary was found.
     pub prometheus: Option<Prometheus>,
     /// Why there is no Prometheus, when there is none.
     pub prometheus_absent: Option<String>,
     dir: PathBuf,
+    /// A token of the REST API with the `admin` scope.
+    admin_token: String,
     /// Stops the hub and the agents.
     stop: CancellationToken,
-    tasks: tokio::task::JoinSet<()>,
+    /// The hub and the agents; each answers what stopped and why.
+    tasks: tokio::task::JoinSet<String>,
 }
 
 /// The default fleet: `n` clusters of different sizes in different regions.
@@ -105,10 +146,10 @@ pub fn default_fleet(n: usize) -> FleetConfig {
     FleetConfig { clusters }
 }
 
-impl Playground {
-    /// Starts the management cluster, installs the CRDs, starts the fleet, declares a
-    /// WorkloadCluster per workload cluster and writes the kubeconfigs and `ready.json`.
-    pub async fn start(opts: UpOptions) -> anyhow::Result<Playground> {
+impl PlaygroundClusters {
+    /// Starts the management cluster, installs the CRDs, starts the fleet and declares a
+    /// WorkloadCluster per workload cluster.
+    pub async fn start(opts: UpOptions) -> anyhow::Result<PlaygroundClusters> {
         opts.fleet
             .check()
             .map_err(|e| anyhow::anyhow!("fleet configuration: {e}"))?;
@@ -128,35 +169,108 @@ impl Playground {
         let client = management.client().await?;
         install_crds(&client).await?;
         let fleet = SimFleet::start(opts.fleet.clone(), serve).await?;
-        declare_clusters(&client, &opts.fleet).await?;
-        std::fs::create_dir_all(&opts.dir)?;
-        let management_kubeconfig = opts.dir.join("kubeconfig");
-        management.write_kubeconfig(&management_kubeconfig)?;
+        let clusters = PlaygroundClusters {
+            management,
+            fleet,
+            opts,
+        };
+        if let Err(e) = declare_clusters(&client, &clusters.opts.fleet).await {
+            clusters.shutdown().await;
+            return Err(e);
+        }
+        Ok(clusters)
+    }
 
-        // The bootstrap token agents present to register; random per playground.
-        let token_file = opts.dir.join("bootstrap-token");
-        std::fs::write(&token_file, uuid::Uuid::new_v4().simple().to_string())?;
-        // The REST API's admin token, random per playground too; the hub reads the tokens file.
-        let admin_token = uuid::Uuid::new_v4().simple().to_string();
-        std::fs::write(opts.dir.join(ADMIN_TOKEN_FILE), &admin_token)?;
-        let api_tokens_file = opts.dir.join(API_TOKENS_FILE);
-        std::fs::write(
-            &api_tokens_file,
-            format!("# scope token (written by nave-sim up)\nadmin {admin_token}\n"),
-        )?;
+    /// Starts the hub (its SQLite store, bootstrap and REST API tokens under the directory) and
+    /// one agent per workload cluster, waits until every agent has reported its capacity, and
+    /// writes the kubeconfigs and `ready.json`. On failure everything started is stopped.
+    pub async fn start_nave(self) -> anyhow::Result<Playground> {
+        let PlaygroundClusters {
+            management,
+            fleet,
+            opts,
+        } = self;
         // The hub, Prometheus and each agent's metrics: distinct ports, chosen together.
         let mut ports = prometheus::free_loopback_ports(2 + fleet.clusters.len())?;
         let agent_metrics = ports.split_off(2);
         let (hub_addr, prometheus_addr) = (ports[0], ports[1]);
-        let hub_url = format!("http://{hub_addr}");
+        let mut playground = Playground {
+            management,
+            fleet,
+            hub_url: format!("http://{hub_addr}"),
+            prometheus: None,
+            prometheus_absent: None,
+            dir: opts.dir.clone(),
+            // Random per playground.
+            admin_token: uuid::Uuid::new_v4().simple().to_string(),
+            stop: CancellationToken::new(),
+            tasks: tokio::task::JoinSet::new(),
+        };
+        match playground
+            .launch(&opts, (hub_addr, prometheus_addr, agent_metrics))
+            .await
+        {
+            Ok(()) => Ok(playground),
+            Err(e) => {
+                playground.shutdown().await;
+                Err(e)
+            }
+        }
+    }
+
+    /// Stops every cluster (when Nave is not to start after all).
+    pub async fn shutdown(self) {
+        self.fleet.shutdown().await;
+        self.management.shutdown().await;
+    }
+}
+
+impl Playground {
+    /// Starts the management cluster, installs the CRDs, starts the fleet, declares a
+    /// WorkloadCluster per workload cluster, starts the hub and the agents and writes the
+    /// kubeconfigs and `ready.json`.
+    pub async fn start(opts: UpOptions) -> anyhow::Result<Playground> {
+        PlaygroundClusters::start(opts).await?.start_nave().await
+    }
+
+    /// Starts Prometheus (when asked and found), the hub and the agents on `ports`: the hub's,
+    /// Prometheus', and one per agent for its `/metrics`.
+    async fn launch(
+        &mut self,
+        opts: &UpOptions,
+        ports: (
+            std::net::SocketAddr,
+            std::net::SocketAddr,
+            Vec<std::net::SocketAddr>,
+        ),
+    ) -> anyhow::Result<()> {
+        std::fs::create_dir_all(&self.dir)?;
+        let management_kubeconfig = self.dir.join("kubeconfig");
+        self.management.write_kubeconfig(&management_kubeconfig)?;
+        let client = self.management.client().await?;
+
+        // The bootstrap token agents present to register; random per playground.
+        let token_file = self.dir.join("bootstrap-token");
+        std::fs::write(&token_file, uuid::Uuid::new_v4().simple().to_string())?;
+        // The REST API's admin token; the hub reads the tokens file.
+        std::fs::write(self.dir.join(ADMIN_TOKEN_FILE), &self.admin_token)?;
+        let api_tokens_file = self.dir.join(API_TOKENS_FILE);
+        std::fs::write(
+            &api_tokens_file,
+            format!(
+                "# scope token (written by nave-sim up)\nadmin {}\n",
+                self.admin_token
+            ),
+        )?;
+        let (hub_addr, prometheus_addr, agent_metrics) = ports;
         let (prometheus, prometheus_absent) = if !opts.prometheus {
             (
                 None,
                 Some("Prometheus not started (--no-prometheus); scores use requests".to_owned()),
             )
         } else if let Some(binary) = prometheus::find_binary() {
-            let targets = scrape_targets(&fleet, &opts.dir, &hub_url, &agent_metrics)?;
-            let dir = opts.dir.join("prometheus");
+            let targets = scrape_targets(&self.fleet, &self.dir, &self.hub_url, &agent_metrics)?;
+            let dir = self.dir.join("prometheus");
             match Prometheus::start_at(prometheus_addr, &binary, &dir, &targets, SCRAPE_INTERVAL).await {
                 Ok(p) => (Some(p), None),
                 Err(e) => {
@@ -170,10 +284,10 @@ impl Playground {
         } else {
             (None, Some("Prometheus not found; scores use requests".to_owned()))
         };
-        let stop = CancellationToken::new();
-        let mut tasks = tokio::task::JoinSet::new();
+        self.prometheus = prometheus;
+        self.prometheus_absent = prometheus_absent;
         let hub_args = nave_hub::cli::RunArgs {
-            database_url: format!("sqlite://{}", opts.dir.join("hub.db").display()),
+            database_url: format!("sqlite://{}", self.dir.join("hub.db").display()),
             listen: hub_addr,
             bootstrap_token_file: token_file.clone(),
             api_tokens_file: Some(api_tokens_file),
@@ -182,58 +296,81 @@ impl Playground {
             log_json: false,
             failover: nave_hub::cli::FailoverArgs::default(),
             prometheus: nave_hub::cli::PrometheusArgs {
-                prometheus_url: prometheus.as_ref().map(|p| p.url().to_owned()),
+                prometheus_url: self.prometheus.as_ref().map(|p| p.url().to_owned()),
                 ..nave_hub::cli::PrometheusArgs::default()
             },
         };
-        let hub_stop = stop.clone();
-        tasks.spawn(async move {
-            if let Err(e) = nave_hub::run_until(hub_args, hub_stop).await {
-                tracing::error!(error = %e, "the hub stopped");
+        let hub_stop = self.stop.clone();
+        self.tasks.spawn(async move {
+            match nave_hub::run_until(hub_args, hub_stop).await {
+                Ok(()) => "the hub stopped".to_owned(),
+                Err(e) => {
+                    tracing::error!(error = %e, "the hub stopped");
+                    format!("the hub stopped: {e}")
+                }
             }
         });
         // The agents register as soon as they start: let the hub listen first.
         let listening = tokio::time::Instant::now();
         while tokio::net::TcpStream::connect(hub_addr).await.is_err() {
-            if tasks.try_join_next().is_some() {
-                anyhow::bail!("the hub stopped before it listened on {hub_addr} (see its log above)");
+            if let Some(stopped) = self.tasks.try_join_next() {
+                let why = stopped.unwrap_or_else(|e| format!("the hub's task failed: {e}"));
+                anyhow::bail!("{why}, before it listened on {hub_addr}");
             }
             if listening.elapsed() > Duration::from_secs(30) {
                 anyhow::bail!("the hub did not listen on {hub_addr} within 30 s");
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        for ((cluster, config), metrics) in fleet.clusters.iter().zip(&opts.fleet.clusters).zip(agent_metrics)
+        for ((cluster, config), metrics) in self
+            .fleet
+            .clusters
+            .iter()
+            .zip(&opts.fleet.clusters)
+            .zip(agent_metrics)
         {
-            let mut agent = nave_agent::Config::new(hub_url.clone(), cluster.name(), token_file.clone());
+            let mut agent = nave_agent::Config::new(self.hub_url.clone(), cluster.name(), token_file.clone());
             agent.metrics_listen = Some(metrics);
             agent.region = config.region.clone();
             agent.zone = config.zone.clone();
             agent.labels = config.labels.clone();
+            agent.heartbeat_interval = opts.agent_heartbeat;
+            if let Some(interval) = opts.agent_status_interval {
+                agent.status_interval = interval;
+            }
             let client = cluster.client().await?;
-            let agent_stop = stop.clone();
+            let agent_stop = self.stop.clone();
             let name = cluster.name().to_owned();
-            tasks.spawn(async move {
-                if let Err(e) = nave_agent::run_agent(agent, client, agent_stop).await {
-                    tracing::error!(cluster = %name, error = %e, "an agent stopped");
+            self.tasks.spawn(async move {
+                match nave_agent::run_agent(agent, client, agent_stop).await {
+                    Ok(()) => format!("the agent of {name} stopped"),
+                    Err(e) => {
+                        tracing::error!(cluster = %name, error = %e, "an agent stopped");
+                        format!("the agent of {name} stopped: {e}")
+                    }
                 }
             });
         }
-        let playground = Playground {
-            management,
-            fleet,
-            hub_url,
-            prometheus,
-            prometheus_absent,
-            dir: opts.dir,
-            stop,
-            tasks,
-        };
         // Ready means placeable: the hub decides on the capacity agents report, and a workload
         // applied before some cluster reported would stay where the others are.
         wait_fleet_reporting(&client, &opts.fleet, Duration::from_secs(60)).await?;
-        playground.write_files()?;
-        Ok(playground)
+        self.check_running()?;
+        self.write_files()
+    }
+
+    /// Fails when the hub or an agent has stopped, saying which and why: they run until
+    /// [`Playground::shutdown`].
+    pub fn check_running(&mut self) -> anyhow::Result<()> {
+        match self.tasks.try_join_next() {
+            None => Ok(()),
+            Some(Ok(stopped)) => Err(anyhow::anyhow!("{stopped}")),
+            Some(Err(e)) => Err(anyhow::anyhow!("a task of the playground failed: {e}")),
+        }
+    }
+
+    /// A token of the hub's REST API with the `admin` scope (also in `<dir>/admin-token`).
+    pub fn admin_token(&self) -> &str {
+        &self.admin_token
     }
 
     fn write_files(&self) -> anyhow::Result<()> {
@@ -424,7 +561,7 @@ pub async fn wait_fleet_reporting(
 }
 
 /// Declares one WorkloadCluster per simulated workload cluster, as an admin would before its agent
-/// registers: region, zone and coordinates come from the fleet configuration.
+/// registers: region, zone, coordinates and burst-only come from the fleet configuration.
 pub async fn declare_clusters(client: &kube::Client, fleet: &FleetConfig) -> anyhow::Result<()> {
     let api: Api<WorkloadCluster> = Api::all(client.clone());
     for c in &fleet.clusters {
@@ -435,6 +572,7 @@ pub async fn declare_clusters(client: &kube::Client, fleet: &FleetConfig) -> any
                 latitude: p.latitude,
                 longitude: p.longitude,
             }),
+            burst_only: c.burst_only,
             ..WorkloadClusterSpec::default()
         };
         let mut wcl = WorkloadCluster::new(&c.name, spec);

@@ -15,10 +15,8 @@ use nave_sim::up::{Playground, UpOptions, default_fleet};
 async fn up_serves_a_management_cluster_with_the_crds_and_a_declared_fleet() {
     let dir = tempfile::tempdir().expect("temp dir");
     let playground = Playground::start(UpOptions {
-        fleet: default_fleet(2),
-        dir: dir.path().to_path_buf(),
-        tls: false,
         prometheus: true,
+        ..UpOptions::new(default_fleet(2), dir.path())
     })
     .await
     .expect("the playground starts");

@@ -567,6 +567,7 @@ fn the_hub_chart_renders_a_coherent_install_with_sqlite_by_default() {
             [
                 ("ClusterRole", 1),
                 ("ClusterRoleBinding", 1),
+                ("ConfigMap", 1),
                 ("CustomResourceDefinition", 3),
                 ("Deployment", 1),
                 ("PersistentVolumeClaim", 1),
@@ -576,8 +577,8 @@ fn the_hub_chart_renders_a_coherent_install_with_sqlite_by_default() {
             ]
             .map(|(k, n)| (k.to_owned(), n))
         ),
-        "the default install: no ServiceMonitor, no dashboards while dashboards/ has none, \
-         no Postgres or API tokens Secret"
+        "the default install: the dashboards ConfigMap, no ServiceMonitor, no Postgres or API \
+         tokens Secret"
     );
     let (deployment, container) = check_coherent(&rendered, &External::default(), HUB_PROBES);
     let args = parse_args(

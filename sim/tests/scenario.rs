@@ -1,0 +1,113 @@
+//! `nave-sim scenario`: a tiny scenario (2 clusters and a burst cluster, 3 workloads, 10
+//! scenario minutes in 5 real seconds) through the runner the testbed uses, with the static
+//! baseline and one Nave policy: the JSON has the shape and the figures are consistent.
+
+use std::time::Duration;
+
+use nave_sim::scenario::{Options, Plan, RunKind, Shape, run};
+use serde_json::Value;
+
+fn number(run: &Value, key: &str) -> f64 {
+    run[key]
+        .as_f64()
+        .unwrap_or_else(|| panic!("{key} is a number in {run}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tiny_scenario_runs_static_and_worst_fit_and_reports_consistent_figures() {
+    let shape = Shape {
+        regular_clusters: 2,
+        nodes: 2,
+        burst_nodes: 1,
+        workloads: 3,
+        duration: Duration::from_secs(600),
+        ..Shape::testbed()
+    };
+    let plan = Plan::generate(&shape, 7).expect("a valid plan");
+    let expected_events = plan.readiness_events();
+    let options = Options {
+        plan,
+        time_scale: 120.0,
+        runs: vec![
+            RunKind::Static,
+            RunKind::Nave(nave_api::PlacementPolicy::WorstFit),
+        ],
+    };
+    let mut seen = Vec::new();
+    let report = run(&options, |r| seen.push(r.policy.clone()))
+        .await
+        .expect("both runs succeed");
+    assert_eq!(
+        seen,
+        ["static", "worst-fit"],
+        "progress saw each run as it finished"
+    );
+    println!("{}", report.table());
+
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("testbed.json");
+    report.write_json(&path).expect("JSON written");
+    let json: Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).expect("JSON readable")).expect("valid JSON");
+    let runs = json["runs"].as_array().expect("runs is an array");
+    let policies: Vec<&str> = runs.iter().filter_map(|r| r["policy"].as_str()).collect();
+    assert_eq!(policies, ["static", "worst-fit"], "one run each, named: {json}");
+
+    for run in runs {
+        let policy = run["policy"].as_str().unwrap_or_default();
+        let pending = number(run, "pending_fraction");
+        assert!(
+            (0.0..=1.0).contains(&pending),
+            "{policy}: pending_fraction {pending}"
+        );
+        let unserved = number(run, "unserved_fraction");
+        assert!(
+            (0.0..=1.0).contains(&unserved),
+            "{policy}: unserved_fraction {unserved}"
+        );
+        let (p50, p99) = (number(run, "ready_p50_s"), number(run, "ready_p99_s"));
+        assert!(
+            0.0 <= p50 && p50 <= p99 && p99 <= 600.0,
+            "{policy}: expected 0 <= p50 <= p99 <= 600 s, got {p50} and {p99}"
+        );
+        let moved = run["moved"]
+            .as_u64()
+            .unwrap_or_else(|| panic!("{policy}: moved is a count in {run}"));
+        let clusters = number(run, "clusters_used");
+        let events = run["ready_events"].as_u64().unwrap_or(0) + run["unready_events"].as_u64().unwrap_or(0);
+        assert_eq!(
+            events, expected_events as u64,
+            "{policy}: every arrival and scale-up is an event, ready or not"
+        );
+        assert!(number(run, "pod_seconds") > 0.0, "{policy}: pods ran: {run}");
+        assert!(
+            number(run, "pending_pod_seconds") <= number(run, "pod_seconds"),
+            "{policy}: pending pod-seconds within pod-seconds: {run}"
+        );
+        match policy {
+            "static" => {
+                assert_eq!(moved, 0, "static moves nothing");
+                assert!(
+                    (1.0..=2.0).contains(&clusters),
+                    "static uses 1 or 2 regular clusters, got {clusters}"
+                );
+                assert_eq!(number(run, "burst_fraction"), 0.0, "static never bursts");
+                assert!(run["hub"].is_null(), "static has no hub: {run}");
+            }
+            _ => {
+                assert!(
+                    (1.0..=3.0).contains(&clusters),
+                    "{policy}: clusters_used {clusters}"
+                );
+                assert!(
+                    run["hub"]["reschedules"].is_u64(),
+                    "{policy}: the hub's counters: {run}"
+                );
+            }
+        }
+    }
+    assert!(
+        json["seed"].as_u64() == Some(7) && json["time_scale"].as_f64() == Some(120.0),
+        "{json}"
+    );
+}
