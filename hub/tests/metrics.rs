@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use kube::api::{Api, DeleteParams, PostParams};
 use nave_api::MultiClusterDeployment;
-use nave_api::wire::{CapacityModel, Heartbeat, RegisterRequest, Resources};
+use nave_api::wire::{CapacityModel, Resources};
 use serde_json::json;
 use support::{DEADLINE, wait_for};
 
@@ -114,23 +114,6 @@ fn capacity(prefix: &str, nodes: u64, cpu_millis: u64) -> CapacityModel {
     )
 }
 
-/// Registers `cluster` and sends one heartbeat with `capacity`.
-async fn join(http: &reqwest::Client, base: &str, cluster: &str, capacity: CapacityModel) {
-    let request = RegisterRequest {
-        cluster_name: cluster.to_owned(),
-        agent_version: "0.1.0".to_owned(),
-        ..RegisterRequest::default()
-    };
-    let credential = support::register(http, base, &request).await;
-    let beat = Heartbeat {
-        cluster_name: Some(cluster.to_owned()),
-        agent_version: "0.1.0".to_owned(),
-        capacity,
-        ..Heartbeat::default()
-    };
-    support::heartbeat(http, base, &credential, &beat).await;
-}
-
 fn mcd(name: &str, replicas: i32) -> MultiClusterDeployment {
     serde_json::from_value(json!({
         "apiVersion": "nave.dev/v1alpha1",
@@ -177,8 +160,8 @@ async fn metrics_show_cluster_capacity_mcd_replicas_and_forget_deleted_mcds() {
     );
 
     // eu-1 (2 nodes of 4 CPU) and us-1 (1 node of 4 CPU) heartbeat: their capacity shows.
-    join(&http, &base, "eu-1", capacity("eu", 2, 4000)).await;
-    join(&http, &base, "us-1", capacity("us", 1, 4000)).await;
+    support::join(&http, &base, "eu-1", capacity("eu", 2, 4000)).await;
+    support::join(&http, &base, "us-1", capacity("us", 1, 4000)).await;
     let samples = scrape(&http, &base).await.unwrap();
     let eu = [("cluster", "eu-1")];
     let eu_cpu = [("cluster", "eu-1"), ("resource", "cpu")];

@@ -13,7 +13,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use kube::api::Api;
 use nave_api::WorkloadCluster;
-use nave_api::wire::{CapacityModel, Heartbeat, RegisterRequest, Resources};
+use nave_api::wire::Resources;
 use serde_json::{Value, json};
 use support::wait_for;
 
@@ -62,22 +62,6 @@ async fn stand_in_prometheus(answers: Shared) -> String {
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move { axum::serve(listener, app).await });
     format!("http://{addr}")
-}
-
-async fn join(http: &reqwest::Client, base: &str, cluster: &str, capacity: CapacityModel) {
-    let request = RegisterRequest {
-        cluster_name: cluster.to_owned(),
-        agent_version: "0.1.0".to_owned(),
-        ..RegisterRequest::default()
-    };
-    let credential = support::register(http, base, &request).await;
-    let beat = Heartbeat {
-        cluster_name: Some(cluster.to_owned()),
-        agent_version: "0.1.0".to_owned(),
-        capacity,
-        ..Heartbeat::default()
-    };
-    support::heartbeat(http, base, &credential, &beat).await;
 }
 
 async fn get_json(http: &reqwest::Client, url: &str) -> Result<Value, String> {
@@ -177,8 +161,8 @@ async fn usage_from_prometheus_steers_scores_and_expires_when_prometheus_fails()
             Resources::new(requested_millis, 0, 2),
         )
     };
-    join(&http, &base, "eu-1", node(500)).await;
-    join(&http, &base, "us-1", node(3000)).await;
+    support::join(&http, &base, "eu-1", node(500)).await;
+    support::join(&http, &base, "us-1", node(3000)).await;
 
     // The REST API shows what Prometheus measured, per cluster.
     let eu = wait_for("eu-1's measured usage in the REST API", || async {

@@ -188,6 +188,23 @@ pub async fn heartbeat(http: &reqwest::Client, base: &str, credential: &str, bea
     assert_eq!(res.status(), 204, "heartbeat of {cluster}");
 }
 
+/// Registers `cluster` and sends one heartbeat with `capacity`.
+pub async fn join(http: &reqwest::Client, base: &str, cluster: &str, capacity: CapacityModel) {
+    let request = RegisterRequest {
+        cluster_name: cluster.to_owned(),
+        agent_version: "0.1.0".to_owned(),
+        ..RegisterRequest::default()
+    };
+    let credential = register(http, base, &request).await;
+    let beat = Heartbeat {
+        cluster_name: Some(cluster.to_owned()),
+        agent_version: "0.1.0".to_owned(),
+        capacity,
+        ..Heartbeat::default()
+    };
+    heartbeat(http, base, &credential, &beat).await;
+}
+
 /// The cluster's current work set (no long-poll).
 pub async fn work(http: &reqwest::Client, base: &str, credential: &str, cluster: &str) -> WorkSet {
     let res = http
