@@ -316,6 +316,7 @@ fn rank(t: &mut Table<'_>, fleet: &Fleet, request: &Request) -> Vec<usize> {
 
 const FAR: Proximity = Proximity {
     latency: None,
+    estimated_latency: None,
     distance_km: None,
     topology: crate::proximity::Topology::Elsewhere,
 };

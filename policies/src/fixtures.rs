@@ -119,6 +119,16 @@ impl ClusterBuilder {
             .insert(to.to_owned(), Duration::from_millis(millis));
         self
     }
+    /// A trusted network coordinate at `(x, y)` ms in the plane, with a 1 ms height.
+    pub(crate) fn network(mut self, x: f64, y: f64) -> Self {
+        self.cluster.network = Some(crate::NetworkCoordinate {
+            position: [x, y],
+            height: 1.0,
+            error: 0.0,
+            links: crate::network::MIN_LINKS,
+        });
+        self
+    }
     pub(crate) fn build(self) -> Cluster {
         let mut cluster = self.cluster;
         if !self.unknown {

@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use crate::capacity::Capacity;
+use crate::network::NetworkCoordinate;
 use crate::selector::Labels;
 
 /// Cluster label naming its region, as on Kubernetes nodes.
@@ -56,6 +57,8 @@ pub struct Cluster {
     pub coordinates: Option<Coordinates>,
     /// Measured round-trip latency from this cluster to others, by cluster name.
     pub latencies: BTreeMap<String, Duration>,
+    /// Network coordinate fitted to the fleet's measured latencies, for pairs never measured.
+    pub network: Option<NetworkCoordinate>,
     /// What the agent last reported.
     pub capacity: Capacity,
 }
@@ -88,6 +91,12 @@ impl Cluster {
             (Some(a), Some(b)) => Some(*a.min(b)),
             (a, b) => a.or(b).copied(),
         }
+    }
+
+    /// Latency between this cluster and `other` estimated from both network coordinates, when
+    /// both are trusted.
+    pub fn estimated_latency_to(&self, other: &Cluster) -> Option<Duration> {
+        self.network?.estimate_to(&other.network?)
     }
 }
 

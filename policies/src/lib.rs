@@ -52,6 +52,7 @@ mod demand;
 mod divide;
 mod fleet;
 mod ledger;
+pub mod network;
 mod policy;
 mod proximity;
 mod resources;
@@ -69,6 +70,7 @@ pub use decision::{
 pub use demand::{Demand, Limit};
 pub use fleet::{Cluster, Coordinates, Fleet, REGION_LABEL, ZONE_LABEL};
 pub use ledger::{Ledger, Reservation};
+pub use network::NetworkCoordinate;
 pub use policy::{Bursting, Policy, Request, Strategy};
 pub use proximity::{Origin, Proximity, Topology};
 pub use resources::Resources;

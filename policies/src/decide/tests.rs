@@ -509,6 +509,70 @@ fn proximity_ranks_by_latency_then_distance_then_region() {
 }
 
 #[test]
+fn proximity_ranks_by_latency_measured_or_estimated_before_distance_and_labels() {
+    let fleet = fleet([
+        mk_cluster("origin").region("eu").at(50.1, 8.7).network(0.0, 0.0),
+        // Measured 40 ms; the estimate from coordinates (2 ms) is never used when measured.
+        mk_cluster("measured").latency("origin", 40).network(0.0, 0.0),
+        // Never measured against the origin: its coordinates put it 20 + 2 ms away.
+        mk_cluster("estimated").network(20.0, 0.0).at(-33.9, 151.2),
+        // Coordinates too, but untrusted ones (too few links): only the distance counts.
+        mk_cluster("untrusted").at(48.9, 2.4).region("eu"),
+        mk_cluster("labelled").region("eu"),
+    ]);
+    let mut untrusted = fleet.get("untrusted").cloned().expect("untrusted");
+    untrusted.network = Some(crate::NetworkCoordinate {
+        position: [1.0, 0.0],
+        height: 1.0,
+        error: 0.0,
+        links: 2,
+    });
+    let mut fleet = fleet;
+    fleet.insert(untrusted);
+    let decision = ask(1).near(Origin::Cluster("origin".into())).on(&fleet);
+    let order: Vec<usize> = ["origin", "estimated", "measured", "untrusted", "labelled"]
+        .iter()
+        .map(|c| rank_of(&decision, c))
+        .collect();
+    assert_eq!(
+        order,
+        [1, 2, 3, 4, 5],
+        "expected latency by value (estimated 22 ms before measured 40 ms), then distance, then labels; \
+         seen\n{decision}"
+    );
+    assert_eq!(
+        line(&decision, "estimated"),
+        "estimated: proximity rank 2 of 5 (~22.0 ms estimated, 16484 km), room for 8 replicas (cpu-bound), \
+         given 0 (not needed, earlier clusters took every replica)"
+    );
+}
+
+#[test]
+fn overflow_goes_to_the_burst_cluster_nearest_by_measured_latency_not_by_map() {
+    let fleet = fleet([
+        mk_cluster("eu-1").cpu(4).at(50.1, 8.7),
+        // Next door on the map, but a slow path.
+        mk_cluster("burst-next-door")
+            .cpu(64)
+            .burst_only()
+            .at(48.9, 2.4)
+            .latency("eu-1", 80),
+        // Across the ocean, but a fast path.
+        mk_cluster("burst-fast")
+            .cpu(64)
+            .burst_only()
+            .at(40.7, -74.0)
+            .latency("eu-1", 12),
+    ]);
+    let decision = ask(6).on(&fleet);
+    assert_eq!(
+        placed(&decision),
+        [("burst-fast", 2), ("eu-1", 4)],
+        "expected the overflow on the burst cluster measured nearest to eu-1; seen\n{decision}"
+    );
+}
+
+#[test]
 fn proximity_to_a_region_prefers_its_zone_then_the_region() {
     let fleet = fleet([
         mk_cluster("a-other").region("us").cpu(64),
