@@ -7,7 +7,7 @@
 //!  agent                                              hub
 //!    │ POST /agent/v1/register   (bootstrap token)      │  RegisterRequest -> RegisterResponse
 //!    │ ───────────────────────────────────────────────► │  (per-cluster credential, stored hashed)
-//!    │ POST /agent/v1/heartbeat  (credential)           │  Heartbeat -> 204
+//!    │ POST /agent/v1/heartbeat  (credential)           │  Heartbeat -> 200 HeartbeatAnswer
 //!    │ GET  /agent/v1/work?after=R&wait=S (credential)  │  200 WorkSet | 204 nothing newer
 //!    │ POST /agent/v1/status     (credential)           │  StatusReport -> 204
 //! ```
@@ -64,7 +64,8 @@ mod tests;
 pub const PREFIX: &str = "/agent/v1";
 /// `POST`: [`RegisterRequest`] -> [`RegisterResponse`], with the bootstrap token.
 pub const REGISTER_PATH: &str = "/agent/v1/register";
-/// `POST`: [`Heartbeat`] -> `204`.
+/// `POST`: [`Heartbeat`] -> `200` [`HeartbeatAnswer`] (hubs before 0.2 answered `204` with no
+/// body; agents take that as an answer without peers).
 pub const HEARTBEAT_PATH: &str = "/agent/v1/heartbeat";
 /// `GET` with [`WorkQuery`]: `200` [`WorkSet`] or `204` (long-poll, see the module docs).
 pub const WORK_PATH: &str = "/agent/v1/work";
@@ -168,9 +169,15 @@ pub struct Heartbeat {
     /// Measured usage of the whole cluster (metrics), when known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub usage: Option<Resources>,
-    /// Round-trip times the agent measured.
+    /// Round-trip times the agent measured: to the hub ([`LatencySample::HUB`]) and to the peers
+    /// the hub named in its last [`HeartbeatAnswer`], each a median of recent probes.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub latency_samples: Vec<LatencySample>,
+    /// Where other agents can reach this one to measure round trips: a URL answering `GET` with
+    /// `204` (the agent's `/probe`). Absent: the agent is not probed, and measures only what the
+    /// hub asks of it. Example: `http://10.0.3.7:9090/probe`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub probe_url: Option<String>,
     /// The work revision the agent has fully applied (`None` before the first).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub applied_revision: Option<u64>,
@@ -179,6 +186,32 @@ pub struct Heartbeat {
 impl Heartbeat {
     /// Most pending pods one heartbeat lists.
     pub const MAX_PENDING_PODS: usize = 500;
+}
+
+/// `200` answer of `POST /agent/v1/heartbeat`.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct HeartbeatAnswer {
+    /// Other agents to measure round trips to until the next answer: Ready clusters that gave a
+    /// [`Heartbeat::probe_url`], at most [`HeartbeatAnswer::MAX_PEERS`].
+    #[serde(default)]
+    pub peers: Vec<Peer>,
+}
+
+impl HeartbeatAnswer {
+    /// Most peers one answer names; in larger fleets the hub rotates which ones, and network
+    /// coordinates estimate the pairs never measured.
+    pub const MAX_PEERS: usize = 16;
+}
+
+/// Another agent to probe.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct Peer {
+    /// Its cluster; the name of the [`LatencySample`] reporting the measurement.
+    pub cluster: String,
+    /// Its [`Heartbeat::probe_url`].
+    pub probe_url: String,
 }
 
 fn is_zero(n: &u64) -> bool {

@@ -101,6 +101,7 @@ fn heartbeat_round_trips_with_capacity_pending_pods_and_latency() {
             peer: LatencySample::HUB.into(),
             rtt_millis: 12.5,
         }],
+        probe_url: Some("http://10.0.3.7:9090/probe".into()),
         applied_revision: Some(7),
     };
     let json = round_trip(&heartbeat);
@@ -122,10 +123,28 @@ fn heartbeat_round_trips_with_capacity_pending_pods_and_latency() {
         json!({"peer": "hub", "rttMillis": 12.5})
     );
     assert_eq!(json["appliedRevision"], 7);
+    assert_eq!(json["probeUrl"], "http://10.0.3.7:9090/probe");
     assert!(
         json.get("pendingPodsOmitted").is_none(),
         "zero omitted is left out: {json}"
     );
+}
+
+#[test]
+fn heartbeat_answer_names_peers_and_an_empty_body_means_none() {
+    let answer = HeartbeatAnswer {
+        peers: vec![Peer {
+            cluster: "us-east".into(),
+            probe_url: "http://10.1.0.4:9090/probe".into(),
+        }],
+    };
+    let json = round_trip(&answer);
+    assert_eq!(
+        json,
+        json!({"peers": [{"cluster": "us-east", "probeUrl": "http://10.1.0.4:9090/probe"}]})
+    );
+    let empty: HeartbeatAnswer = serde_json::from_str("{}").unwrap();
+    assert_eq!(empty, HeartbeatAnswer::default());
 }
 
 #[test]
