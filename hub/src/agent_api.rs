@@ -3,6 +3,7 @@
 //! ```text
 //!  register  (bootstrap token) ─► store: cluster + rotated credential ─► WorkloadCluster (Joined)
 //!  heartbeat (credential)      ─► store: heartbeat ─► WorkloadCluster status (rate-limited)
+//!                              ─► index: round trips; answers the peers to probe
 //!                                                  └► capacity changed: reconcile the unsettled
 //!                                                     workloads; cluster back: reconcile all
 //!  work      (credential)      ◄─ store: work set; waits on the cluster's WorkSignals
@@ -24,8 +25,8 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use nave_api::wire::{
-    self, ErrorBody, Heartbeat, RegisterRequest, RegisterResponse, StatusReport, WorkQuery, WorkSet,
-    WorkloadRef, error_codes,
+    self, ErrorBody, Heartbeat, HeartbeatAnswer, RegisterRequest, RegisterResponse, StatusReport, WorkQuery,
+    WorkSet, WorkloadRef, error_codes,
 };
 use serde::de::DeserializeOwned;
 use tracing::{debug, instrument, warn};
@@ -340,7 +341,7 @@ async fn heartbeat(
     State(state): State<AgentState>,
     headers: HeaderMap,
     Json(beat): Json<Heartbeat>,
-) -> Result<StatusCode, ApiError> {
+) -> Result<Json<HeartbeatAnswer>, ApiError> {
     let identity = authenticate(&state, &headers).await?;
     tracing::Span::current().record("cluster", identity.cluster.as_str());
     check_scope(&identity, beat.cluster_name.as_deref())?;
@@ -359,6 +360,12 @@ async fn heartbeat(
     state
         .index
         .put_pending(&identity.cluster, beat.pending_pods.clone());
+    let network = state.index.network();
+    network.put(
+        &identity.cluster,
+        beat.probe_url.as_deref(),
+        &beat.latency_samples,
+    );
     // A pass of the controllers only when placement inputs changed: new capacity, or a cluster
     // that was not Ready (no heartbeat within the grace period) coming back.
     let was_ready = before
@@ -393,7 +400,9 @@ async fn heartbeat(
             }
         }
     }
-    Ok(StatusCode::NO_CONTENT)
+    Ok(Json(
+        network.answer(&identity.cluster, state.timings.heartbeat_grace),
+    ))
 }
 
 #[instrument(skip_all, fields(cluster = tracing::field::Empty, after, wait))]

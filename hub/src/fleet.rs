@@ -5,6 +5,8 @@
 //! ```text
 //!  store: clusters (capacity, last heartbeat) ─┐
 //!  WorkloadClusters (labels, cordon, burst) ───┴─► gather ─► Fleet (+ the records and objects)
+//!  Prometheus (usage) ────────────────────────────────────► with_usage
+//!  agents' round trips, network coordinates ──────────────► with_network
 //! ```
 //!
 //! The agents' reports and the ledger of other workloads' replicas come from
@@ -20,6 +22,7 @@ use nave_api::wire::{StatusReport, WorkloadRef};
 use nave_policies::{Capacity, Fleet};
 
 use crate::error::Error;
+use crate::network::Network;
 use crate::prometheus::{Usage, UsageCache};
 use crate::scheduler;
 use crate::store::{ClusterRecord, Store};
@@ -55,6 +58,33 @@ impl FleetView {
                 model.usage = measured.usage(model.utilization(&[]).used);
                 self.fleet.insert(cluster);
             }
+        }
+        self
+    }
+
+    /// The view with the round trips the agents measured ([`Cluster::latencies`]) and the
+    /// network coordinates fitted to them ([`Cluster::network`]), which proximity ranks by.
+    ///
+    /// [`Cluster::latencies`]: nave_policies::Cluster::latencies
+    /// [`Cluster::network`]: nave_policies::Cluster::network
+    pub fn with_network(mut self, network: &Network) -> FleetView {
+        let measured = network.measured();
+        let coordinates = network.coordinates();
+        let names: Vec<String> = self.fleet.iter().map(|c| c.name.clone()).collect();
+        for name in names {
+            let latencies = measured.get(&name);
+            let coordinate = coordinates.get(&name).copied();
+            if latencies.is_none() && coordinate.is_none() {
+                continue;
+            }
+            let Some(mut cluster) = self.fleet.get(&name).cloned() else {
+                continue;
+            };
+            if let Some(latencies) = latencies {
+                cluster.latencies = latencies.clone();
+            }
+            cluster.network = coordinate;
+            self.fleet.insert(cluster);
         }
         self
     }

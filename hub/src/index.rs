@@ -4,6 +4,7 @@
 //! ```text
 //!  agent status ──► put_report ──► store + reports ─┐
 //!  heartbeat    ──► put_pending ─► Pending pods ────┤
+//!  heartbeat    ──► network ─────► round trips ─────┤
 //!  reconcile    ──► book ────────► bookings ────────┼─► ledger / status of one workload
 //!  reconcile    ──► WorkSets::put ► store + sets ───┘   (no store reads on the hot path)
 //!  start-up     ──► load (clusters' reports, placements) from the store
@@ -24,6 +25,7 @@ use serde_json::Value;
 
 use crate::error::Error;
 use crate::fleet::deployment_status;
+use crate::network::Network;
 use crate::scheduler;
 use crate::store::{PlacementRecord, Store, WorkStatus, WorkWrite};
 
@@ -58,20 +60,31 @@ pub struct Index {
     bookings: RwLock<BTreeMap<WorkloadRef, Booking>>,
     /// Workloads whose placement may change when capacity changes (see [`Index::settle`]).
     unsettled: Mutex<BTreeSet<WorkloadRef>>,
+    /// Measured round trips, probe URLs and network coordinates.
+    network: Network,
     /// Each cluster's work set; the lock serializes their read-modify-write, since several
     /// workloads share a set and two reconciles writing at once would lose one's objects.
     work: tokio::sync::Mutex<WorkSets>,
 }
 
 impl Index {
-    /// An index loaded from `store`: every registered cluster's latest report and every placement.
+    /// An index loaded from `store`: every registered cluster's latest report, its latest
+    /// latency samples, and every placement.
     pub async fn load(store: Arc<dyn Store>) -> Result<Index, Error> {
         let mut reports = Reports::new();
+        let network = Network::default();
         for cluster in store
             .list_clusters()
             .await
             .map_err(Error::store("listing clusters"))?
         {
+            let newest = store
+                .list_heartbeats(&cluster.name, 1)
+                .await
+                .map_err(Error::store("reading heartbeats"))?;
+            if let Some(beat) = newest.first() {
+                network.load(&cluster.name, &beat.payload);
+            }
             let status = store
                 .get_work_status(&cluster.name)
                 .await
@@ -97,6 +110,7 @@ impl Index {
             pending: RwLock::default(),
             bookings: RwLock::new(bookings),
             unsettled: Mutex::default(),
+            network,
             work: tokio::sync::Mutex::new(WorkSets {
                 store,
                 sets: HashMap::new(),
@@ -111,11 +125,17 @@ impl Index {
             pending: RwLock::default(),
             bookings: RwLock::default(),
             unsettled: Mutex::default(),
+            network: Network::default(),
             work: tokio::sync::Mutex::new(WorkSets {
                 store,
                 sets: HashMap::new(),
             }),
         }
+    }
+
+    /// The fleet's measured round trips and network coordinates.
+    pub fn network(&self) -> &Network {
+        &self.network
     }
 
     /// The latest report of every cluster that reported.

@@ -55,6 +55,7 @@ pub mod fleet;
 pub mod health;
 pub mod index;
 pub mod metrics;
+pub mod network;
 pub mod probes;
 pub mod prometheus;
 pub mod render;

@@ -92,7 +92,7 @@ impl Agent {
                     .send()
                     .await;
                 match sent {
-                    Ok(res) if res.status() == 204 => {}
+                    Ok(res) if res.status() == 200 => {}
                     Ok(res) => panic!("heartbeat of {cluster}: status {}", res.status()),
                     Err(e) => panic!("heartbeat of {cluster}: {e}"),
                 }

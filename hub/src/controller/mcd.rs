@@ -269,7 +269,8 @@ async fn apply(mcd: Arc<MultiClusterDeployment>, ctx: &Context) -> Result<Action
         ..
     } = fleet::gather(&ctx.client, ctx.store.as_ref(), ctx.timings.heartbeat_grace)
         .await?
-        .with_usage(&ctx.usage);
+        .with_usage(&ctx.usage)
+        .with_network(ctx.index.network());
     let reports = ctx.index.reports();
 
     // The request, steady from the stored placement of this incarnation.

@@ -59,9 +59,13 @@ pub(super) struct ClusterView {
     /// What Prometheus measured, when the hub reads it (`--prometheus-url`) and the values are
     /// younger than `--prometheus-ttl`; `null` otherwise, and placement then counts requests.
     usage: Option<UsageView>,
-    /// Round-trip times its agent measured, from the last heartbeat. `null` until agents report
-    /// latency (today's agents do not measure it yet).
+    /// Round-trip times its agent measured, from the last heartbeat: to the hub, and to the
+    /// agents of other clusters that give a probe URL. `null` before the agent reported any.
     latency: Option<LatencyView>,
+    /// Its place in the network coordinates fitted to every measured round trip, from which
+    /// the hub estimates latency between clusters that never measured each other. `null` while
+    /// it has no measurements.
+    network_coordinate: Option<NetworkCoordinateView>,
     /// The placements that assign replicas to it.
     assigned: AssignedView,
 }
@@ -139,6 +143,23 @@ pub(super) struct LatencyView {
     peers: BTreeMap<String, f64>,
     /// When the heartbeat carrying them was received (RFC 3339).
     measured_at: String,
+}
+
+/// A network coordinate (Vivaldi): a point in a plane plus a height, in milliseconds; the
+/// estimated round trip between two clusters is the distance of their points plus both heights.
+#[derive(Serialize, Debug, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub(super) struct NetworkCoordinateView {
+    /// The point in the plane, `[x, y]`, in milliseconds.
+    position: [f64; 2],
+    /// The height (its access link's share of every round trip), in milliseconds.
+    height_millis: f64,
+    /// Median relative error of the fitted round trips against the measured ones on its links.
+    error: f64,
+    /// Measured links (peers and the hub) it was fitted on.
+    links: u32,
+    /// Whether estimates use it: at least 3 links and an error of at most 0.25.
+    trusted: bool,
 }
 
 /// What is placed on a cluster.
@@ -250,6 +271,13 @@ async fn view(
         } else {
             None
         },
+        network_coordinate: cluster.and_then(|c| c.network).map(|n| NetworkCoordinateView {
+            position: n.position,
+            height_millis: n.height,
+            error: n.error,
+            links: n.links,
+            trusted: n.is_trusted(),
+        }),
         assigned: assigned(placements, name),
     })
 }
@@ -258,7 +286,8 @@ async fn gather(state: &RestState) -> Result<(FleetView, Vec<PlacementRecord>), 
     let ctx = &state.ctx;
     let fleet = fleet::gather(&ctx.client, ctx.store.as_ref(), ctx.timings.heartbeat_grace)
         .await?
-        .with_usage(&ctx.usage);
+        .with_usage(&ctx.usage)
+        .with_network(ctx.index.network());
     let placements = ctx.store.list_placements(None).await?;
     Ok((fleet, placements))
 }

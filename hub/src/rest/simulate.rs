@@ -138,7 +138,8 @@ pub(super) async fn simulate(
     let store = ctx.store.as_ref();
     let view = fleet::gather(&ctx.client, store, ctx.timings.heartbeat_grace)
         .await?
-        .with_usage(&ctx.usage);
+        .with_usage(&ctx.usage)
+        .with_network(ctx.index.network());
     let reports = ctx.index.reports();
     let workload = body.name.as_ref().map(|name| WorkloadRef::new(&namespace, name));
     let ledger = ctx.index.ledger(&reports);

@@ -175,8 +175,14 @@ pub async fn register(http: &reqwest::Client, base: &str, request: &RegisterRequ
     response.credential
 }
 
-/// Sends one heartbeat; anything but `204 No Content` fails the test.
-pub async fn heartbeat(http: &reqwest::Client, base: &str, credential: &str, beat: &Heartbeat) {
+/// Sends one heartbeat and returns the hub's answer; anything but `200` with a
+/// [`wire::HeartbeatAnswer`] fails the test.
+pub async fn heartbeat(
+    http: &reqwest::Client,
+    base: &str,
+    credential: &str,
+    beat: &Heartbeat,
+) -> wire::HeartbeatAnswer {
     let cluster = beat.cluster_name.as_deref().unwrap_or_default();
     let res = http
         .post(format!("{base}{}", wire::HEARTBEAT_PATH))
@@ -185,7 +191,10 @@ pub async fn heartbeat(http: &reqwest::Client, base: &str, credential: &str, bea
         .send()
         .await
         .unwrap_or_else(|e| panic!("heartbeat of {cluster}: {e}"));
-    assert_eq!(res.status(), 204, "heartbeat of {cluster}");
+    assert_eq!(res.status(), 200, "heartbeat of {cluster}");
+    res.json()
+        .await
+        .unwrap_or_else(|e| panic!("heartbeat answer of {cluster}: {e}"))
 }
 
 /// Registers `cluster` and sends one heartbeat with `capacity`.

@@ -1,0 +1,187 @@
+//! The fleet's measured round trips, and the network coordinates fitted to them.
+//!
+//! ```text
+//!  heartbeat ─► put: probe URL, latency samples (to the hub and to peers)
+//!                 │
+//!                 ├─► peers: whom the cluster should probe next (the heartbeat's answer)
+//!                 └─► measured ─► Cluster.latencies  ┐
+//!                     coordinates (fitted lazily) ───┴─► FleetView::with_network ─► proximity
+//! ```
+//!
+//! Every agent that gives a probe URL is probed by the others; the hub names the peers in its
+//! heartbeat answer (at most [`HeartbeatAnswer::MAX_PEERS`], rotated in larger fleets), so the
+//! agents never need to know the fleet. Pairs never measured are estimated from network
+//! coordinates ([`nave_policies::network`]), refitted only after a measurement moved.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use nave_api::wire::{HeartbeatAnswer, LatencySample, Peer};
+use nave_policies::NetworkCoordinate;
+use nave_policies::network::{self, Sample};
+
+/// The hub's node in the fitted space. Not a valid cluster name (DNS labels hold no
+/// parentheses), so no cluster can take its place.
+pub const HUB_NODE: &str = "(hub)";
+
+/// Longest round trip taken as a measurement; anything longer is a broken probe, not a link.
+const MAX_RTT: Duration = Duration::from_secs(60);
+
+/// A measurement that moved less than this (and less than [`REFIT_SHARE`] of itself) leaves the
+/// fitted coordinates as they are: probes jitter, and a refit per heartbeat is wasted work.
+const REFIT_MILLIS: f64 = 1.0;
+/// See [`REFIT_MILLIS`].
+const REFIT_SHARE: f64 = 0.1;
+
+/// See the module documentation.
+#[derive(Debug, Default)]
+pub struct Network {
+    state: Mutex<State>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    /// Each cluster's probe URL, from its latest heartbeat.
+    probe_urls: BTreeMap<String, String>,
+    /// When each cluster's latest heartbeat arrived at this hub (not known for what was loaded
+    /// from the store until the cluster beats again).
+    seen: BTreeMap<String, Instant>,
+    /// Each cluster's latest round trips by peer ([`HUB_NODE`] for the hub).
+    measured: BTreeMap<String, BTreeMap<String, Duration>>,
+    /// How many answers each cluster got; rotates its peers when there are too many.
+    answers: BTreeMap<String, usize>,
+    /// Coordinates fitted to `measured`; `None` after a measurement moved.
+    fitted: Option<Arc<BTreeMap<String, NetworkCoordinate>>>,
+    /// The last fit, the warm start of the next.
+    previous: BTreeMap<String, NetworkCoordinate>,
+}
+
+impl Network {
+    /// Records what `cluster`'s heartbeat says about the network: its probe URL and its
+    /// samples. Samples that cannot be round trips (negative, not a number, above a minute,
+    /// naming no peer or the cluster itself) are left out.
+    pub fn put(&self, cluster: &str, probe_url: Option<&str>, samples: &[LatencySample]) {
+        let measured: BTreeMap<String, Duration> = samples
+            .iter()
+            .filter(|s| !s.peer.is_empty() && s.peer != cluster)
+            // Checked before converting: `Duration::from_secs_f64` panics on what fails here.
+            .filter(|s| (0.0..=MAX_RTT.as_secs_f64() * 1000.0).contains(&s.rtt_millis))
+            .map(|s| {
+                let peer = if s.peer == LatencySample::HUB {
+                    HUB_NODE.to_owned()
+                } else {
+                    s.peer.clone()
+                };
+                (peer, Duration::from_secs_f64(s.rtt_millis / 1000.0))
+            })
+            .collect();
+        let mut state = self.lock();
+        state.seen.insert(cluster.to_owned(), Instant::now());
+        match probe_url.filter(|u| !u.is_empty()) {
+            Some(url) => state.probe_urls.insert(cluster.to_owned(), url.to_owned()),
+            None => state.probe_urls.remove(cluster),
+        };
+        let moved = state
+            .measured
+            .get(cluster)
+            .is_none_or(|before| moved(before, &measured));
+        if moved {
+            state.fitted = None;
+        }
+        state.measured.insert(cluster.to_owned(), measured);
+    }
+
+    /// What a cluster loaded from the store reported last, before it beats again.
+    pub fn load(&self, cluster: &str, payload: &serde_json::Value) {
+        let samples: Vec<LatencySample> =
+            serde_json::from_value(payload["latencySamples"].clone()).unwrap_or_default();
+        let probe_url = payload["probeUrl"].as_str();
+        self.put(cluster, probe_url, &samples);
+        self.lock().seen.remove(cluster);
+    }
+
+    /// The answer to `cluster`'s heartbeat: the other clusters with a probe URL whose last
+    /// heartbeat is younger than `grace`, by name; past [`HeartbeatAnswer::MAX_PEERS`], a window
+    /// that moves on by that many at every answer, so each pair is measured in turn.
+    pub fn answer(&self, cluster: &str, grace: Duration) -> HeartbeatAnswer {
+        let mut state = self.lock();
+        let candidates: Vec<Peer> = state
+            .probe_urls
+            .iter()
+            .filter(|(name, _)| name.as_str() != cluster)
+            .filter(|(name, _)| state.seen.get(*name).is_some_and(|at| at.elapsed() < grace))
+            .map(|(name, url)| Peer {
+                cluster: name.clone(),
+                probe_url: url.clone(),
+            })
+            .collect();
+        let max = HeartbeatAnswer::MAX_PEERS;
+        if candidates.len() <= max {
+            return HeartbeatAnswer { peers: candidates };
+        }
+        let round = state.answers.entry(cluster.to_owned()).or_default();
+        let start = round.wrapping_mul(max) % candidates.len();
+        *round = round.wrapping_add(1);
+        let peers = candidates.iter().cycle().skip(start).take(max).cloned().collect();
+        HeartbeatAnswer { peers }
+    }
+
+    /// Each cluster's measured round trips by peer, the hub left out.
+    pub fn measured(&self) -> BTreeMap<String, BTreeMap<String, Duration>> {
+        let state = self.lock();
+        state
+            .measured
+            .iter()
+            .map(|(cluster, peers)| {
+                let peers = peers
+                    .iter()
+                    .filter(|(peer, _)| peer.as_str() != HUB_NODE)
+                    .map(|(peer, rtt)| (peer.clone(), *rtt))
+                    .collect();
+                (cluster.clone(), peers)
+            })
+            .collect()
+    }
+
+    /// Network coordinates fitted to every measurement (the hub's node included), fitted again
+    /// only when a measurement moved since the last call.
+    pub fn coordinates(&self) -> Arc<BTreeMap<String, NetworkCoordinate>> {
+        let mut state = self.lock();
+        if let Some(fitted) = &state.fitted {
+            return fitted.clone();
+        }
+        let samples: Vec<Sample> = state
+            .measured
+            .iter()
+            .flat_map(|(cluster, peers)| {
+                peers.iter().map(|(peer, rtt)| Sample {
+                    a: cluster.clone(),
+                    b: peer.clone(),
+                    rtt: *rtt,
+                })
+            })
+            .collect();
+        let fitted = Arc::new(network::fit(&samples, &state.previous));
+        state.previous = (*fitted).clone();
+        state.fitted = Some(fitted.clone());
+        fitted
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// Whether `after` differs from `before` enough to fit again: another set of peers, or a round
+/// trip that moved by more than [`REFIT_MILLIS`] and [`REFIT_SHARE`].
+fn moved(before: &BTreeMap<String, Duration>, after: &BTreeMap<String, Duration>) -> bool {
+    before.len() != after.len()
+        || before.iter().zip(after).any(|((p, a), (q, b))| {
+            let (a, b) = (a.as_secs_f64() * 1000.0, b.as_secs_f64() * 1000.0);
+            p != q || ((a - b).abs() > REFIT_MILLIS && (a - b).abs() > REFIT_SHARE * a.max(b))
+        })
+}
+
+#[cfg(test)]
+mod tests;

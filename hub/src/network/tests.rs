@@ -1,0 +1,134 @@
+use std::sync::Arc;
+use std::time::Duration;
+
+use nave_api::wire::{HeartbeatAnswer, LatencySample};
+use serde_json::json;
+
+use super::{HUB_NODE, Network};
+
+fn sample(peer: &str, rtt_millis: f64) -> LatencySample {
+    LatencySample {
+        peer: peer.to_owned(),
+        rtt_millis,
+    }
+}
+
+const GRACE: Duration = Duration::from_secs(40);
+
+#[test]
+fn samples_that_cannot_be_round_trips_are_left_out_and_the_hub_is_not_a_peer() {
+    let network = Network::default();
+    network.put(
+        "a",
+        None,
+        &[
+            sample(LatencySample::HUB, 12.0),
+            sample("b", 30.0),
+            sample("c", f64::NAN),
+            sample("d", -1.0),
+            sample("e", 1e300),
+            sample("", 5.0),
+            sample("a", 1.0),
+        ],
+    );
+    let measured = network.measured();
+    let a: Vec<(&str, Duration)> = measured["a"].iter().map(|(p, d)| (p.as_str(), *d)).collect();
+    assert_eq!(
+        a,
+        [("b", Duration::from_millis(30))],
+        "measured of a: {measured:?}"
+    );
+    // The hub's link still takes part in the fit.
+    let fitted = network.coordinates();
+    assert!(
+        fitted.contains_key(HUB_NODE) && fitted.contains_key("b"),
+        "expected the hub and b in the fit, saw {:?}",
+        fitted.keys().collect::<Vec<_>>()
+    );
+}
+
+#[test]
+fn peers_are_the_others_with_a_probe_url_that_beat_recently() {
+    let network = Network::default();
+    network.put("a", Some("http://a/probe"), &[]);
+    network.put("b", Some("http://b/probe"), &[]);
+    network.put("c", None, &[]);
+    // Loaded from the store: known, but not offered until it beats again.
+    network.load(
+        "d",
+        &json!({"probeUrl": "http://d/probe", "latencySamples": [{"peer": "a", "rttMillis": 4.0}]}),
+    );
+    let names = |answer: HeartbeatAnswer| answer.peers.into_iter().map(|p| p.cluster).collect::<Vec<_>>();
+    assert_eq!(names(network.answer("a", GRACE)), ["b"]);
+    assert_eq!(names(network.answer("c", GRACE)), ["a", "b"]);
+    assert_eq!(
+        network.measured()["d"]["a"],
+        Duration::from_millis(4),
+        "loaded samples count"
+    );
+    network.put("d", Some("http://d/probe"), &[]);
+    assert_eq!(names(network.answer("a", GRACE)), ["b", "d"]);
+    // A cluster that stops giving a URL is no longer probed.
+    network.put("b", None, &[]);
+    assert_eq!(names(network.answer("a", GRACE)), ["d"]);
+}
+
+#[test]
+fn a_large_fleet_is_probed_in_turns_covering_every_peer() {
+    let network = Network::default();
+    let max = HeartbeatAnswer::MAX_PEERS;
+    for i in 0..=2 * max {
+        network.put(&format!("c{i:02}"), Some(&format!("http://c{i:02}/probe")), &[]);
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    for _ in 0..2 {
+        let answer = network.answer("c00", GRACE);
+        assert_eq!(
+            answer.peers.len(),
+            max,
+            "each answer names at most {max}: {answer:?}"
+        );
+        seen.extend(answer.peers.into_iter().map(|p| p.cluster));
+    }
+    assert_eq!(
+        seen.len(),
+        2 * max,
+        "two answers cover all {} others: {seen:?}",
+        2 * max
+    );
+    assert!(!seen.contains("c00"), "never itself: {seen:?}");
+}
+
+#[test]
+fn coordinates_are_fitted_again_only_after_a_measurement_moved() {
+    let network = Network::default();
+    let triangle = |ab: f64| {
+        network.put(
+            "a",
+            None,
+            &[
+                sample("b", ab),
+                sample("c", 20.0),
+                sample(LatencySample::HUB, 15.0),
+            ],
+        );
+        network.put("b", None, &[sample("c", 25.0), sample(LatencySample::HUB, 18.0)]);
+    };
+    triangle(10.0);
+    let first = network.coordinates();
+    assert!(
+        Arc::ptr_eq(&first, &network.coordinates()),
+        "no new samples: the same fit"
+    );
+    triangle(10.4);
+    assert!(
+        Arc::ptr_eq(&first, &network.coordinates()),
+        "jitter under 1 ms: the same fit"
+    );
+    triangle(40.0);
+    let second = network.coordinates();
+    assert!(
+        !Arc::ptr_eq(&first, &second),
+        "a round trip that quadrupled: a new fit"
+    );
+}
