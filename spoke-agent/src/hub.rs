@@ -7,8 +7,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use nave_api::wire::{
-    ErrorBody, HEARTBEAT_PATH, Heartbeat, REGISTER_PATH, RegisterRequest, RegisterResponse, STATUS_PATH,
-    StatusReport, WORK_PATH, WorkQuery, WorkSet,
+    ErrorBody, HEARTBEAT_PATH, Heartbeat, HeartbeatAnswer, REGISTER_PATH, RegisterRequest, RegisterResponse,
+    STATUS_PATH, StatusReport, WORK_PATH, WorkQuery, WorkSet,
 };
 use reqwest::StatusCode;
 use serde::Serialize;
@@ -70,12 +70,22 @@ impl HubClient {
         decode("register", response).await
     }
 
-    /// `POST /agent/v1/heartbeat`; answers the round-trip time.
-    pub async fn heartbeat(&self, credential: &str, heartbeat: &Heartbeat) -> Result<Duration> {
+    /// `POST /agent/v1/heartbeat`; answers the round-trip time (to the response's head) and the
+    /// hub's answer (none from a hub that answers `204`).
+    pub async fn heartbeat(
+        &self,
+        credential: &str,
+        heartbeat: &Heartbeat,
+    ) -> Result<(Duration, HeartbeatAnswer)> {
         let started = Instant::now();
-        self.post("heartbeat", HEARTBEAT_PATH, credential, heartbeat)
+        let response = self
+            .post("heartbeat", HEARTBEAT_PATH, credential, heartbeat)
             .await?;
-        Ok(started.elapsed())
+        let rtt = started.elapsed();
+        if response.status() == StatusCode::NO_CONTENT {
+            return Ok((rtt, HeartbeatAnswer::default()));
+        }
+        Ok((rtt, decode("heartbeat", response).await?))
     }
 
     /// `POST /agent/v1/status`.

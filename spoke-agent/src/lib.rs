@@ -16,11 +16,12 @@
 //!           │         │ wake                   │
 //!  Deploys ─┴─► status loop ───────────────────┼─► POST status
 //!                                              └──────────────────────────────┘
+//!   probe loop: round trips to the peers the hub names ──► next heartbeat (see [`probe`])
 //!   one CancellationToken (SIGTERM / Ctrl-C) stops every loop
 //! ```
 //!
-//! The loops record [`metrics`], served with `/healthz` on a small listener of their own
-//! ([`Config::metrics_listen`]).
+//! The loops record [`metrics`], served with `/healthz` and `/probe` on a small listener of their
+//! own ([`Config::metrics_listen`]).
 //!
 //! While the hub is unreachable nothing in the cluster changes: the loops log at warn and retry
 //! with exponential backoff and jitter; workloads keep running. A restarted agent reads its
@@ -34,6 +35,7 @@ mod error;
 pub mod hub;
 pub mod identity;
 pub mod metrics;
+pub mod probe;
 pub mod quantity;
 pub mod status;
 
@@ -65,6 +67,7 @@ pub use crate::error::{Error, Result};
 use crate::hub::HubClient;
 use crate::identity::Identity;
 use crate::metrics::AgentMetrics;
+use crate::probe::RoundTrips;
 
 /// Version of this agent, sent to the hub.
 pub const AGENT_VERSION: &str = env!("CARGO_PKG_VERSION");
@@ -106,9 +109,34 @@ pub struct Args {
     /// Log as JSON lines instead of plain text.
     #[arg(long, env = "NAVE_LOG_JSON")]
     pub log_json: bool,
-    /// Address of the listener for `/metrics` (Prometheus) and `/healthz`.
+    /// Address of the listener for `/metrics` (Prometheus), `/healthz` and `/probe`.
     #[arg(long, env = "NAVE_AGENT_METRICS_LISTEN", default_value = "0.0.0.0:9090")]
     pub metrics_listen: SocketAddr,
+    /// URL at which other clusters' agents reach this agent's `/probe` to measure round trips,
+    /// e.g. `http://10.0.3.7:9090/probe`; without it this agent is not probed (it still probes).
+    #[arg(long, env = "NAVE_PROBE_URL")]
+    pub probe_url: Option<String>,
+    /// Seconds between two rounds of probes to the peers the hub names.
+    #[arg(long, env = "NAVE_PROBE_INTERVAL_SECONDS", default_value_t = 10)]
+    pub probe_interval_seconds: u64,
+    /// Extra delay on the link to a peer (`hub` for the hub), `PEER=MILLISECONDS`, added to
+    /// every round trip measured on it; repeatable. Emulates distance for tests and
+    /// demonstrations; never needed on real networks.
+    #[arg(long = "link-latency", value_parser = parse_link_latency)]
+    pub link_latency: Vec<(String, Duration)>,
+}
+
+fn parse_link_latency(s: &str) -> std::result::Result<(String, Duration), String> {
+    let (peer, millis) = s
+        .split_once('=')
+        .ok_or_else(|| format!("expected PEER=MILLISECONDS, got {s:?}"))?;
+    let millis: u64 = millis
+        .parse()
+        .map_err(|_| format!("expected whole milliseconds after {peer}=, got {millis:?}"))?;
+    if peer.is_empty() {
+        return Err(format!("expected a peer name before ={millis}"));
+    }
+    Ok((peer.to_owned(), Duration::from_millis(millis)))
 }
 
 fn parse_label(s: &str) -> std::result::Result<(String, String), String> {
@@ -148,9 +176,16 @@ pub struct Config {
     pub retry_initial: Duration,
     /// Longest retry delay.
     pub retry_max: Duration,
-    /// Where to serve `/metrics` and `/healthz`; `None` serves nothing (the metrics are still
-    /// kept). The binary listens on `0.0.0.0:9090` unless told otherwise.
+    /// Where to serve `/metrics`, `/healthz` and `/probe`; `None` serves nothing (the metrics
+    /// are still kept). The binary listens on `0.0.0.0:9090` unless told otherwise.
     pub metrics_listen: Option<SocketAddr>,
+    /// Where other agents reach this one's `/probe`, sent in heartbeats; `None`: not probed.
+    pub probe_url: Option<String>,
+    /// Time between two rounds of probes.
+    pub probe_interval: Duration,
+    /// Extra delay per link, by peer (`hub` for the hub), added inside every round trip
+    /// measured on it: emulated distance for tests and the playground.
+    pub link_latency: BTreeMap<String, Duration>,
 }
 
 impl Config {
@@ -176,6 +211,9 @@ impl Config {
             retry_initial: Duration::from_millis(500),
             retry_max: Duration::from_secs(30),
             metrics_listen: None,
+            probe_url: None,
+            probe_interval: Duration::from_secs(10),
+            link_latency: BTreeMap::new(),
         }
     }
 }
@@ -205,6 +243,7 @@ pub struct Agent {
     work: RwLock<WorkState>,
     status_wake: Notify,
     metrics: Arc<AgentMetrics>,
+    round_trips: RoundTrips,
 }
 
 impl std::fmt::Debug for Agent {
@@ -225,6 +264,9 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     config.zone = args.zone;
     config.labels = args.labels.into_iter().collect();
     config.metrics_listen = Some(args.metrics_listen);
+    config.probe_url = args.probe_url;
+    config.probe_interval = Duration::from_secs(args.probe_interval_seconds.max(1));
+    config.link_latency = args.link_latency.into_iter().collect();
 
     let shutdown = CancellationToken::new();
     tokio::spawn(cancel_on_signal(shutdown.clone()));
@@ -336,6 +378,7 @@ pub async fn run_agent(config: Config, client: Client, shutdown: CancellationTok
             ..Default::default()
         }),
         status_wake: Notify::new(),
+        round_trips: RoundTrips::new(metrics.clone()),
         metrics,
         config,
     });
@@ -415,6 +458,10 @@ pub async fn run_agent(config: Config, client: Client, shutdown: CancellationTok
         heartbeat_loop(agent.clone(), shutdown.clone()),
     ));
     tasks.spawn(log_exit("work", work_loop(agent.clone(), shutdown.clone())));
+    tasks.spawn(log_exit(
+        "probe",
+        probe::probe_loop(agent.clone(), shutdown.clone()),
+    ));
     tasks.spawn(log_exit(
         "status",
         status::status_loop(agent.clone(), shutdown.clone()),
@@ -515,12 +562,18 @@ async fn log_exit(name: &'static str, task: impl Future<Output = Result<()>>) {
     }
 }
 
-/// Sends the capacity model every heartbeat interval; on failure retries sooner, with backoff,
-/// never faster than the backoff allows.
+/// Sends the capacity model and the round trips every heartbeat interval, and takes the peers to
+/// probe from the answer; on failure retries sooner, with backoff, never faster than the backoff
+/// allows.
 #[instrument(skip_all, fields(cluster = %agent.config.cluster_name))]
 async fn heartbeat_loop(agent: Arc<Agent>, shutdown: CancellationToken) -> Result<()> {
     let mut backoff = Backoff::new(agent.config.retry_initial, agent.config.retry_max);
-    let mut last_rtt: Option<Duration> = None;
+    let hub_delay = agent
+        .config
+        .link_latency
+        .get(LatencySample::HUB)
+        .copied()
+        .unwrap_or_default();
     loop {
         let heartbeat = {
             let nodes = agent.nodes.state();
@@ -537,13 +590,8 @@ async fn heartbeat_loop(agent: Arc<Agent>, shutdown: CancellationToken) -> Resul
                 pending_pods: pending,
                 pending_pods_omitted: omitted,
                 usage: None,
-                latency_samples: last_rtt
-                    .map(|rtt| LatencySample {
-                        peer: LatencySample::HUB.to_owned(),
-                        rtt_millis: rtt.as_secs_f64() * 1000.0,
-                    })
-                    .into_iter()
-                    .collect(),
+                latency_samples: agent.round_trips.samples(),
+                probe_url: agent.config.probe_url.clone(),
                 applied_revision: agent.work.read().await.state.revision,
             }
         };
@@ -552,13 +600,18 @@ async fn heartbeat_loop(agent: Arc<Agent>, shutdown: CancellationToken) -> Resul
             .call(&shutdown, |credential| {
                 let heartbeat = &heartbeat;
                 let hub = agent.identity.hub();
-                async move { hub.heartbeat(&credential, heartbeat).await }
+                async move {
+                    let (rtt, answer) = hub.heartbeat(&credential, heartbeat).await?;
+                    // Emulated distance to the hub counts in the round trip like a real one.
+                    Ok((rtt + hub_delay, answer))
+                }
             })
             .await;
         let delay = match sent {
-            Ok(rtt) => {
+            Ok((rtt, answer)) => {
                 agent.metrics.record_heartbeat(std::time::SystemTime::now());
-                last_rtt = Some(rtt);
+                agent.round_trips.record(LatencySample::HUB, rtt);
+                agent.round_trips.set_peers(answer.peers);
                 backoff.reset();
                 agent.identity.heartbeat_interval(&shutdown).await?
             }

@@ -5,8 +5,9 @@
 //!                              nave_agent_applied_objects, nave_agent_work_revision
 //!  heartbeat loop ───────────► nave_agent_last_heartbeat_timestamp_seconds, nave_agent_pending_pods
 //!  HubClient (every request) ► nave_agent_hub_requests_total{endpoint, code}
+//!  round trips (probe) ──────► nave_agent_round_trip_seconds{peer}
 //!
-//!  GET /metrics ─► OpenMetrics text        GET /healthz ─► 200 ok
+//!  GET /metrics ─► OpenMetrics text   GET /healthz ─► 200 ok   GET /probe ─► 204 (other agents)
 //! ```
 //!
 //! Every metric is documented in `docs/metrics.md`.
@@ -59,6 +60,13 @@ struct HubRequestLabels {
     code: String,
 }
 
+/// Labels of the round-trip gauge.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PeerLabels {
+    /// `hub` or the other cluster's name.
+    peer: String,
+}
+
 /// The agent's metrics and the registry they are served from.
 #[derive(Debug)]
 pub struct AgentMetrics {
@@ -70,6 +78,7 @@ pub struct AgentMetrics {
     hub_requests: Family<HubRequestLabels, Counter>,
     last_heartbeat: Gauge<f64, AtomicU64>,
     pending_pods: Gauge,
+    round_trips: Family<PeerLabels, Gauge<f64, AtomicU64>>,
 }
 
 impl Default for AgentMetrics {
@@ -126,6 +135,13 @@ impl AgentMetrics {
             "Pods in the cluster the scheduler could not place, as of the newest heartbeat",
             pending_pods.clone(),
         );
+        let round_trips = Family::<PeerLabels, Gauge<f64, AtomicU64>>::default();
+        registry.register_with_unit(
+            "nave_agent_round_trip",
+            "Median of the recent round trips to the hub (peer=\"hub\") and to other agents",
+            Unit::Seconds,
+            round_trips.clone(),
+        );
         AgentMetrics {
             registry,
             apply_duration,
@@ -135,6 +151,7 @@ impl AgentMetrics {
             hub_requests,
             last_heartbeat,
             pending_pods,
+            round_trips,
         }
     }
 
@@ -178,6 +195,21 @@ impl AgentMetrics {
         self.pending_pods.set(i64::try_from(pods).unwrap_or(i64::MAX));
     }
 
+    /// Sets the round trip to `peer`; `None` removes the peer.
+    pub fn set_round_trip(&self, peer: &str, rtt: Option<Duration>) {
+        let labels = PeerLabels {
+            peer: peer.to_owned(),
+        };
+        match rtt {
+            Some(rtt) => {
+                self.round_trips.get_or_create(&labels).set(rtt.as_secs_f64());
+            }
+            None => {
+                self.round_trips.remove(&labels);
+            }
+        }
+    }
+
     /// The OpenMetrics text of every metric.
     pub fn encode(&self) -> std::result::Result<String, std::fmt::Error> {
         let mut text = String::new();
@@ -191,11 +223,12 @@ pub const METRICS_PATH: &str = "/metrics";
 /// Path of the liveness probe: `200 ok` while the process serves.
 pub const HEALTHZ_PATH: &str = "/healthz";
 
-/// `GET /metrics` and `GET /healthz`.
+/// `GET /metrics`, `GET /healthz` and `GET /probe` (`204`, for other agents' round trips).
 pub fn router(metrics: Arc<AgentMetrics>) -> Router {
     Router::new()
         .route(METRICS_PATH, get(scrape))
         .route(HEALTHZ_PATH, get(|| async { "ok\n" }))
+        .route(crate::probe::PROBE_PATH, get(|| async { StatusCode::NO_CONTENT }))
         .with_state(metrics)
 }
 
@@ -221,7 +254,7 @@ pub async fn serve(
         .await
         .map_err(|source| Error::MetricsListen { addr, source })?;
     let bound = listener.local_addr().unwrap_or(addr);
-    info!(addr = %bound, "serving /metrics and /healthz");
+    info!(addr = %bound, "serving /metrics, /healthz and /probe");
     Ok(async move {
         let served = axum::serve(listener, router(metrics))
             .with_graceful_shutdown(shutdown.cancelled_owned())
@@ -269,6 +302,9 @@ mod tests {
         metrics.record_hub_request("work", None);
         metrics.record_heartbeat(UNIX_EPOCH + Duration::from_millis(1_700_000_000_500));
         metrics.set_pending_pods(2);
+        metrics.set_round_trip("hub", Some(Duration::from_millis(12)));
+        metrics.set_round_trip("eu-2", Some(Duration::from_millis(30)));
+        metrics.set_round_trip("eu-2", None);
         let text = metrics.encode().unwrap();
 
         assert_line(&text, "nave_agent_apply_duration_seconds_count 1");
@@ -294,6 +330,8 @@ mod tests {
         );
         assert_line(&text, "nave_agent_last_heartbeat_timestamp_seconds 1700000000.5");
         assert_line(&text, "nave_agent_pending_pods 2");
+        assert_line(&text, "nave_agent_round_trip_seconds{peer=\"hub\"} 0.012");
+        assert!(!text.contains("eu-2"), "a forgotten peer is removed:\n{text}");
         assert_eq!(text.lines().last(), Some("# EOF"));
     }
 
