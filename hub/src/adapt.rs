@@ -14,7 +14,10 @@
 //!   than `spec.placement.rescheduling.pendingTimeout` are evacuated from it and placed where
 //!   there is room. Only as many move as fit elsewhere.
 //! - **Burst retraction**: replicas in burst clusters come back to regular clusters as soon as
-//!   those have room (and are under the bursting threshold); burst clusters are emptied first.
+//!   those have room; burst clusters are emptied first. With a bursting threshold, only as many
+//!   come back as leave each receiving cluster [`RETRACT_MARGIN_PERCENT`] points under it
+//!   (hysteresis): a cluster brought back to just under the threshold would burst again at the
+//!   next arrival, and the same replicas would go out and come back with every cooldown.
 //! - **Cooldown**: after a move, the workload's replicas do not move again (for either reason)
 //!   until `rescheduling.cooldown` has passed, so a cluster that fills and empties cannot make
 //!   them flap.
@@ -55,6 +58,10 @@ pub const MOVING: &str = "moving";
 
 /// How many attempts [`evacuate_what_fits`] makes to evacuate only what fits elsewhere.
 const FIT_ATTEMPTS: usize = 3;
+
+/// Points under the bursting threshold a regular cluster must stay at after burst replicas come
+/// back to it (see the module documentation).
+pub const RETRACT_MARGIN_PERCENT: u32 = 10;
 
 /// A move under way: old replicas kept where they ran until the new ones are ready.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
@@ -143,6 +150,61 @@ pub fn evacuate_what_fits(
             return Some((decision, wanted));
         }
         shrink(&mut wanted, extra);
+    }
+    None
+}
+
+/// Burst replicas `wanted` back, only as many as fit elsewhere and, with a bursting threshold,
+/// leave every regular cluster that takes some [`RETRACT_MARGIN_PERCENT`] under it.
+fn retract_with_margin(
+    fleet: &Fleet,
+    ledger: &Ledger,
+    request: &Request,
+    baseline: &Decision,
+    mut wanted: BTreeMap<String, u32>,
+) -> Option<(Decision, BTreeMap<String, u32>)> {
+    let Some(threshold) = request.policy.bursting.threshold_percent else {
+        return evacuate_what_fits(fleet, ledger, request, baseline, wanted);
+    };
+    let ceiling = u128::from(threshold.saturating_sub(RETRACT_MARGIN_PERCENT));
+    for _ in 0..FIT_ATTEMPTS {
+        let (decision, moved) = evacuate_what_fits(fleet, ledger, request, baseline, wanted)?;
+        // Replicas over the ceiling, summed over the regular clusters that would take them.
+        let excess: u64 = decision
+            .clusters
+            .iter()
+            .filter(|c| c.role == Role::Regular && c.added() > 0)
+            .filter_map(|c| Some((c.added(), c.utilization?)))
+            .map(|(added, u)| {
+                let fits = |used: u64, alloc: u64, each: u64| -> u64 {
+                    if each == 0 {
+                        return u64::MAX;
+                    }
+                    let limit = u128::from(alloc) * ceiling / 100;
+                    let left = limit.saturating_sub(u128::from(used));
+                    u64::try_from(left / u128::from(each)).unwrap_or(u64::MAX)
+                };
+                let allowed = fits(
+                    u.used.cpu_millis,
+                    u.allocatable.cpu_millis,
+                    request.demand.cpu_millis,
+                )
+                .min(fits(
+                    u.used.memory_bytes,
+                    u.allocatable.memory_bytes,
+                    request.demand.memory_bytes,
+                ));
+                u64::from(added).saturating_sub(allowed)
+            })
+            .sum();
+        if excess == 0 {
+            return Some((decision, moved));
+        }
+        wanted = moved;
+        shrink(&mut wanted, u32::try_from(excess).unwrap_or(u32::MAX));
+        if wanted.is_empty() {
+            return None;
+        }
     }
     None
 }
@@ -250,7 +312,7 @@ impl Adapt {
             .filter(|c| c.role == Role::Burst && c.previous > 0)
             .map(|c| (c.cluster.clone(), c.previous))
             .collect();
-        if let Some((decision, moved)) = evacuate_what_fits(fleet, ledger, request, &baseline, bursting)
+        if let Some((decision, moved)) = retract_with_margin(fleet, ledger, request, &baseline, bursting)
             && in_burst(&decision) < in_burst(&baseline)
         {
             self.trigger = Some(TRIGGER_RETRACT);

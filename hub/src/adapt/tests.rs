@@ -171,6 +171,60 @@ fn burst_replicas_come_back_when_a_regular_cluster_has_room() {
 }
 
 #[test]
+fn with_a_threshold_only_as_many_come_back_as_leave_the_cluster_a_margin_under_it() {
+    use nave_policies::{Bursting, Capacity, CapacityModel, Cluster, Node, NodeGroup, Resources};
+    // eu-1: 10 CPU, 6 requested (2 of them web's). Threshold 80%: 3 more would put it at 90%,
+    // and even 2 at exactly 80% would burst again at the next arrival. With the 10-point
+    // margin, one comes back (70%).
+    let node = Node::new(
+        Resources::new(10_000, 64 << 30, 110),
+        Resources::new(6_000, 0, 6),
+    );
+    let eu = Cluster::new(
+        "eu-1",
+        Capacity::Known(CapacityModel {
+            groups: vec![NodeGroup::new(Default::default(), vec![node])],
+            usage: None,
+        }),
+    );
+    let mut burst = cluster("burst", 10);
+    burst.burst_only = true;
+    let fleet = fleet(vec![eu, burst]);
+    let mut req = request(5, &[("eu-1", 2), ("burst", 3)]);
+    req.policy.bursting = Bursting {
+        threshold_percent: Some(80),
+        targets: None,
+    };
+    let baseline = decide(&fleet, &Ledger::new(), &req);
+    let mut adapt = Adapt::new(None, true, 5 * MINUTE, 10 * MINUTE, BTreeMap::new(), at(600));
+    let decision = adapt.decide(&fleet, &Ledger::new(), &req, baseline);
+    assert_eq!(
+        (decision.assignment.get("eu-1"), decision.assignment.get("burst")),
+        (Some(&3), Some(&2)),
+        "one replica back to eu-1, two stay in burst: {decision}"
+    );
+    assert_eq!(adapt.trigger(), Some(TRIGGER_RETRACT));
+
+    // At 75% nothing comes back: even one would leave eu-1 above 70%.
+    let busier = Node::new(
+        Resources::new(10_000, 64 << 30, 110),
+        Resources::new(7_500, 0, 6),
+    );
+    let mut fleet = fleet;
+    let mut eu = fleet.get("eu-1").cloned().unwrap();
+    eu.capacity = Capacity::Known(CapacityModel {
+        groups: vec![NodeGroup::new(Default::default(), vec![busier])],
+        usage: None,
+    });
+    fleet.insert(eu);
+    let baseline = decide(&fleet, &Ledger::new(), &req);
+    let mut adapt = Adapt::new(None, true, 5 * MINUTE, 10 * MINUTE, BTreeMap::new(), at(600));
+    let decision = adapt.decide(&fleet, &Ledger::new(), &req, baseline);
+    assert_eq!(decision.assignment.get("burst"), Some(&3), "{decision}");
+    assert_eq!(adapt.trigger(), None);
+}
+
+#[test]
 fn burst_replicas_stay_while_regular_clusters_are_full() {
     let mut burst = cluster("burst", 10);
     burst.burst_only = true;
