@@ -167,8 +167,9 @@ impl std::fmt::Display for PlacementPolicy {
 #[serde(rename_all = "camelCase")]
 pub struct Proximity {
     /// The point replicas should be near: exactly one of `cluster`, `region` or `coordinates`.
-    /// Clusters are ranked by measured latency to it when known, then by distance between
-    /// coordinates, then by matching region and zone.
+    /// Clusters are ranked by the round trip the agents measured to it when known, else by the
+    /// round trip estimated from network coordinates (for an origin cluster), then by distance
+    /// between coordinates, then by matching region and zone.
     pub origin: ProximityOrigin,
 }
 

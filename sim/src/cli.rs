@@ -181,6 +181,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
                 Some(p) => FleetConfig::from_file(&p)?,
                 None => crate::up::default_fleet(usize::from(clusters)),
             };
+            let fleet = crate::up::with_distance_links(fleet);
             let playground = crate::up::Playground::start(crate::up::UpOptions {
                 tls,
                 prometheus: !no_prometheus,

@@ -17,7 +17,17 @@
 //!   podStartMillis: 500
 //! ```
 //!
-//! A fleet file (`nave-sim fleet --config fleet.yaml`) is `{clusters: [<cluster>, ...]}`.
+//! A fleet file (`nave-sim fleet --config fleet.yaml`) is `{clusters: [<cluster>, ...]}`, with
+//! optionally the round trips the playground's agents measure between clusters:
+//!
+//! ```yaml
+//! network:
+//!   links:
+//!     - between: [eu-west-1, us-east-1]
+//!       rttMillis: 80
+//!     - between: [eu-west-1, hub]       # `hub`: the link to the hub
+//!       rttMillis: 10
+//! ```
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -222,11 +232,48 @@ pub const CPU_USAGE_ANNOTATION: &str = "sim.nave.dev/cpu-usage";
 pub const MEMORY_USAGE_ANNOTATION: &str = "sim.nave.dev/memory-usage";
 
 /// Many clusters served by one process.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct FleetConfig {
     /// The clusters; names must be unique.
     pub clusters: Vec<ClusterConfig>,
+    /// Emulated distance between the clusters (and to the hub), for the agents' round trips.
+    #[serde(default, skip_serializing_if = "NetworkConfig::is_empty")]
+    pub network: NetworkConfig,
+}
+
+/// Emulated network distance. The simulated clusters all run on one machine, so their agents
+/// would measure the same sub-millisecond round trip everywhere; a link adds a fixed delay
+/// inside every round trip its two ends measure of each other. Pairs not listed add nothing.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct NetworkConfig {
+    /// The links.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub links: Vec<Link>,
+}
+
+impl NetworkConfig {
+    fn is_empty(&self) -> bool {
+        self.links.is_empty()
+    }
+}
+
+/// A link between two clusters, or a cluster and the hub ([`Link::HUB`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Link {
+    /// Its two ends: cluster names, or [`Link::HUB`].
+    pub between: [String; 2],
+    /// Round trip added on it, in milliseconds (at most [`Link::MAX_RTT_MILLIS`]).
+    pub rtt_millis: u64,
+}
+
+impl Link {
+    /// The end that names the hub.
+    pub const HUB: &str = "hub";
+    /// Longest round trip a link may add: a minute (the hub ignores longer measurements).
+    pub const MAX_RTT_MILLIS: u64 = 60_000;
 }
 
 fn default_node_pools() -> Vec<NodePool> {
@@ -338,7 +385,8 @@ impl FleetConfig {
         Ok(config)
     }
 
-    /// Checks every cluster and that names are unique.
+    /// Checks every cluster, that names are unique, and that links join known, distinct ends
+    /// once each.
     pub fn check(&self) -> Result<(), String> {
         let mut names = std::collections::BTreeSet::new();
         for (i, cluster) in self.clusters.iter().enumerate() {
@@ -347,7 +395,58 @@ impl FleetConfig {
                 return Err(format!("clusters[{i}].name: duplicate value {:?}", cluster.name));
             }
         }
+        let mut pairs = std::collections::BTreeSet::new();
+        for (i, link) in self.network.links.iter().enumerate() {
+            let field = format!("network.links[{i}]");
+            for end in &link.between {
+                if end == Link::HUB && names.contains(Link::HUB) {
+                    return Err(format!(
+                        "{field}.between: {end:?} is ambiguous, a cluster has the hub's name"
+                    ));
+                }
+                if end != Link::HUB && !names.contains(end.as_str()) {
+                    return Err(format!(
+                        "{field}.between: {end:?} is neither a cluster of the fleet nor {:?}",
+                        Link::HUB
+                    ));
+                }
+            }
+            let [a, b] = &link.between;
+            if a == b {
+                return Err(format!("{field}.between: both ends are {a:?}"));
+            }
+            if !pairs.insert(if a < b { (a, b) } else { (b, a) }) {
+                return Err(format!("{field}.between: {a:?} and {b:?} are already linked"));
+            }
+            if link.rtt_millis > Link::MAX_RTT_MILLIS {
+                return Err(format!(
+                    "{field}.rttMillis: {} is more than {}",
+                    link.rtt_millis,
+                    Link::MAX_RTT_MILLIS
+                ));
+            }
+        }
         Ok(())
+    }
+
+    /// The round trip each link adds at `cluster`'s end, by the other end ([`Link::HUB`] for
+    /// the hub).
+    pub fn link_latency(&self, cluster: &str) -> BTreeMap<String, std::time::Duration> {
+        self.network
+            .links
+            .iter()
+            .filter_map(|link| {
+                let [a, b] = &link.between;
+                let other = if a == cluster {
+                    b
+                } else if b == cluster {
+                    a
+                } else {
+                    return None;
+                };
+                Some((other.clone(), std::time::Duration::from_millis(link.rtt_millis)))
+            })
+            .collect()
     }
 }
 
@@ -422,9 +521,58 @@ mod tests {
     fn duplicate_cluster_names_are_rejected() {
         let f = FleetConfig {
             clusters: vec![ClusterConfig::default(), ClusterConfig::default()],
+            ..FleetConfig::default()
         };
         let err = f.check().expect_err("rejects");
         assert_eq!(err, "clusters[1].name: duplicate value \"sim\"");
+    }
+
+    #[test]
+    fn links_name_known_distinct_ends_once_and_give_each_end_its_latencies() {
+        let cluster = |name: &str| ClusterConfig {
+            name: name.to_owned(),
+            ..ClusterConfig::default()
+        };
+        let link = |a: &str, b: &str, rtt_millis| Link {
+            between: [a.to_owned(), b.to_owned()],
+            rtt_millis,
+        };
+        let fleet = |links: Vec<Link>| FleetConfig {
+            clusters: vec![cluster("a"), cluster("b"), cluster("c")],
+            network: NetworkConfig { links },
+        };
+        let ok = fleet(vec![link("a", "b", 60), link("c", "a", 5), link("a", "hub", 12)]);
+        ok.check().expect("valid links");
+        let a = ok.link_latency("a");
+        assert_eq!(
+            a.iter()
+                .map(|(k, v)| (k.as_str(), v.as_millis()))
+                .collect::<Vec<_>>(),
+            [("b", 60), ("c", 5), ("hub", 12)]
+        );
+        assert_eq!(ok.link_latency("b").len(), 1);
+
+        for (links, expected) in [
+            (
+                vec![link("a", "x", 1)],
+                "network.links[0].between: \"x\" is neither",
+            ),
+            (
+                vec![link("a", "a", 1)],
+                "network.links[0].between: both ends are \"a\"",
+            ),
+            (
+                vec![link("a", "b", 1), link("b", "a", 2)],
+                "network.links[1].between: \"b\" and \"a\" are already linked",
+            ),
+            (
+                vec![link("a", "b", 60_001)],
+                "network.links[0].rttMillis: 60001 is more",
+            ),
+        ] {
+            let err = fleet(links).check().expect_err(expected);
+            assert!(err.starts_with(expected), "expected {expected:?}..., saw {err:?}");
+        }
     }
 
     #[test]

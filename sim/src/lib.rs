@@ -35,5 +35,5 @@ pub mod server;
 pub mod up;
 
 pub use cluster::{Faults, ServeOptions, SimCluster, SimError, SimFleet, install_crypto_provider};
-pub use config::{ClusterConfig, FleetConfig};
+pub use config::{ClusterConfig, FleetConfig, Link, NetworkConfig};
 pub use server::hooks::FaultRule;

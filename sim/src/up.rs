@@ -27,7 +27,7 @@ use nave_api::{WorkloadCluster, WorkloadClusterSpec};
 use tokio_util::sync::CancellationToken;
 
 use crate::cluster::{ServeOptions, SimCluster, SimFleet};
-use crate::config::{ClusterConfig, Coordinates, FleetConfig, NodePool};
+use crate::config::{ClusterConfig, Coordinates, FleetConfig, Link, NodePool};
 use crate::prometheus::{self, CLUSTER_LABEL, Prometheus, ScrapeTarget};
 
 /// Name of the simulated management cluster.
@@ -55,6 +55,9 @@ pub struct UpOptions {
     pub agent_heartbeat: Option<Duration>,
     /// The longest time between two status reports of an agent; `None` keeps the agent's default.
     pub agent_status_interval: Option<Duration>,
+    /// Time between two rounds of the agents' probes of each other; `None` keeps the agent's
+    /// default (10 s).
+    pub agent_probe_interval: Option<Duration>,
 }
 
 impl UpOptions {
@@ -68,6 +71,7 @@ impl UpOptions {
             prometheus: false,
             agent_heartbeat: None,
             agent_status_interval: None,
+            agent_probe_interval: None,
         }
     }
 }
@@ -143,7 +147,47 @@ pub fn default_fleet(n: usize) -> FleetConfig {
             }
         })
         .collect();
-    FleetConfig { clusters }
+    FleetConfig {
+        clusters,
+        ..FleetConfig::default()
+    }
+}
+
+/// `fleet` with a link between every two clusters that have coordinates, and between each of
+/// them and the hub (placed with the first cluster), whose round trip grows with the distance
+/// as over fibre: 1 ms per 100 km of great circle (light covers about 200 km per millisecond in
+/// glass, there and back), plus 2 ms at the ends. Links the fleet already declares stay.
+pub fn with_distance_links(mut fleet: FleetConfig) -> FleetConfig {
+    let placed: Vec<(String, Coordinates)> = fleet
+        .clusters
+        .iter()
+        .filter_map(|c| Some((c.name.clone(), c.coordinates?)))
+        .collect();
+    let Some((_, hub)) = placed.first().cloned() else {
+        return fleet;
+    };
+    let rtt = |a: Coordinates, b: Coordinates| {
+        let km = nave_policies::Coordinates::new(a.latitude, a.longitude)
+            .distance_km(&nave_policies::Coordinates::new(b.latitude, b.longitude));
+        (km / 100.0).round() as u64 + 2
+    };
+    let mut ends: Vec<(String, Coordinates)> = placed;
+    ends.push((Link::HUB.to_owned(), hub));
+    for (i, (a, at)) in ends.iter().enumerate() {
+        for (b, bt) in &ends[i + 1..] {
+            let declared = fleet.network.links.iter().any(|l| {
+                let [x, y] = &l.between;
+                (x == a && y == b) || (x == b && y == a)
+            });
+            if !declared {
+                fleet.network.links.push(Link {
+                    between: [a.clone(), b.clone()],
+                    rtt_millis: rtt(*at, *bt),
+                });
+            }
+        }
+    }
+    fleet
 }
 
 impl PlaygroundClusters {
@@ -337,6 +381,13 @@ impl Playground {
             agent.heartbeat_interval = opts.agent_heartbeat;
             if let Some(interval) = opts.agent_status_interval {
                 agent.status_interval = interval;
+            }
+            // The agents measure each other through their metrics listeners, over the links'
+            // emulated distance.
+            agent.probe_url = Some(format!("http://{metrics}{}", nave_agent::probe::PROBE_PATH));
+            agent.link_latency = opts.fleet.link_latency(cluster.name());
+            if let Some(interval) = opts.agent_probe_interval {
+                agent.probe_interval = interval;
             }
             let client = cluster.client().await?;
             let agent_stop = self.stop.clone();

@@ -37,6 +37,7 @@ async fn clusters_of_a_fleet_are_isolated_and_can_stop_each_other() {
             cluster_config("spoke1"),
             cluster_config("spoke2"),
         ],
+        ..FleetConfig::default()
     };
     let fleet = SimFleet::start(
         fleet,

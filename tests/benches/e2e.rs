@@ -187,7 +187,10 @@ fn memory_fleet() -> FleetConfig {
             ..ClusterConfig::default()
         })
         .collect();
-    FleetConfig { clusters }
+    FleetConfig {
+        clusters,
+        ..FleetConfig::default()
+    }
 }
 
 async fn memory() -> anyhow::Result<()> {

@@ -120,7 +120,7 @@ pub struct Env {
     agents: BTreeMap<String, Running>,
     clients: BTreeMap<String, kube::Client>,
     postgres: Option<(String, String)>,
-    /// Where each agent serves `/metrics`, when it does.
+    /// Where each agent serves `/metrics`, `/healthz` and `/probe`.
     agent_metrics: BTreeMap<String, SocketAddr>,
     prometheus: Option<nave_sim::prometheus::Prometheus>,
 }
@@ -201,13 +201,17 @@ impl Env {
         let agent_ports = ports.split_off(2);
         let (listen, prometheus_addr) = (ports[0], ports[1]);
         let hub_url = format!("http://{listen}");
-        let mut agent_metrics = BTreeMap::new();
+        // Every agent serves its listener: Prometheus scrapes `/metrics` when it runs, and the
+        // other agents probe `/probe`.
+        let agent_metrics: BTreeMap<String, SocketAddr> = fleet
+            .clusters
+            .iter()
+            .zip(&agent_ports)
+            .map(|(c, port)| (c.name().to_owned(), *port))
+            .collect();
         let mut prometheus = None;
         let mut hub_prometheus = options.hub_prometheus.clone();
         if let Some(binary) = &options.prometheus {
-            for (c, port) in fleet.clusters.iter().zip(&agent_ports) {
-                agent_metrics.insert(c.name().to_owned(), *port);
-            }
             let targets = nave_sim::up::scrape_targets(&fleet, dir.path(), &hub_url, &agent_ports)?;
             let server = nave_sim::prometheus::Prometheus::start_at(
                 prometheus_addr,
@@ -383,6 +387,11 @@ impl Env {
         // from the clients the tests use.
         let kubeconfig = self.agent_kubeconfig(name);
         config.metrics_listen = self.agent_metrics.get(name).copied();
+        config.probe_url = config
+            .metrics_listen
+            .map(|addr| format!("http://{addr}{}", nave_agent::probe::PROBE_PATH));
+        config.probe_interval = Duration::from_secs(1);
+        config.link_latency = self.fleet_config.link_latency(name);
         let stop = CancellationToken::new();
         let token = stop.clone();
         let owned = name.to_owned();
@@ -397,6 +406,17 @@ impl Env {
         });
         self.agents.insert(name.to_owned(), Running { stop, task });
         Ok(())
+    }
+
+    /// Sets the emulated round trip between `a` and `b` (a cluster, or `hub`) from now on.
+    /// Agents already running keep what they were started with: restart them to apply it.
+    pub fn set_link(&mut self, a: &str, b: &str, rtt: Duration) {
+        let links = &mut self.fleet_config.network.links;
+        links.retain(|l| !(l.between.contains(&a.to_owned()) && l.between.contains(&b.to_owned())));
+        links.push(nave_sim::Link {
+            between: [a.to_owned(), b.to_owned()],
+            rtt_millis: u64::try_from(rtt.as_millis()).unwrap_or(u64::MAX),
+        });
     }
 
     /// The base URL of workload cluster `name`'s API server (its test hooks are under `/_sim/v1`).

@@ -35,9 +35,15 @@ fn cluster(name: &str, cpu: &str, pod_start_millis: u64) -> ClusterConfig {
 }
 
 async fn env(clusters: Vec<ClusterConfig>) -> Env {
-    Env::start(FleetConfig { clusters }, Database::Sqlite)
-        .await
-        .expect("the environment starts")
+    Env::start(
+        FleetConfig {
+            clusters,
+            ..FleetConfig::default()
+        },
+        Database::Sqlite,
+    )
+    .await
+    .expect("the environment starts")
 }
 
 /// A pod that is not Nave's, requesting `cpu`.

@@ -176,10 +176,7 @@ fn with_a_threshold_only_as_many_come_back_as_leave_the_cluster_a_margin_under_i
     // eu-1: 10 CPU, 6 requested (2 of them web's). Threshold 80%: 3 more would put it at 90%,
     // and even 2 at exactly 80% would burst again at the next arrival. With the 10-point
     // margin, one comes back (70%).
-    let node = Node::new(
-        Resources::new(10_000, 64 << 30, 110),
-        Resources::new(6_000, 0, 6),
-    );
+    let node = Node::new(Resources::new(10_000, 64 << 30, 110), Resources::new(6_000, 0, 6));
     let eu = Cluster::new(
         "eu-1",
         Capacity::Known(CapacityModel {
@@ -206,10 +203,7 @@ fn with_a_threshold_only_as_many_come_back_as_leave_the_cluster_a_margin_under_i
     assert_eq!(adapt.trigger(), Some(TRIGGER_RETRACT));
 
     // At 75% nothing comes back: even one would leave eu-1 above 70%.
-    let busier = Node::new(
-        Resources::new(10_000, 64 << 30, 110),
-        Resources::new(7_500, 0, 6),
-    );
+    let busier = Node::new(Resources::new(10_000, 64 << 30, 110), Resources::new(7_500, 0, 6));
     let mut fleet = fleet;
     let mut eu = fleet.get("eu-1").cloned().unwrap();
     eu.capacity = Capacity::Known(CapacityModel {

@@ -284,7 +284,10 @@ impl Plan {
         for c in &mut clusters {
             c.timing = timing.clone();
         }
-        FleetConfig { clusters }
+        FleetConfig {
+            clusters,
+            ..FleetConfig::default()
+        }
     }
 
     /// The largest total CPU (millicores) the workloads ask for at any moment.
