@@ -663,4 +663,23 @@ mod tests {
             "expected at least 3 different cluster sizes, saw {sizes:?}"
         );
     }
+
+    #[test]
+    fn distance_links_join_every_pair_and_the_hub_and_keep_declared_ones() {
+        let mut fleet = default_fleet(3);
+        fleet.network.links.push(Link {
+            between: ["us-east-1".to_owned(), "eu-west-1".to_owned()],
+            rtt_millis: 7,
+        });
+        let fleet = with_distance_links(fleet);
+        fleet.check().expect("the links are valid");
+        // 3 clusters and the hub: 6 pairs, one of them declared.
+        assert_eq!(fleet.network.links.len(), 6, "{:?}", fleet.network.links);
+        let eu = fleet.link_latency("eu-west-1");
+        assert_eq!(eu["us-east-1"], Duration::from_millis(7), "the declared link stays");
+        // The hub sits with the first cluster; Dublin to Mumbai is about 7,200 km.
+        assert_eq!(eu["hub"], Duration::from_millis(2));
+        let mumbai = eu["ap-south-1"].as_millis();
+        assert!((70..=80).contains(&mumbai), "Dublin to Mumbai: {mumbai} ms");
+    }
 }

@@ -270,7 +270,8 @@ impl Plan {
     }
 
     /// The fleet with every node's timing scaled: `time_scale` scenario seconds pass per real
-    /// second, so a pod that takes 10 scenario seconds to start takes 10 / `time_scale` real ones.
+    /// second, so a pod that takes 10 scenario seconds to start takes 10 / `time_scale` real ones;
+    /// links between the sites emulate distance ([`crate::up::with_distance_links`]).
     pub fn fleet(&self, with_burst: bool, time_scale: f64) -> FleetConfig {
         let timing = Timing {
             pod_start_millis: real_millis(POD_START, time_scale),
@@ -284,10 +285,12 @@ impl Plan {
         for c in &mut clusters {
             c.timing = timing.clone();
         }
-        FleetConfig {
+        // Round trips that grow with distance, as the agents would measure them between these
+        // sites; the proximity policy and overflow rank by them.
+        crate::up::with_distance_links(FleetConfig {
             clusters,
             ..FleetConfig::default()
-        }
+        })
     }
 
     /// The largest total CPU (millicores) the workloads ask for at any moment.
