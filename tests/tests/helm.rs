@@ -1009,6 +1009,30 @@ fn the_agent_chart_renders_a_coherent_install() {
         monitor["spec"]["endpoints"][0]["relabelings"][0]["replacement"],
         "eu-west-1"
     );
+    // Not probed unless asked; it still probes the others every 10 s.
+    assert_eq!(string_arg(&args, "probe_url"), None);
+    assert_eq!(args.get_one::<u64>("probe_interval_seconds"), Some(&10));
+
+    // Probed at the pod's IP: the downward API gives it, Kubernetes expands it in the argument.
+    set.extend(["probe.podIP=true", "probe.intervalSeconds=5"]);
+    let rendered = render(&helm, "nave-agent", &set);
+    let (_, container) = check_coherent(&rendered, &External::default(), AGENT_PROBES);
+    let args = parse_args(nave_agent::Args::command(), None, &container, &["RUST_LOG", "POD_IP"]);
+    assert_eq!(
+        string_arg(&args, "probe_url").as_deref(),
+        Some(format!("http://$(POD_IP):{port}/probe").as_str())
+    );
+    assert_eq!(args.get_one::<u64>("probe_interval_seconds"), Some(&5));
+    let pod_ip = container
+        .env
+        .clone()
+        .unwrap_or_default()
+        .into_iter()
+        .find(|e| e.name == "POD_IP")
+        .and_then(|e| e.value_from)
+        .and_then(|v| v.field_ref)
+        .expect("POD_IP from the downward API");
+    assert_eq!(pod_ip.field_path, "status.podIP");
 }
 
 #[test]
