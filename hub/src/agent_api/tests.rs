@@ -214,3 +214,51 @@ async fn long_poll_returns_when_a_new_revision_is_put() {
     assert_eq!(set.revision, 2, "expected revision 2, saw {}", set.revision);
     assert_eq!(set.objects, objects);
 }
+
+#[tokio::test]
+async fn heartbeats_are_answered_with_the_other_probeable_agents() {
+    let h = harness().await;
+    let beat = |cluster: &str, probe_url: Option<&str>, samples: Value| {
+        let mut beat = json!({"clusterName": cluster, "agentVersion": "0.1.0", "capacity": {"nodeGroups": [], "totals": {
+            "nodes": 0, "schedulableNodes": 0,
+            "allocatable": {"cpuMillis": 0, "memoryBytes": 0, "pods": 0},
+            "requested": {"cpuMillis": 0, "memoryBytes": 0, "pods": 0}}},
+            "latencySamples": samples});
+        if let Some(url) = probe_url {
+            beat["probeUrl"] = json!(url);
+        }
+        beat.to_string()
+    };
+    let a = register(&h.state, "a").await;
+    let b = register(&h.state, "b").await;
+    let (status, answer) = call(
+        &h.state,
+        Method::POST,
+        wire::HEARTBEAT_PATH,
+        &a,
+        Some(beat("a", Some("http://a:9090/probe"), json!([]))),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{answer}");
+    assert_eq!(answer, json!({"peers": []}), "no other agent has beaten yet");
+    let (status, answer) = call(
+        &h.state,
+        Method::POST,
+        wire::HEARTBEAT_PATH,
+        &b,
+        Some(beat("b", None, json!([{"peer": "hub", "rttMillis": 3.0}, {"peer": "a", "rttMillis": 41.5}]))),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{answer}");
+    assert_eq!(
+        answer,
+        json!({"peers": [{"cluster": "a", "probeUrl": "http://a:9090/probe"}]}),
+        "b probes a, which gave its URL"
+    );
+    let measured = h.state.index.network().measured();
+    assert_eq!(
+        measured["b"].get("a"),
+        Some(&Duration::from_micros(41_500)),
+        "b's sample of a is kept: {measured:?}"
+    );
+}
