@@ -1,9 +1,13 @@
-//! One placement decision over fleets of growing size.
+//! One placement decision over fleets of growing size, and one fit of network coordinates to the
+//! round trips of fleets of growing size.
 //!
-//! Measured twice: wall-clock time (`decide`), and the benchmark thread's own CPU time
-//! (`decide-cpu`, `CLOCK_THREAD_CPUTIME_ID`), which stays meaningful when other work shares the
-//! machine's cores.
+//! Decisions are measured twice: wall-clock time (`decide`), and the benchmark thread's own CPU
+//! time (`decide-cpu`, `CLOCK_THREAD_CPUTIME_ID`), which stays meaningful when other work shares
+//! the machine's cores. Fits are measured in CPU time only (`network-fit-cpu`): from nothing
+//! (`cold`, the hub's first fit) and from the previous fit after one round trip changed (`warm`,
+//! every later one).
 
+use std::collections::BTreeMap;
 use std::hint::black_box;
 use std::time::Duration;
 
@@ -13,6 +17,7 @@ use nave_policies::{
     Capacity, CapacityModel, Cluster, Demand, Fleet, Ledger, Node, NodeGroup, Policy, REGION_LABEL, Request,
     Resources, Strategy, Taint, TaintEffect, Toleration, TolerationOperator, decide,
 };
+use nave_policies::network::{Sample, fit};
 
 const GIB: u64 = 1 << 30;
 
@@ -85,6 +90,56 @@ fn bench_decide<M: Measurement>(c: &mut Criterion<M>, name: &str) {
     group.finish();
 }
 
+/// Round trips of `nodes` nodes scattered over a 200 x 200 ms plane with access links of 1-5 ms,
+/// each measuring its 16 next nodes by index (as the hub rotates peers), plus the hub.
+fn samples(nodes: usize) -> Vec<Sample> {
+    let place = |i: usize| {
+        let x = (i * 7919 % 200) as f64;
+        let y = (i * 104_729 % 200) as f64;
+        let height = 1.0 + (i % 5) as f64;
+        (x, y, height)
+    };
+    let rtt = |a: usize, b: usize| {
+        let ((ax, ay, ah), (bx, by, bh)) = (place(a), place(b));
+        ((ax - bx).powi(2) + (ay - by).powi(2)).sqrt() + ah + bh
+    };
+    let name = |i: usize| format!("cluster-{i}");
+    let mut out = Vec::new();
+    for a in 0..nodes {
+        for step in 1..=16.min(nodes.saturating_sub(1)) {
+            let b = (a + step) % nodes;
+            out.push(Sample {
+                a: name(a),
+                b: name(b),
+                rtt: Duration::from_secs_f64(rtt(a, b) / 1000.0),
+            });
+        }
+        out.push(Sample {
+            a: name(a),
+            b: "(hub)".to_owned(),
+            rtt: Duration::from_secs_f64(rtt(a, nodes) / 1000.0),
+        });
+    }
+    out
+}
+
+fn bench_fit<M: Measurement>(c: &mut Criterion<M>) {
+    let mut group = c.benchmark_group("network-fit-cpu");
+    for nodes in [10, 100, 1_000] {
+        let samples = samples(nodes);
+        let cold = fit(&samples, &BTreeMap::new());
+        let mut changed = samples.clone();
+        changed[0].rtt += Duration::from_millis(20);
+        group.bench_with_input(BenchmarkId::new("cold", nodes), &samples, |b, samples| {
+            b.iter(|| fit(black_box(samples), &BTreeMap::new()))
+        });
+        group.bench_with_input(BenchmarkId::new("warm", nodes), &changed, |b, changed| {
+            b.iter(|| fit(black_box(changed), &cold))
+        });
+    }
+    group.finish();
+}
+
 /// CPU time of the calling thread, in nanoseconds.
 #[derive(Debug)]
 struct ThreadCpuTime;
@@ -134,6 +189,7 @@ fn wall(c: &mut Criterion<WallTime>) {
 
 fn cpu(c: &mut Criterion<ThreadCpuTime>) {
     bench_decide(c, "decide-cpu");
+    bench_fit(c);
 }
 
 criterion_group! {
