@@ -13,11 +13,11 @@ use std::time::Duration;
 
 use criterion::measurement::{Measurement, ValueFormatter, WallTime};
 use criterion::{BenchmarkId, Criterion, criterion_group};
+use nave_policies::network::{Sample, fit};
 use nave_policies::{
     Capacity, CapacityModel, Cluster, Demand, Fleet, Ledger, Node, NodeGroup, Policy, REGION_LABEL, Request,
     Resources, Strategy, Taint, TaintEffect, Toleration, TolerationOperator, decide,
 };
-use nave_policies::network::{Sample, fit};
 
 const GIB: u64 = 1 << 30;
 

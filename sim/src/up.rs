@@ -676,7 +676,11 @@ mod tests {
         // 3 clusters and the hub: 6 pairs, one of them declared.
         assert_eq!(fleet.network.links.len(), 6, "{:?}", fleet.network.links);
         let eu = fleet.link_latency("eu-west-1");
-        assert_eq!(eu["us-east-1"], Duration::from_millis(7), "the declared link stays");
+        assert_eq!(
+            eu["us-east-1"],
+            Duration::from_millis(7),
+            "the declared link stays"
+        );
         // The hub sits with the first cluster; Dublin to Mumbai is about 7,200 km.
         assert_eq!(eu["hub"], Duration::from_millis(2));
         let mumbai = eu["ap-south-1"].as_millis();

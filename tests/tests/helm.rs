@@ -1017,7 +1017,12 @@ fn the_agent_chart_renders_a_coherent_install() {
     set.extend(["probe.podIP=true", "probe.intervalSeconds=5"]);
     let rendered = render(&helm, "nave-agent", &set);
     let (_, container) = check_coherent(&rendered, &External::default(), AGENT_PROBES);
-    let args = parse_args(nave_agent::Args::command(), None, &container, &["RUST_LOG", "POD_IP"]);
+    let args = parse_args(
+        nave_agent::Args::command(),
+        None,
+        &container,
+        &["RUST_LOG", "POD_IP"],
+    );
     assert_eq!(
         string_arg(&args, "probe_url").as_deref(),
         Some(format!("http://$(POD_IP):{port}/probe").as_str())

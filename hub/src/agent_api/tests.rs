@@ -246,7 +246,11 @@ async fn heartbeats_are_answered_with_the_other_probeable_agents() {
         Method::POST,
         wire::HEARTBEAT_PATH,
         &b,
-        Some(beat("b", None, json!([{"peer": "hub", "rttMillis": 3.0}, {"peer": "a", "rttMillis": 41.5}]))),
+        Some(beat(
+            "b",
+            None,
+            json!([{"peer": "hub", "rttMillis": 3.0}, {"peer": "a", "rttMillis": 41.5}]),
+        )),
     )
     .await;
     assert_eq!(status, StatusCode::OK, "{answer}");
