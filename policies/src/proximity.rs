@@ -50,9 +50,9 @@ pub enum Topology {
 
 /// A cluster's nearness to an origin. Orders nearest first: a known latency beats none and a
 /// lower one beats a higher one, whether measured or estimated (an estimate of 5 ms is nearer
-/// than a measured 80 ms; at equal values the measured one wins); then a known distance, shorter
-/// first; then shared topology. Latency comes first because it is what users feel; labels only
-/// break what is left.
+/// than a measured 80 ms; in the same [`latency_step`] the measured one wins); then a known
+/// distance, shorter first; then shared topology; then the exact latency. Latency comes first
+/// because it is what users feel; labels only break what is left.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Proximity {
     /// Measured latency between origin and cluster.
@@ -78,12 +78,28 @@ impl Proximity {
         }
         let latency = |p: &Proximity| {
             p.latency
-                .map(|l| (l, false))
-                .or(p.estimated_latency.map(|l| (l, true)))
+                .map(|l| (latency_step(l), false))
+                .or(p.estimated_latency.map(|l| (latency_step(l), true)))
         };
         known_first(latency(self), latency(other), |a, b| a.cmp(b))
             .then_with(|| known_first(self.distance_km, other.distance_km, f64::total_cmp))
             .then_with(|| other.topology.cmp(&self.topology))
+            .then_with(|| {
+                let exact = |p: &Proximity| p.latency.or(p.estimated_latency);
+                known_first(exact(self), exact(other), Duration::cmp)
+            })
+    }
+}
+
+/// The step a latency falls in: whole milliseconds under 10 ms, steps of 10 % above. Latencies
+/// in the same step are the same to users, and probes jitter by fractions of a millisecond:
+/// within a step, distance and zones decide, and only then the exact value.
+pub fn latency_step(latency: Duration) -> u32 {
+    let ms = latency.as_secs_f64() * 1000.0;
+    if ms < 10.0 {
+        ms as u32
+    } else {
+        10 + ((ms / 10.0).ln() / 1.1_f64.ln()) as u32
     }
 }
 
@@ -198,5 +214,50 @@ impl<'a> Point<'a> {
             distance_km,
             topology,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn measured(ms: f64, topology: Topology) -> Proximity {
+        Proximity {
+            latency: Some(Duration::from_secs_f64(ms / 1000.0)),
+            estimated_latency: None,
+            distance_km: None,
+            topology,
+        }
+    }
+
+    #[test]
+    fn latency_steps_are_whole_milliseconds_then_tenths() {
+        let step = |ms: f64| latency_step(Duration::from_secs_f64(ms / 1000.0));
+        assert_eq!(step(0.3), step(0.8), "sub-millisecond jitter is one step");
+        assert!(step(0.8) < step(1.2));
+        assert!(step(9.9) < step(10.0));
+        assert_eq!(step(60.0), step(61.0), "1 ms in 60 is jitter");
+        assert!(step(60.0) < step(67.0), "10 % more is a step further");
+        let mut last = 0;
+        for tenth in 0..20_000 {
+            let s = step(f64::from(tenth) / 10.0);
+            assert!(s >= last, "steps never go down: {s} after {last} at {tenth}");
+            last = s;
+        }
+    }
+
+    #[test]
+    fn within_a_step_zones_decide_and_only_then_the_exact_latency() {
+        let near_elsewhere = measured(0.3, Topology::Elsewhere);
+        let same_zone = measured(0.8, Topology::SameZone);
+        assert_eq!(same_zone.nearness_cmp(&near_elsewhere), Ordering::Less);
+        let a = measured(0.3, Topology::SameZone);
+        assert_eq!(a.nearness_cmp(&same_zone), Ordering::Less);
+        let far = measured(5.0, Topology::SameZone);
+        assert_eq!(
+            near_elsewhere.nearness_cmp(&far),
+            Ordering::Less,
+            "5 ms is a step further"
+        );
     }
 }
