@@ -64,8 +64,8 @@ mod tests;
 pub const PREFIX: &str = "/agent/v1";
 /// `POST`: [`RegisterRequest`] -> [`RegisterResponse`], with the bootstrap token.
 pub const REGISTER_PATH: &str = "/agent/v1/register";
-/// `POST`: [`Heartbeat`] -> `200` [`HeartbeatAnswer`] (hubs before 0.2 answered `204` with no
-/// body; agents take that as an answer without peers).
+/// `POST`: [`Heartbeat`] -> `200` [`HeartbeatAnswer`]. Earlier hubs answered `204` with no body;
+/// agents take that as an answer without peers.
 pub const HEARTBEAT_PATH: &str = "/agent/v1/heartbeat";
 /// `GET` with [`WorkQuery`]: `200` [`WorkSet`] or `204` (long-poll, see the module docs).
 pub const WORK_PATH: &str = "/agent/v1/work";
@@ -170,7 +170,7 @@ pub struct Heartbeat {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub usage: Option<Resources>,
     /// Round-trip times the agent measured: to the hub ([`LatencySample::HUB`]) and to the peers
-    /// the hub named in its last [`HeartbeatAnswer`], each a median of recent probes.
+    /// the hub named in its recent [`HeartbeatAnswer`]s, each the median of the last rounds.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub latency_samples: Vec<LatencySample>,
     /// Where other agents can reach this one to measure round trips: a URL answering `GET` with

@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 use nave_api::wire::{HeartbeatAnswer, LatencySample, Peer};
 use nave_policies::NetworkCoordinate;
 use nave_policies::network::{self, Sample};
+use tracing::warn;
 
 /// The hub's node in the fitted space. Not a valid cluster name (DNS labels hold no
 /// parentheses), so no cluster can take its place.
@@ -27,6 +28,10 @@ pub const HUB_NODE: &str = "(hub)";
 
 /// Longest round trip taken as a measurement; anything longer is a broken probe, not a link.
 const MAX_RTT: Duration = Duration::from_secs(60);
+/// Most samples taken from one heartbeat (the hub and peers, current and recently rotated out).
+pub const MAX_SAMPLES: usize = 256;
+/// Longest probe URL taken.
+const MAX_URL_LEN: usize = 2048;
 
 /// A measurement that moved less than this (and less than [`REFIT_SHARE`] of itself) leaves the
 /// fitted coordinates as they are: probes jitter, and a refit per heartbeat is wasted work.
@@ -53,20 +58,27 @@ struct State {
     answers: BTreeMap<String, usize>,
     /// Coordinates fitted to `measured`; `None` after a measurement moved.
     fitted: Option<Arc<BTreeMap<String, NetworkCoordinate>>>,
+    /// The measurements the last fit was made of: a measurement moved when it differs from
+    /// these, so a slow drift adds up to a refit.
+    fitted_from: BTreeMap<String, BTreeMap<String, Duration>>,
+    /// Grows whenever `fitted` is invalidated; a fit made meanwhile is not kept as current.
+    generation: u64,
     /// The last fit, the warm start of the next.
     previous: BTreeMap<String, NetworkCoordinate>,
 }
 
 impl Network {
-    /// Records what `cluster`'s heartbeat says about the network: its probe URL and its
-    /// samples. Samples that cannot be round trips (negative, not a number, above a minute,
-    /// naming no peer or the cluster itself) are left out.
+    /// Records what `cluster`'s heartbeat says about the network: its probe URL (kept only when
+    /// it is an `http` or `https` URL with a host) and its samples. Samples that cannot be round
+    /// trips (zero or less, not a number, above a minute, naming no peer or the cluster itself)
+    /// are left out, and at most [`MAX_SAMPLES`] are taken.
     pub fn put(&self, cluster: &str, probe_url: Option<&str>, samples: &[LatencySample]) {
         let measured: BTreeMap<String, Duration> = samples
             .iter()
             .filter(|s| !s.peer.is_empty() && s.peer != cluster)
             // Checked before converting: `Duration::from_secs_f64` panics on what fails here.
-            .filter(|s| (0.0..=MAX_RTT.as_secs_f64() * 1000.0).contains(&s.rtt_millis))
+            .filter(|s| s.rtt_millis > 0.0 && s.rtt_millis <= MAX_RTT.as_secs_f64() * 1000.0)
+            .take(MAX_SAMPLES)
             .map(|s| {
                 let peer = if s.peer == LatencySample::HUB {
                     HUB_NODE.to_owned()
@@ -76,18 +88,28 @@ impl Network {
                 (peer, Duration::from_secs_f64(s.rtt_millis / 1000.0))
             })
             .collect();
+        let probe_url = probe_url.filter(|u| !u.is_empty());
+        let valid_url = probe_url.filter(|u| valid_probe_url(u));
+        if let Some(url) = probe_url
+            && valid_url.is_none()
+        {
+            warn!(
+                cluster,
+                probe_url = url,
+                "ignoring a probe URL that is not an http(s) URL with a host"
+            );
+        }
         let mut state = self.lock();
         state.seen.insert(cluster.to_owned(), Instant::now());
-        match probe_url.filter(|u| !u.is_empty()) {
+        match valid_url {
             Some(url) => state.probe_urls.insert(cluster.to_owned(), url.to_owned()),
             None => state.probe_urls.remove(cluster),
         };
-        let moved = state
-            .measured
-            .get(cluster)
-            .is_none_or(|before| moved(before, &measured));
+        let none = BTreeMap::new();
+        let moved = moved(state.fitted_from.get(cluster).unwrap_or(&none), &measured);
         if moved {
             state.fitted = None;
+            state.generation = state.generation.wrapping_add(1);
         }
         state.measured.insert(cluster.to_owned(), measured);
     }
@@ -145,14 +167,17 @@ impl Network {
     }
 
     /// Network coordinates fitted to every measurement (the hub's node included), fitted again
-    /// only when a measurement moved since the last call.
+    /// only when a measurement moved since the last fit. The fit runs without the lock, so
+    /// heartbeats are not held up by it.
     pub fn coordinates(&self) -> Arc<BTreeMap<String, NetworkCoordinate>> {
-        let mut state = self.lock();
-        if let Some(fitted) = &state.fitted {
-            return fitted.clone();
-        }
-        let samples: Vec<Sample> = state
-            .measured
+        let (snapshot, previous, generation) = {
+            let state = self.lock();
+            if let Some(fitted) = &state.fitted {
+                return fitted.clone();
+            }
+            (state.measured.clone(), state.previous.clone(), state.generation)
+        };
+        let samples: Vec<Sample> = snapshot
             .iter()
             .flat_map(|(cluster, peers)| {
                 peers.iter().map(|(peer, rtt)| Sample {
@@ -162,9 +187,13 @@ impl Network {
                 })
             })
             .collect();
-        let fitted = Arc::new(network::fit(&samples, &state.previous));
+        let fitted = Arc::new(network::fit(&samples, &previous));
+        let mut state = self.lock();
         state.previous = (*fitted).clone();
-        state.fitted = Some(fitted.clone());
+        if state.generation == generation {
+            state.fitted = Some(fitted.clone());
+            state.fitted_from = snapshot;
+        }
         fitted
     }
 
@@ -181,6 +210,13 @@ fn moved(before: &BTreeMap<String, Duration>, after: &BTreeMap<String, Duration>
             let (a, b) = (a.as_secs_f64() * 1000.0, b.as_secs_f64() * 1000.0);
             p != q || ((a - b).abs() > REFIT_MILLIS && (a - b).abs() > REFIT_SHARE * a.max(b))
         })
+}
+
+/// An `http` or `https` URL with a host, of reasonable length: what other agents may be sent to.
+fn valid_probe_url(url: &str) -> bool {
+    url.len() <= MAX_URL_LEN
+        && reqwest::Url::parse(url)
+            .is_ok_and(|u| matches!(u.scheme(), "http" | "https") && u.host().is_some())
 }
 
 #[cfg(test)]

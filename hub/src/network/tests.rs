@@ -132,3 +132,55 @@ fn coordinates_are_fitted_again_only_after_a_measurement_moved() {
         "a round trip that quadrupled: a new fit"
     );
 }
+
+#[test]
+fn probe_urls_must_be_http_urls_with_a_host() {
+    let network = Network::default();
+    for (cluster, url) in [
+        ("a", "http://10.0.0.1:9090/probe"),
+        ("b", "file:///etc/passwd"),
+        ("c", "not a url"),
+        ("d", "https://agent.eu.example.com/probe"),
+    ] {
+        network.put(cluster, Some(url), &[]);
+    }
+    let names: Vec<String> = network
+        .answer("x", GRACE)
+        .peers
+        .into_iter()
+        .map(|p| p.cluster)
+        .collect();
+    assert_eq!(names, ["a", "d"]);
+}
+
+#[test]
+fn a_slow_drift_adds_up_to_a_refit_and_zero_or_too_many_samples_are_refused() {
+    let network = Network::default();
+    network.put("a", None, &[sample("b", 10.0), sample("c", 20.0)]);
+    let first = network.coordinates();
+    // Steps of 0.4 to 0.5 ms: 10.5 and 10.9 are within 1 ms of the fitted 10; 11.3 moved only
+    // 0.4 ms from the one before, but 1.3 ms (13 %) from what was fitted, and refits.
+    for ab in [10.5, 10.9] {
+        network.put("a", None, &[sample("b", ab), sample("c", 20.0)]);
+        assert!(
+            Arc::ptr_eq(&first, &network.coordinates()),
+            "{ab} ms is close to the fitted 10"
+        );
+    }
+    network.put("a", None, &[sample("b", 11.3), sample("c", 20.0)]);
+    assert!(
+        !Arc::ptr_eq(&first, &network.coordinates()),
+        "11.3 ms is 13 % off the fitted 10"
+    );
+
+    let many: Vec<LatencySample> = (0..1000).map(|i| sample(&format!("p{i}"), 5.0)).collect();
+    network.put("z", None, &[vec![sample("y", 0.0)], many].concat());
+    let z = &network.measured()["z"];
+    assert_eq!(
+        z.len(),
+        super::MAX_SAMPLES,
+        "at most {} samples",
+        super::MAX_SAMPLES
+    );
+    assert!(!z.contains_key("y"), "a 0 ms round trip is refused");
+}
