@@ -85,7 +85,12 @@ impl HubClient {
         if response.status() == StatusCode::NO_CONTENT {
             return Ok((rtt, HeartbeatAnswer::default()));
         }
-        Ok((rtt, decode("heartbeat", response).await?))
+        // The hub took the heartbeat; an answer it cannot read only costs this round's peers.
+        let answer = decode("heartbeat", response).await.unwrap_or_else(|e| {
+            tracing::warn!(error = %e, "cannot read the hub's heartbeat answer; probing no peers until the next");
+            HeartbeatAnswer::default()
+        });
+        Ok((rtt, answer))
     }
 
     /// `POST /agent/v1/status`.

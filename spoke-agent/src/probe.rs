@@ -10,11 +10,13 @@
 //! A probe is a `GET` of the peer agent's [`PROBE_PATH`] (answered `204` by its metrics listener)
 //! on a keep-alive connection; of a round of three the fastest counts, since queues only ever add
 //! delay, and the report is the median of the last [`WINDOW`] rounds, so one slow round does not
-//! move placement. The hub names the peers in its heartbeat answer; an agent that gives no probe
-//! URL is not probed, but still probes the others.
+//! move placement. The hub names the peers in its heartbeat answer (in a large fleet a rotating
+//! part of them); a peer the hub stops naming is still reported, from its last rounds, for
+//! [`KEEP`], so the hub hears of every pair between rotations. An agent that gives no probe URL
+//! is not probed, but still probes the others.
 //!
-//! [`crate::Config::link_latency`] adds a fixed delay to a link, slept inside the timed part of
-//! each probe (or heartbeat), to emulate distance in tests and the playground.
+//! [`crate::Config::link_latency`] adds a fixed delay to a link, inside the timed part of each
+//! probe (slept) or heartbeat (added), to emulate distance in tests and the playground.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Mutex};
@@ -37,6 +39,8 @@ pub const WINDOW: usize = 5;
 const PROBES_PER_ROUND: usize = 3;
 /// Longest wait for one probe; a slower peer is reported as it was last measured, or not at all.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a peer's rounds are reported after its last one.
+pub const KEEP: Duration = Duration::from_secs(300);
 
 /// The recent round trips by peer ([`LatencySample::HUB`] for the hub), and the peers to probe.
 #[derive(Debug, Default)]
@@ -47,7 +51,8 @@ pub struct RoundTrips {
 
 #[derive(Debug, Default)]
 struct State {
-    windows: BTreeMap<String, VecDeque<Duration>>,
+    /// Each peer's last rounds, and when the last one was.
+    windows: BTreeMap<String, (VecDeque<Duration>, Instant)>,
     peers: Vec<Peer>,
 }
 
@@ -60,31 +65,32 @@ impl RoundTrips {
         }
     }
 
-    /// Records one round (the fastest of its probes) to `peer`.
+    /// Records one round (the fastest of its probes) to `peer`: the hub, or a peer the hub
+    /// names now (a round that ends after the hub stopped naming its peer is dropped).
     pub fn record(&self, peer: &str, rtt: Duration) {
+        self.record_at(peer, rtt, Instant::now());
+    }
+
+    fn record_at(&self, peer: &str, rtt: Duration, now: Instant) {
         let mut state = self.lock();
-        let window = state.windows.entry(peer.to_owned()).or_default();
+        if peer != LatencySample::HUB && !state.peers.iter().any(|p| p.cluster == peer) {
+            return;
+        }
+        let (window, last) = state
+            .windows
+            .entry(peer.to_owned())
+            .or_insert_with(|| (VecDeque::new(), now));
         window.push_back(rtt);
         while window.len() > WINDOW {
             window.pop_front();
         }
+        *last = now;
         self.metrics.set_round_trip(peer, Some(median(window)));
     }
 
-    /// The peers the hub named last; forgets the ones it no longer names.
+    /// The peers the hub named last.
     pub fn set_peers(&self, peers: Vec<Peer>) {
-        let mut state = self.lock();
-        let gone: Vec<String> = state
-            .windows
-            .keys()
-            .filter(|name| name.as_str() != LatencySample::HUB && !peers.iter().any(|p| &p.cluster == *name))
-            .cloned()
-            .collect();
-        for name in gone {
-            state.windows.remove(&name);
-            self.metrics.set_round_trip(&name, None);
-        }
-        state.peers = peers;
+        self.lock().peers = peers;
     }
 
     /// The peers to probe.
@@ -92,13 +98,29 @@ impl RoundTrips {
         self.lock().peers.clone()
     }
 
-    /// The median of each peer's recent rounds, by peer.
+    /// The median of each peer's recent rounds, by peer; peers whose last round is older than
+    /// [`KEEP`] are forgotten.
     pub fn samples(&self) -> Vec<LatencySample> {
-        self.lock()
+        self.samples_at(Instant::now())
+    }
+
+    fn samples_at(&self, now: Instant) -> Vec<LatencySample> {
+        let mut state = self.lock();
+        let stale: Vec<String> = state
             .windows
             .iter()
-            .filter(|(_, window)| !window.is_empty())
-            .map(|(peer, window)| LatencySample {
+            .filter(|(_, (_, last))| now.saturating_duration_since(*last) > KEEP)
+            .map(|(peer, _)| peer.clone())
+            .collect();
+        for peer in stale {
+            state.windows.remove(&peer);
+            self.metrics.set_round_trip(&peer, None);
+        }
+        state
+            .windows
+            .iter()
+            .filter(|(_, (window, _))| !window.is_empty())
+            .map(|(peer, (window, _))| LatencySample {
                 peer: peer.clone(),
                 rtt_millis: median(window).as_secs_f64() * 1000.0,
             })
@@ -126,6 +148,8 @@ pub(crate) async fn probe_loop(agent: Arc<Agent>, shutdown: CancellationToken) -
     let http = reqwest::Client::builder()
         .connect_timeout(PROBE_TIMEOUT)
         .timeout(PROBE_TIMEOUT)
+        // A probe measures the peer's own answer; a redirect would measure somewhere else.
+        .redirect(reqwest::redirect::Policy::none())
         .user_agent(crate::USER_AGENT)
         .build()
         .map_err(|source| Error::HttpClient { source })?;
@@ -190,6 +214,7 @@ mod tests {
     #[test]
     fn the_report_is_the_median_of_the_last_rounds() {
         let trips = RoundTrips::default();
+        trips.set_peers(vec![peer("b")]);
         for ms in [40, 10, 12, 11, 500, 13, 14] {
             trips.record("b", Duration::from_millis(ms));
         }
@@ -201,14 +226,28 @@ mod tests {
     }
 
     #[test]
-    fn peers_the_hub_no_longer_names_are_forgotten_but_the_hub_is_kept() {
+    fn peers_the_hub_no_longer_names_are_reported_for_a_while_then_forgotten() {
         let trips = RoundTrips::default();
+        let start = Instant::now();
         trips.set_peers(vec![peer("b"), peer("c")]);
-        trips.record("b", Duration::from_millis(5));
-        trips.record("c", Duration::from_millis(7));
-        trips.record(LatencySample::HUB, Duration::from_millis(9));
+        trips.record_at("b", Duration::from_millis(5), start);
+        trips.record_at("c", Duration::from_millis(7), start);
+        trips.record_at(LatencySample::HUB, Duration::from_millis(9), start);
+        // Rotated out: b is still reported, and a round to it that ends now is dropped.
         trips.set_peers(vec![peer("c")]);
-        assert_eq!(millis(&trips.samples()), [("c", 7.0), ("hub", 9.0)]);
+        trips.record_at("b", Duration::from_millis(500), start);
+        assert_eq!(
+            millis(&trips.samples_at(start)),
+            [("b", 5.0), ("c", 7.0), ("hub", 9.0)]
+        );
         assert_eq!(trips.peers(), [peer("c")]);
+        let later = start + KEEP / 2;
+        trips.record_at("c", Duration::from_millis(7), later);
+        trips.record_at(LatencySample::HUB, Duration::from_millis(9), later);
+        assert_eq!(
+            millis(&trips.samples_at(start + KEEP + Duration::from_secs(1))),
+            [("c", 7.0), ("hub", 9.0)],
+            "b's last round is older than {KEEP:?}"
+        );
     }
 }
