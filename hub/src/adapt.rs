@@ -12,7 +12,8 @@
 //!
 //! - **Rescheduling**: replicas whose pods stayed Pending (unschedulable) in a cluster longer
 //!   than `spec.placement.rescheduling.pendingTimeout` are evacuated from it and placed where
-//!   there is room. Only as many move as fit elsewhere.
+//!   there is room, with the workload's younger Pending pods in that cluster (see [`stuck`]).
+//!   Only as many move as fit elsewhere.
 //! - **Burst retraction**: replicas in burst clusters come back to regular clusters as soon as
 //!   those have room; burst clusters are emptied first. With a bursting threshold, only as many
 //!   come back as leave each receiving cluster [`RETRACT_MARGIN_PERCENT`] points under it
@@ -93,8 +94,11 @@ pub struct Stuck {
     pub message: String,
 }
 
-/// The workload's pods Pending past `timeout` per cluster, and when the next one will be (for a
-/// requeue), from the clusters' latest heartbeats.
+/// The workload's stuck pods per cluster, and when the next cluster's will be (for a requeue),
+/// from the clusters' latest heartbeats. A cluster's pods are stuck once the oldest has been
+/// Pending for `timeout`: then every Pending pod of the workload there counts, since the cluster
+/// has shown for that long that it cannot place them, and moving the younger ones a cooldown
+/// later would only keep them waiting.
 pub fn stuck(
     pending: &BTreeMap<String, Arc<Vec<PendingPod>>>,
     workload: &WorkloadRef,
@@ -104,26 +108,29 @@ pub fn stuck(
     let mut stuck: BTreeMap<String, Stuck> = BTreeMap::new();
     let mut next: Option<Duration> = None;
     for (cluster, pods) in pending {
-        for pod in pods.iter().filter(|p| p.workload.as_ref() == Some(workload)) {
-            // A pod without a time is as old as the hub's first sight of it would be: now.
-            let since = pod.since.as_ref().map_or(now, |t| t.0);
-            let pending_for = now.duration_since(since).unsigned_abs();
-            if pending_for < timeout {
-                let left = timeout - pending_for;
-                next = Some(next.map_or(left, |n| n.min(left)));
-                continue;
-            }
-            let entry = stuck.entry(cluster.clone()).or_insert_with(|| Stuck {
-                pods: 0,
-                since,
-                message: pod.message.clone(),
-            });
-            entry.pods += 1;
-            if since < entry.since {
-                entry.since = since;
-                entry.message = pod.message.clone();
-            }
+        let mine: Vec<&PendingPod> = pods
+            .iter()
+            .filter(|p| p.workload.as_ref() == Some(workload))
+            .collect();
+        // A pod without a time is as old as the hub's first sight of it would be: now.
+        let since = |pod: &PendingPod| pod.since.as_ref().map_or(now, |t| t.0);
+        let Some(oldest) = mine.iter().min_by_key(|p| since(p)) else {
+            continue;
+        };
+        let pending_for = now.duration_since(since(oldest)).unsigned_abs();
+        if pending_for < timeout {
+            let left = timeout - pending_for;
+            next = Some(next.map_or(left, |n| n.min(left)));
+            continue;
         }
+        stuck.insert(
+            cluster.clone(),
+            Stuck {
+                pods: u32::try_from(mine.len()).unwrap_or(u32::MAX),
+                since: since(oldest),
+                message: oldest.message.clone(),
+            },
+        );
     }
     (stuck, next)
 }
@@ -166,16 +173,31 @@ fn retract_with_margin(
     let Some(threshold) = request.policy.bursting.threshold_percent else {
         return evacuate_what_fits(fleet, ledger, request, baseline, wanted);
     };
-    let ceiling = u128::from(threshold.saturating_sub(RETRACT_MARGIN_PERCENT));
+    // A low threshold keeps at least half of itself as the ceiling, or nothing would come back.
+    let ceiling = u128::from(
+        threshold
+            .saturating_sub(RETRACT_MARGIN_PERCENT)
+            .max(threshold / 2),
+    );
+    // What the baseline adds anyway (a scale-up) is not the retraction's doing.
+    let anyway: BTreeMap<&str, u32> = baseline
+        .clusters
+        .iter()
+        .map(|c| (c.cluster.as_str(), c.added()))
+        .collect();
     for _ in 0..FIT_ATTEMPTS {
         let (decision, moved) = evacuate_what_fits(fleet, ledger, request, baseline, wanted)?;
         // Replicas over the ceiling, summed over the regular clusters that would take them.
         let excess: u64 = decision
             .clusters
             .iter()
-            .filter(|c| c.role == Role::Regular && c.added() > 0)
-            .filter_map(|c| Some((c.added(), c.utilization?)))
-            .map(|(added, u)| {
+            .filter(|c| c.role == Role::Regular)
+            .filter_map(|c| {
+                let anyway = anyway.get(c.cluster.as_str()).copied().unwrap_or(0);
+                let back = c.added().saturating_sub(anyway);
+                (back > 0).then_some((back, anyway, c.utilization?))
+            })
+            .map(|(back, anyway, u)| {
                 let fits = |used: u64, alloc: u64, each: u64| -> u64 {
                     if each == 0 {
                         return u64::MAX;
@@ -193,8 +215,9 @@ fn retract_with_margin(
                     u.used.memory_bytes,
                     u.allocatable.memory_bytes,
                     request.demand.memory_bytes,
-                ));
-                u64::from(added).saturating_sub(allowed)
+                ))
+                .saturating_sub(u64::from(anyway));
+                u64::from(back).saturating_sub(allowed)
             })
             .sum();
         if excess == 0 {

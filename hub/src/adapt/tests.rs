@@ -43,7 +43,7 @@ fn ready(clusters: &[(&str, i32)]) -> Reports {
 const MINUTE: Duration = Duration::from_secs(60);
 
 #[test]
-fn pods_count_as_stuck_only_past_the_timeout_and_the_next_expiry_is_known() {
+fn a_clusters_pods_are_stuck_once_the_oldest_passed_the_timeout_and_the_next_expiry_is_known() {
     let other = WorkloadRef::new("shop", "api");
     let pods = vec![
         pending(&web(), 0, "0/5 nodes are available: 5 Insufficient cpu."),
@@ -52,20 +52,24 @@ fn pods_count_as_stuck_only_past_the_timeout_and_the_next_expiry_is_known() {
         pending(&other, 0, "not web"),
     ];
     let by_cluster: BTreeMap<String, Arc<Vec<PendingPod>>> = [("eu-1".to_owned(), Arc::new(pods))].into();
-    let (stuck, next) = stuck(&by_cluster, &web(), 5 * MINUTE, at(500));
+    let (early, next) = stuck(&by_cluster, &web(), 5 * MINUTE, at(250));
+    assert!(early.is_empty(), "the oldest has waited 250 s of 300: {early:?}");
+    assert_eq!(
+        next,
+        Some(Duration::from_secs(50)),
+        "eu-1's pods are stuck in 50 s"
+    );
+
+    let (stuck, next) = stuck(&by_cluster, &web(), 5 * MINUTE, at(300));
     assert_eq!(stuck.len(), 1, "only eu-1 has stuck pods: {stuck:?}");
     let eu = &stuck["eu-1"];
     assert_eq!(
-        eu.pods, 2,
-        "pods pending 500 s and 300 s are past 5 minutes; 220 s is not"
+        eu.pods, 3,
+        "once the oldest has waited 5 minutes, web's younger Pending pods there move with it"
     );
     assert_eq!(eu.since, at(0), "the oldest pod's time");
     assert_eq!(eu.message, "0/5 nodes are available: 5 Insufficient cpu.");
-    assert_eq!(
-        next,
-        Some(Duration::from_secs(80)),
-        "the fresh pod is stuck in 80 s"
-    );
+    assert_eq!(next, None, "nothing else will become stuck");
 }
 
 fn stuck_in(cluster: &str, pods: u32) -> BTreeMap<String, Stuck> {
