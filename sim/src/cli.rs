@@ -177,11 +177,11 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             tls,
             no_prometheus,
         } => {
+            // A fleet file says which links it wants; the default fleet gets them by distance.
             let fleet = match config {
                 Some(p) => FleetConfig::from_file(&p)?,
-                None => crate::up::default_fleet(usize::from(clusters)),
+                None => crate::up::with_distance_links(crate::up::default_fleet(usize::from(clusters))),
             };
-            let fleet = crate::up::with_distance_links(fleet);
             let playground = crate::up::Playground::start(crate::up::UpOptions {
                 tls,
                 prometheus: !no_prometheus,

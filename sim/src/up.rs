@@ -156,14 +156,17 @@ pub fn default_fleet(n: usize) -> FleetConfig {
 /// `fleet` with a link between every two clusters that have coordinates, and between each of
 /// them and the hub (placed with the first cluster), whose round trip grows with the distance
 /// as over fibre: 1 ms per 100 km of great circle (light covers about 200 km per millisecond in
-/// glass, there and back), plus 2 ms at the ends. Links the fleet already declares stay.
+/// glass, there and back), plus 2 ms at the ends. Links the fleet already declares stay; a fleet
+/// with a cluster named `hub` is left as it is.
 pub fn with_distance_links(mut fleet: FleetConfig) -> FleetConfig {
     let placed: Vec<(String, Coordinates)> = fleet
         .clusters
         .iter()
         .filter_map(|c| Some((c.name.clone(), c.coordinates?)))
         .collect();
-    let Some((_, hub)) = placed.first().cloned() else {
+    // A cluster named like the hub's end would make every link to it ambiguous.
+    let hub_named = fleet.clusters.iter().any(|c| c.name == Link::HUB);
+    let Some((_, hub)) = placed.first().cloned().filter(|_| !hub_named) else {
         return fleet;
     };
     let rtt = |a: Coordinates, b: Coordinates| {
