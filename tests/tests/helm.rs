@@ -533,6 +533,19 @@ fn secret_text(rendered: &Rendered, name: &str, key: &str) -> String {
     String::from_utf8(bytes.0).expect("UTF-8")
 }
 
+/// The field path of the container's environment variable `name`, when the downward API sets it.
+fn downward_field(container: &Container, name: &str) -> Option<String> {
+    container
+        .env
+        .clone()
+        .unwrap_or_default()
+        .into_iter()
+        .find(|e| e.name == name)
+        .and_then(|e| e.value_from)
+        .and_then(|v| v.field_ref)
+        .map(|f| f.field_path)
+}
+
 fn string_arg(matches: &clap::ArgMatches, id: &str) -> Option<String> {
     matches
         .get_raw(id)
@@ -980,16 +993,10 @@ fn the_agent_chart_renders_a_coherent_install() {
         BTreeSet::from(["env=prod".to_owned(), "tier=gold".to_owned()])
     );
     // The agent keeps its state in the pod's namespace, so RBAC and the chart agree on where.
-    let namespace = container
-        .env
-        .clone()
-        .unwrap_or_default()
-        .into_iter()
-        .find(|e| e.name == "POD_NAMESPACE")
-        .and_then(|e| e.value_from)
-        .and_then(|v| v.field_ref)
-        .expect("POD_NAMESPACE from the downward API");
-    assert_eq!(namespace.field_path, "metadata.namespace");
+    assert_eq!(
+        downward_field(&container, "POD_NAMESPACE").as_deref(),
+        Some("metadata.namespace")
+    );
     let token_file = string_arg(&args, "bootstrap_token_file").unwrap();
     let (secret, key) = secret_file(&deployment, &container, &token_file).expect("a mounted token");
     assert_eq!(secret_text(&rendered, &secret, &key), "fleet-token");
@@ -1028,16 +1035,10 @@ fn the_agent_chart_renders_a_coherent_install() {
         Some(format!("http://$(POD_IP):{port}/probe").as_str())
     );
     assert_eq!(args.get_one::<u64>("probe_interval_seconds"), Some(&5));
-    let pod_ip = container
-        .env
-        .clone()
-        .unwrap_or_default()
-        .into_iter()
-        .find(|e| e.name == "POD_IP")
-        .and_then(|e| e.value_from)
-        .and_then(|v| v.field_ref)
-        .expect("POD_IP from the downward API");
-    assert_eq!(pod_ip.field_path, "status.podIP");
+    assert_eq!(
+        downward_field(&container, "POD_IP").as_deref(),
+        Some("status.podIP")
+    );
 }
 
 #[test]
