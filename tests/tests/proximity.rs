@@ -95,6 +95,15 @@ fn ranked(explanation: &str, rank: u32, millis: f64) -> bool {
     rank_and_latency(explanation).is_some_and(|(r, ms)| r == rank && ms >= millis && ms < millis + 40.0)
 }
 
+/// Creates the MCD `name` of 8 replicas with `placement`, waits until it runs, and returns where.
+async fn roll_out(env: &Env, name: &str, placement: &Value) -> BTreeMap<String, i32> {
+    Api::<MultiClusterDeployment>::namespaced(env.client.clone(), NS)
+        .create(&PostParams::default(), &mcd(NS, name, 8, placement.clone()))
+        .await
+        .expect("MCD created");
+    placed(&env.wait_rolled_out(NS, name, 8).await)
+}
+
 /// The per-cluster explanations of `name`'s placement.
 async fn explanations(env: &Env, name: &str) -> BTreeMap<String, String> {
     let placement = env
@@ -149,12 +158,8 @@ async fn overflow_goes_to_the_cluster_nearest_by_measured_latency_and_follows_a_
     // nearest cluster by measured latency.
     let mcds: Api<MultiClusterDeployment> = Api::namespaced(env.client.clone(), NS);
     let placement = json!({"policy": "proximity", "proximity": {"origin": {"cluster": "origin-1"}}});
-    mcds.create(&PostParams::default(), &mcd(NS, "web", 8, placement.clone()))
-        .await
-        .expect("MCD created");
-    let web = env.wait_rolled_out(NS, "web", 8).await;
     assert_eq!(
-        placed(&web),
+        roll_out(&env, "web", &placement).await,
         BTreeMap::from([("origin-1".to_owned(), 5), ("far-1".to_owned(), 3)]),
         "origin-1 fills up, the rest goes to far-1 (5 ms), not twin-1 (60 ms, same zone)"
     );
@@ -206,12 +211,8 @@ async fn overflow_goes_to_the_cluster_nearest_by_measured_latency_and_follows_a_
         },
     )
     .await;
-    mcds.create(&PostParams::default(), &mcd(NS, "web-2", 8, placement))
-        .await
-        .expect("MCD created");
-    let web = env.wait_rolled_out(NS, "web-2", 8).await;
     assert_eq!(
-        placed(&web),
+        roll_out(&env, "web-2", &placement).await,
         BTreeMap::from([("origin-1".to_owned(), 5), ("twin-1".to_owned(), 3)]),
         "with far-1 120 ms away, the overflow goes to twin-1 (60 ms)"
     );

@@ -61,6 +61,14 @@ async fn call(
     (status, value)
 }
 
+/// A heartbeat of `cluster` with no nodes.
+fn empty_beat(cluster: &str) -> Value {
+    json!({"clusterName": cluster, "agentVersion": "0.1.0", "capacity": {"nodeGroups": [], "totals": {
+        "nodes": 0, "schedulableNodes": 0,
+        "allocatable": {"cpuMillis": 0, "memoryBytes": 0, "pods": 0},
+        "requested": {"cpuMillis": 0, "memoryBytes": 0, "pods": 0}}}})
+}
+
 async fn register(state: &AgentState, cluster: &str) -> String {
     let body = serde_json::to_string(&RegisterRequest {
         cluster_name: cluster.to_owned(),
@@ -147,10 +155,7 @@ async fn credential_for_a_cannot_read_bs_work() {
     .await;
     assert_eq!(status, StatusCode::FORBIDDEN);
     assert_eq!(error_code(&value), error_codes::FORBIDDEN);
-    let beat = json!({"clusterName": "b", "agentVersion": "0.1.0", "capacity": {"nodeGroups": [], "totals": {
-        "nodes": 0, "schedulableNodes": 0,
-        "allocatable": {"cpuMillis": 0, "memoryBytes": 0, "pods": 0},
-        "requested": {"cpuMillis": 0, "memoryBytes": 0, "pods": 0}}}});
+    let beat = empty_beat("b");
     let (status, _) = call(
         &h.state,
         Method::POST,
@@ -219,11 +224,8 @@ async fn long_poll_returns_when_a_new_revision_is_put() {
 async fn heartbeats_are_answered_with_the_other_probeable_agents() {
     let h = harness().await;
     let beat = |cluster: &str, probe_url: Option<&str>, samples: Value| {
-        let mut beat = json!({"clusterName": cluster, "agentVersion": "0.1.0", "capacity": {"nodeGroups": [], "totals": {
-            "nodes": 0, "schedulableNodes": 0,
-            "allocatable": {"cpuMillis": 0, "memoryBytes": 0, "pods": 0},
-            "requested": {"cpuMillis": 0, "memoryBytes": 0, "pods": 0}}},
-            "latencySamples": samples});
+        let mut beat = empty_beat(cluster);
+        beat["latencySamples"] = samples;
         if let Some(url) = probe_url {
             beat["probeUrl"] = json!(url);
         }
