@@ -87,8 +87,6 @@ pub mod reasons {
     // Joined (WorkloadCluster)
     /// An agent registered with a valid bootstrap token.
     pub const AGENT_REGISTERED: &str = "AgentRegistered";
-    /// The WorkloadCluster was created beforehand and no agent has registered yet.
-    pub const AWAITING_AGENT: &str = "AwaitingAgent";
 
     // Ready (WorkloadCluster)
     /// Heartbeats arrive on time.
@@ -101,8 +99,6 @@ pub mod reasons {
     pub const SERVICES_READY: &str = "ServicesReady";
     /// The Service is not yet created or reported in some clusters.
     pub const SERVICES_PENDING: &str = "ServicesPending";
-    /// `spec.deployment` names a MultiClusterDeployment that does not exist.
-    pub const DEPLOYMENT_NOT_FOUND: &str = "DeploymentNotFound";
 }
 
 /// The condition of this type in a list, if present.

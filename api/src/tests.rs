@@ -1081,12 +1081,10 @@ fn reasons_are_camel_case_identifiers() {
         reasons::OVERFLOW,
         reasons::NOT_BURSTING,
         reasons::AGENT_REGISTERED,
-        reasons::AWAITING_AGENT,
         reasons::HEARTBEAT_RECEIVED,
         reasons::HEARTBEAT_MISSED,
         reasons::SERVICES_READY,
         reasons::SERVICES_PENDING,
-        reasons::DEPLOYMENT_NOT_FOUND,
     ];
     for reason in all {
         let mut chars = reason.chars();

@@ -31,16 +31,15 @@ use nave_api::wire::{
 use serde::de::DeserializeOwned;
 use tracing::{debug, instrument, warn};
 
-use crate::context::{ReconcileTrigger, Timings, WorkSignals};
 use crate::index::Index;
-use crate::secret;
+use crate::settings::Timings;
+use crate::signals::{ReconcileTrigger, WorkSignals};
 use crate::store::{AgentIdentity, ClusterUpsert, NewHeartbeat, Store, StoreError, StoreErrorKind};
+use crate::tokens;
+use crate::workload_clusters::{self, ClusterObjects};
 
-mod cluster_object;
 #[cfg(test)]
 mod tests;
-
-pub use cluster_object::ClusterObjects;
 
 /// State of the agent endpoints.
 #[derive(Clone)]
@@ -228,13 +227,13 @@ const BAD_BOOTSTRAP_TOKEN: &str = "invalid bootstrap token";
 const BAD_CREDENTIAL: &str = "unknown or revoked credential; register again";
 
 fn bearer(headers: &HeaderMap) -> Result<&str, ApiError> {
-    secret::bearer(headers).ok_or(ApiError::Unauthorized(MISSING_TOKEN))
+    tokens::bearer(headers).ok_or(ApiError::Unauthorized(MISSING_TOKEN))
 }
 
 /// Compares two secrets in time independent of where they differ: both are hashed first, so the
 /// comparison also does not reveal the expected length.
 fn constant_time_eq(presented: &str, expected: &str) -> bool {
-    secret::digests_equal(&secret::digest(presented), &secret::digest(expected))
+    tokens::digests_equal(&tokens::digest(presented), &tokens::digest(expected))
 }
 
 async fn authenticate(state: &AgentState, headers: &HeaderMap) -> Result<AgentIdentity, ApiError> {
@@ -310,7 +309,8 @@ async fn register(
             burst_only: false,
         },
     };
-    state.store.upsert_cluster(&upsert).await?;
+    let record = state.store.upsert_cluster(&upsert).await?;
+    state.index.put_cluster(record);
     // Registering again revokes the previous credential: an agent that lost it re-joins as itself.
     let issued = state.store.rotate_credential(&request.cluster_name).await?;
     if let Some(objects) = &state.cluster_objects
@@ -345,7 +345,7 @@ async fn heartbeat(
     let identity = authenticate(&state, &headers).await?;
     tracing::Span::current().record("cluster", identity.cluster.as_str());
     check_scope(&identity, beat.cluster_name.as_deref())?;
-    let before = state.store.get_cluster(&identity.cluster).await?;
+    let before = state.index.cluster(&identity.cluster);
     let capacity = serde_json::to_value(&beat.capacity).ok();
     let now = jiff::Timestamp::now();
     let record = NewHeartbeat {
@@ -357,6 +357,13 @@ async fn heartbeat(
         kubernetes_version: beat.kubernetes_version.clone(),
     };
     state.store.record_heartbeat(&record).await?;
+    state.index.heartbeat(
+        &identity.cluster,
+        now,
+        record.capacity,
+        record.agent_version,
+        record.kubernetes_version,
+    );
     state
         .index
         .put_pending(&identity.cluster, beat.pending_pods.clone());
@@ -380,7 +387,7 @@ async fn heartbeat(
         state.trigger_workloads(state.index.unsettled());
     }
     if let Some(objects) = &state.cluster_objects {
-        let summary = cluster_object::status_summary(&beat);
+        let summary = workload_clusters::status_summary(&beat);
         let due = {
             let last = state.last_status_write.lock().unwrap_or_else(|e| e.into_inner());
             match last.get(&identity.cluster) {

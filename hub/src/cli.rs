@@ -74,7 +74,7 @@ pub struct PrometheusArgs {
     #[arg(
         long,
         env = "NAVE_PROMETHEUS_USAGE_CPU_QUERY",
-        default_value = crate::prometheus::DEFAULT_CPU_QUERY
+        default_value = crate::usage::DEFAULT_CPU_QUERY
     )]
     pub prometheus_usage_cpu_query: String,
     /// PromQL for the memory each cluster uses, in bytes, one series per `cluster`; empty turns
@@ -82,7 +82,7 @@ pub struct PrometheusArgs {
     #[arg(
         long,
         env = "NAVE_PROMETHEUS_USAGE_MEMORY_QUERY",
-        default_value = crate::prometheus::DEFAULT_MEMORY_QUERY
+        default_value = crate::usage::DEFAULT_MEMORY_QUERY
     )]
     pub prometheus_usage_memory_query: String,
     /// PromQL for each cluster's traffic (requests per second, say), one series per `cluster`.
@@ -99,8 +99,8 @@ impl Default for PrometheusArgs {
     fn default() -> Self {
         PrometheusArgs {
             prometheus_url: None,
-            prometheus_usage_cpu_query: crate::prometheus::DEFAULT_CPU_QUERY.to_owned(),
-            prometheus_usage_memory_query: crate::prometheus::DEFAULT_MEMORY_QUERY.to_owned(),
+            prometheus_usage_cpu_query: crate::usage::DEFAULT_CPU_QUERY.to_owned(),
+            prometheus_usage_memory_query: crate::usage::DEFAULT_MEMORY_QUERY.to_owned(),
             prometheus_traffic_query: None,
             prometheus_ttl: Duration::from_secs(30),
         }

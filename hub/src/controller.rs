@@ -4,27 +4,96 @@
 //! them: a change to a MultiClusterService reconciles the MultiClusterDeployment it names, and a
 //! change to a ConfigMap or Secret reconciles every MultiClusterDeployment whose pod template
 //! refers to it (so the copies in the workload clusters follow the source). Agents' reports reach
-//! it through the reconcile trigger (the workloads a report concerns), and so does an admin's
-//! edit of a WorkloadCluster (labels, cordon, burst-only): every MultiClusterDeployment is
-//! reconciled then, since any may be placed there.
+//! it through the reconcile trigger (the workloads a report concerns), and so do changes of the
+//! objects [`crate::watch`] keeps: a MultiClusterService reconciles the workload it names, an
+//! admin's edit of a WorkloadCluster (labels, cordon, burst-only) every MultiClusterDeployment,
+//! since any may be placed there.
 
 pub mod mcd;
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::ResourceExt;
 use kube::api::Api;
-use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::reflector::{ObjectRef, Store as Reflected};
 use kube::runtime::{Controller, watcher};
 use nave_api::wire::WorkloadRef;
-use nave_api::{DependencyKind, MultiClusterDeployment, MultiClusterService, WorkloadCluster};
+use nave_api::{DependencyKind, MultiClusterDeployment};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
-use crate::context::{Context, Triggered};
+use crate::fleet::Sources;
+use crate::metrics::HubMetrics;
+use crate::settings::HUB_NAME;
+use crate::signals::{Triggered, WorkSignals};
+use crate::store::Store;
+use crate::watch::Watched;
+
+/// What the MultiClusterDeployment controller's reconciles need, and nothing else.
+#[derive(Clone)]
+pub struct Context {
+    /// Client of the management cluster (ConfigMaps and Secrets to copy, status, finalizers).
+    pub client: kube::Client,
+    /// Placements and work sets are written here.
+    pub store: Arc<dyn Store>,
+    /// Publishes Kubernetes Events on the MultiClusterDeployments.
+    pub recorder: Recorder,
+    /// Wakes agents' long-polls when a cluster's work changes.
+    pub signals: Arc<WorkSignals>,
+    /// What plans read: the fleet, the index, health and usage.
+    pub sources: Sources,
+    /// The reflected WorkloadClusters and MultiClusterServices.
+    pub watched: Watched,
+    /// Prometheus metrics.
+    pub metrics: Arc<HubMetrics>,
+    /// Longest time between two reconciles of one object.
+    pub resync: Duration,
+    /// Failed reconciles in a row per object (`namespace/name`), for the retry backoff.
+    pub backoff: Arc<Mutex<HashMap<String, u32>>>,
+}
+
+impl std::fmt::Debug for Context {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Context")
+            .field("store", &self.store)
+            .field("resync", &self.resync)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Context {
+    /// The controller's context; its Events name the hub (and the pod, from `POD_NAME`).
+    pub fn new(
+        client: kube::Client,
+        store: Arc<dyn Store>,
+        signals: Arc<WorkSignals>,
+        sources: Sources,
+        watched: Watched,
+        metrics: Arc<HubMetrics>,
+        resync: Duration,
+    ) -> Self {
+        let reporter = Reporter {
+            controller: HUB_NAME.to_owned(),
+            instance: std::env::var("POD_NAME").ok(),
+        };
+        Context {
+            recorder: Recorder::new(client.clone(), reporter),
+            client,
+            store,
+            signals,
+            sources,
+            watched,
+            metrics,
+            resync,
+            backoff: Arc::default(),
+        }
+    }
+}
 
 /// Most reconciles at once. Each holds a rendered workload and its cluster's work sets are
 /// written one reconcile at a time anyway; unbounded, a pass over thousands of workloads held
@@ -32,13 +101,11 @@ use crate::context::{Context, Triggered};
 const CONCURRENCY: u16 = 8;
 
 /// Runs the controllers until `shutdown` is cancelled. `triggered` asks for a pass over every
-/// MultiClusterDeployment or for named ones (see [`crate::context::ReconcileTrigger`]).
+/// MultiClusterDeployment or for named ones (see [`crate::signals::ReconcileTrigger`]).
 pub async fn run(ctx: Arc<Context>, triggered: Triggered, shutdown: CancellationToken) {
     let mcds: Api<MultiClusterDeployment> = Api::all(ctx.client.clone());
-    let services: Api<MultiClusterService> = Api::all(ctx.client.clone());
     let Triggered { all, some } = triggered;
     let all = futures::stream::unfold(all, |mut rx| async move { rx.recv().await.map(|()| ((), rx)) });
-    let all = futures::stream::select(all, cluster_edits(ctx.client.clone()));
     let some = futures::stream::unfold(some, |mut rx| async move {
         rx.recv().await.map(|w: WorkloadRef| {
             (
@@ -54,11 +121,6 @@ pub async fn run(ctx: Arc<Context>, triggered: Triggered, shutdown: Cancellation
     let known = controller.store();
     let known_too = known.clone();
     controller
-        .watches(services, watcher::Config::default(), |mcs| {
-            let namespace = mcs.metadata.namespace.clone()?;
-            let name = mcs.spec.deployment.clone()?;
-            Some(ObjectRef::<MultiClusterDeployment>::new(&name).within(&namespace))
-        })
         .watches(configmaps, watcher::Config::default(), move |cm| {
             referring(&known, DependencyKind::ConfigMap, &cm)
         })
@@ -78,38 +140,10 @@ pub async fn run(ctx: Arc<Context>, triggered: Triggered, shutdown: Cancellation
         .await;
 }
 
-/// One item per change of a WorkloadCluster that placement reads (its spec or labels; not its
-/// status, which the hub writes itself on heartbeats), and per WorkloadCluster deleted.
-fn cluster_edits(client: kube::Client) -> impl futures::Stream<Item = ()> + Send {
-    use kube::runtime::WatchStreamExt;
-    use kube::runtime::watcher::Event;
-    type Seen = (Option<i64>, Option<std::collections::BTreeMap<String, String>>);
-    let mut seen: HashMap<String, Seen> = HashMap::new();
-    let api: Api<WorkloadCluster> = Api::all(client);
-    watcher(api, watcher::Config::default())
-        .default_backoff()
-        .filter_map(move |event| {
-            let changed = match event {
-                Ok(Event::InitApply(wcl)) => {
-                    let key = (wcl.metadata.generation, wcl.metadata.labels.clone());
-                    seen.insert(wcl.name_any(), key);
-                    false
-                }
-                Ok(Event::Apply(wcl)) => {
-                    let key = (wcl.metadata.generation, wcl.metadata.labels.clone());
-                    seen.insert(wcl.name_any(), key.clone()) != Some(key)
-                }
-                Ok(Event::Delete(wcl)) => seen.remove(&wcl.name_any()).is_some(),
-                Ok(Event::Init | Event::InitDone) | Err(_) => false,
-            };
-            futures::future::ready(changed.then_some(()))
-        })
-}
-
 /// The MultiClusterDeployments in `object`'s namespace whose pod template (or
 /// `spec.dependencies.include`) refers to it.
 fn referring<K: kube::Resource>(
-    known: &Store<MultiClusterDeployment>,
+    known: &Reflected<MultiClusterDeployment>,
     kind: DependencyKind,
     object: &K,
 ) -> Vec<ObjectRef<MultiClusterDeployment>> {

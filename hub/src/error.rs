@@ -104,6 +104,9 @@ pub enum Error {
         source: serde_json::Error,
     },
     /// An object lacks a field the controller needs (namespace, name).
+    /// The watch that keeps these objects in memory has stopped (the hub is shutting down).
+    #[error("the hub no longer watches {0}")]
+    NotWatching(&'static str),
     #[error("object has no {0}")]
     MissingField(&'static str),
 }

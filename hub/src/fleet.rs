@@ -1,41 +1,45 @@
-//! The fleet as the placement engine sees it, gathered from the store and the management
-//! cluster. Shared by the MultiClusterDeployment controller (which acts on a decision) and the
-//! REST API (which shows clusters and simulates decisions without acting).
+//! The fleet as the placement engine sees it, and everything else a plan reads, gathered from
+//! memory. Shared by the MultiClusterDeployment controller (which acts on a plan) and the REST
+//! API (which shows clusters and simulates plans without acting), so both see the same inputs.
 //!
 //! ```text
-//!  store: clusters (capacity, last heartbeat) ─┐
-//!  WorkloadClusters (labels, cordon, burst) ───┴─► gather ─► Fleet (+ the records and objects)
-//!  Prometheus (usage) ────────────────────────────────────► with_usage
-//!  agents' round trips, network coordinates ──────────────► with_network
+//!  index: cluster records (capacity, last heartbeat) ─┐
+//!  reflector: WorkloadClusters (labels, cordon, burst) ┴─► Sources::view ─► Fleet
+//!  Prometheus (usage) ──────────────────────────────────────────► with_usage
+//!  agents' round trips, network coordinates ────────────────────► with_network
+//!  index: reports, ledger, Pending pods; health snapshot ─► Sources::gather ─► placement Inputs
 //! ```
 //!
-//! The agents' reports and the ledger of other workloads' replicas come from
-//! [`crate::index::Index`].
+//! A reconcile reads no list over the network: the store is read at start-up (into the index)
+//! and written through; the management cluster's objects come from reflectors.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 use std::time::Duration;
 
 use kube::ResourceExt;
-use kube::api::{Api, ListParams};
-use nave_api::WorkloadCluster;
-use nave_api::wire::{StatusReport, WorkloadRef};
-use nave_policies::{Capacity, Fleet};
+use kube::runtime::reflector;
+use nave_api::wire::WorkloadRef;
+use nave_api::{MultiClusterDeployment, WorkloadCluster};
+use nave_policies::{Capacity, Fleet, Ledger};
 
+use crate::cluster_health::{FleetHealth, HealthSnapshot};
 use crate::error::Error;
+use crate::index::Index;
 use crate::network::Network;
-use crate::prometheus::{Usage, UsageCache};
-use crate::scheduler;
-use crate::store::{ClusterRecord, Store};
+use crate::placement::{Inputs, Pending, Previous, Reports, Valid, inputs};
+use crate::store::ClusterRecord;
+use crate::usage::{Usage, UsageCache};
 
 /// Every cluster the hub knows of, at one instant.
 #[derive(Debug)]
 pub struct FleetView {
     /// The placement engine's clusters: every registered cluster and every WorkloadCluster.
     pub fleet: Fleet,
-    /// The store's records of the registered clusters, by name.
-    pub records: BTreeMap<String, ClusterRecord>,
+    /// The records of the registered clusters, by name.
+    pub records: BTreeMap<String, Arc<ClusterRecord>>,
     /// The WorkloadCluster objects, by name.
-    pub objects: BTreeMap<String, WorkloadCluster>,
+    pub objects: BTreeMap<String, Arc<WorkloadCluster>>,
     /// Names of the registered clusters (those with an agent), sorted.
     pub registered: Vec<String>,
     /// When the view was taken; readiness is judged against it.
@@ -90,56 +94,129 @@ impl FleetView {
     }
 }
 
-/// Reads the registered clusters and the WorkloadClusters and builds the placement engine's
-/// fleet from them. A cluster is ready when its last heartbeat is younger than `grace`.
-pub async fn gather(client: &kube::Client, store: &dyn Store, grace: Duration) -> Result<FleetView, Error> {
-    let records = store
-        .list_clusters()
-        .await
-        .map_err(Error::store("listing clusters"))?;
-    let objects: Api<WorkloadCluster> = Api::all(client.clone());
-    let objects = objects
-        .list(&ListParams::default())
-        .await
-        .map_err(Error::kube("listing WorkloadClusters"))?;
-    let objects: BTreeMap<String, WorkloadCluster> =
-        objects.items.into_iter().map(|o| (o.name_any(), o)).collect();
-    let records: BTreeMap<String, ClusterRecord> = records.into_iter().map(|r| (r.name.clone(), r)).collect();
-    let names: BTreeSet<&String> = records.keys().chain(objects.keys()).collect();
-    let now = jiff::Timestamp::now();
-    let mut fleet = Fleet::new();
-    for name in &names {
-        fleet.insert(scheduler::fleet_cluster(
-            name,
-            records.get(*name),
-            objects.get(*name),
-            now,
-            grace,
-        ));
-    }
-    let registered = records.keys().cloned().collect();
-    Ok(FleetView {
-        fleet,
-        records,
-        objects,
-        registered,
-        now,
-        usage: Usage::new(),
-    })
+/// What placement reads, all held in memory, with the handles to read it: the controller plans
+/// with it and the REST API shows and simulates with it, so both see the same fleet.
+#[derive(Clone)]
+pub struct Sources {
+    /// The WorkloadCluster objects, kept by a reflector ([`crate::watch`]).
+    pub objects: reflector::Store<WorkloadCluster>,
+    /// Cluster records, agents' reports, Pending pods, bookings, round trips.
+    pub index: Arc<Index>,
+    /// The fleet's health as the health loop last saw it.
+    pub health: Arc<FleetHealth>,
+    /// Per-cluster usage measured by Prometheus (always empty without `--prometheus-url`).
+    pub usage: Arc<UsageCache>,
+    /// A cluster without a heartbeat for this long is not Ready.
+    pub grace: Duration,
 }
 
-/// `(ready, available, pending)` of the workload's Deployment in one report.
-pub fn deployment_status(report: Option<&StatusReport>, workload: &WorkloadRef) -> Option<(i32, i32, i32)> {
-    let object = report?.objects.iter().find(|o| {
-        o.kind == "Deployment"
-            && o.name == workload.name
-            && o.namespace.as_deref() == Some(&workload.namespace)
-    })?;
-    Some((
-        object.ready_replicas.unwrap_or(0),
-        object.available_replicas.unwrap_or(0),
-        object
-            .pending_pods
-            .map_or(0, |p| i32::try_from(p).unwrap_or(i32::MAX)),
-    ))
+impl std::fmt::Debug for Sources {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sources")
+            .field("grace", &self.grace)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Everything a plan of one workload reads, owned; [`Gathered::inputs`] lends it to
+/// [`placement::plan`].
+#[derive(Debug)]
+pub struct Gathered {
+    /// The fleet.
+    pub view: FleetView,
+    /// The agents' latest reports.
+    pub reports: Reports,
+    /// Room taken by replicas not reported running.
+    pub ledger: Ledger,
+    /// The clusters' Pending pods.
+    pub pending: Pending,
+    /// The fleet's health.
+    pub health: HealthSnapshot,
+    /// The workload's stored placement, when there is one of this incarnation.
+    pub previous: Option<Previous>,
+}
+
+impl Gathered {
+    /// The plan's inputs for `mcd`.
+    pub fn inputs<'a>(
+        &'a self,
+        workload: &'a WorkloadRef,
+        mcd: &'a MultiClusterDeployment,
+        valid: &'a Valid,
+    ) -> Inputs<'a> {
+        Inputs {
+            workload,
+            mcd,
+            valid,
+            previous: self.previous.as_ref(),
+            fleet: &self.view.fleet,
+            ledger: &self.ledger,
+            reports: &self.reports,
+            pending: &self.pending,
+            health: &self.health,
+            now: self.view.now,
+        }
+    }
+}
+
+impl Sources {
+    /// Waits until the WorkloadClusters have been listed once (at start-up), so that nothing
+    /// plans or answers on a fleet that only looks empty.
+    pub async fn ready(&self) -> Result<(), Error> {
+        self.objects
+            .wait_until_ready()
+            .await
+            .map_err(|_| Error::NotWatching("WorkloadClusters"))
+    }
+
+    /// The fleet now: every registered cluster and every WorkloadCluster, with measured usage
+    /// and round trips. Reads memory only.
+    pub fn view(&self) -> FleetView {
+        let records = self.index.clusters();
+        let objects: BTreeMap<String, Arc<WorkloadCluster>> = self
+            .objects
+            .state()
+            .into_iter()
+            .map(|o| (o.name_any(), o))
+            .collect();
+        let names: BTreeSet<&String> = records.keys().chain(objects.keys()).collect();
+        let now = jiff::Timestamp::now();
+        let mut fleet = Fleet::new();
+        for name in &names {
+            fleet.insert(inputs::fleet_cluster(
+                name,
+                records.get(*name).map(Arc::as_ref),
+                objects.get(*name).map(Arc::as_ref),
+                now,
+                self.grace,
+            ));
+        }
+        let registered = records.keys().cloned().collect();
+        FleetView {
+            fleet,
+            records,
+            objects,
+            registered,
+            now,
+            usage: Usage::new(),
+        }
+        .with_usage(&self.usage)
+        .with_network(self.index.network())
+    }
+
+    /// What a plan of one workload reads, with its stored placement `previous` (read by the
+    /// caller: one row of the store).
+    pub fn gather(&self, previous: Option<Previous>) -> Gathered {
+        let view = self.view();
+        let reports = self.index.reports();
+        let ledger = self.index.ledger(&reports);
+        Gathered {
+            view,
+            ledger,
+            reports,
+            pending: self.index.pending(),
+            health: self.health.snapshot(),
+            previous,
+        }
+    }
 }

@@ -2,12 +2,14 @@
 //! through to the store.
 //!
 //! ```text
-//!  agent status ──► put_report ──► store + reports ─┐
+//!  registration ──► put_cluster ─► cluster records ─┐
+//!  heartbeat    ──► heartbeat ───► cluster records ─┤
+//!  agent status ──► put_report ──► store + reports ─┤
 //!  heartbeat    ──► put_pending ─► Pending pods ────┤
 //!  heartbeat    ──► network ─────► round trips ─────┤
 //!  reconcile    ──► book ────────► bookings ────────┼─► ledger / status of one workload
 //!  reconcile    ──► WorkSets::put ► store + sets ───┘   (no store reads on the hot path)
-//!  start-up     ──► load (clusters' reports, placements) from the store
+//!  start-up     ──► load (clusters, their reports, placements) from the store
 //! ```
 //!
 //! The store stays the record: a restarted hub loads the index from it. Without the index a
@@ -24,13 +26,10 @@ use nave_policies::{Demand, Ledger};
 use serde_json::Value;
 
 use crate::error::Error;
-use crate::fleet::deployment_status;
 use crate::network::Network;
-use crate::scheduler;
-use crate::store::{PlacementRecord, Store, WorkStatus, WorkWrite};
-
-/// The agents' latest status reports, by cluster.
-pub type Reports = BTreeMap<String, Arc<StatusReport>>;
+use crate::placement::stored::StoredDecision;
+use crate::placement::{Pending, Reports, deployment_status};
+use crate::store::{ClusterRecord, PlacementRecord, Store, WorkStatus, WorkWrite};
 
 /// The replicas a workload's placement assigns, and what each needs: the ledger's input.
 #[derive(Clone, Debug, PartialEq)]
@@ -43,10 +42,10 @@ pub struct Booking {
 
 impl Booking {
     /// The booking of a stored decision.
-    pub fn of_stored(decision: &Value) -> Booking {
+    pub fn of_stored(decision: &StoredDecision) -> Booking {
         Booking {
-            demand: scheduler::stored_demand(decision),
-            replicas: scheduler::dispatched(decision),
+            demand: decision.demand(),
+            replicas: decision.dispatched(),
         }
     }
 }
@@ -54,9 +53,11 @@ impl Booking {
 /// See the module documentation.
 #[derive(Debug)]
 pub struct Index {
+    /// The registered clusters' records, as the store holds them.
+    clusters: RwLock<BTreeMap<String, Arc<ClusterRecord>>>,
     reports: RwLock<Reports>,
     /// Each cluster's Pending pods, from its latest heartbeat.
-    pending: RwLock<BTreeMap<String, Arc<Vec<PendingPod>>>>,
+    pending: RwLock<Pending>,
     bookings: RwLock<BTreeMap<WorkloadRef, Booking>>,
     /// Workloads whose placement may change when capacity changes (see [`Index::settle`]).
     unsettled: Mutex<BTreeSet<WorkloadRef>>,
@@ -73,11 +74,15 @@ impl Index {
     pub async fn load(store: Arc<dyn Store>) -> Result<Index, Error> {
         let mut reports = Reports::new();
         let network = Network::default();
-        for cluster in store
+        let records = store
             .list_clusters()
             .await
-            .map_err(Error::store("listing clusters"))?
-        {
+            .map_err(Error::store("listing clusters"))?;
+        let clusters = records
+            .iter()
+            .map(|r| (r.name.clone(), Arc::new(r.clone())))
+            .collect();
+        for cluster in records {
             let newest = store
                 .list_heartbeats(&cluster.name, 1)
                 .await
@@ -101,11 +106,12 @@ impl Index {
             .map(|p: &PlacementRecord| {
                 (
                     WorkloadRef::new(&p.namespace, &p.name),
-                    Booking::of_stored(&p.decision),
+                    Booking::of_stored(&StoredDecision::from_json(&p.decision)),
                 )
             })
             .collect();
         Ok(Index {
+            clusters: RwLock::new(clusters),
             reports: RwLock::new(reports),
             pending: RwLock::default(),
             bookings: RwLock::new(bookings),
@@ -121,6 +127,7 @@ impl Index {
     /// An empty index over `store` (for tests that start from an empty store).
     pub fn empty(store: Arc<dyn Store>) -> Index {
         Index {
+            clusters: RwLock::default(),
             reports: RwLock::default(),
             pending: RwLock::default(),
             bookings: RwLock::default(),
@@ -130,6 +137,59 @@ impl Index {
                 store,
                 sets: HashMap::new(),
             }),
+        }
+    }
+
+    /// Every registered cluster's record, by name.
+    pub fn clusters(&self) -> BTreeMap<String, Arc<ClusterRecord>> {
+        self.clusters.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// `cluster`'s record.
+    pub fn cluster(&self, cluster: &str) -> Option<Arc<ClusterRecord>> {
+        self.clusters
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(cluster)
+            .cloned()
+    }
+
+    /// Keeps `record` (after the store wrote it).
+    pub fn put_cluster(&self, record: ClusterRecord) {
+        self.clusters
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(record.name.clone(), Arc::new(record));
+    }
+
+    /// Applies a heartbeat the store recorded to `cluster`'s record, as the store does: a
+    /// heartbeat older than the newest one seen does not roll the record back, and what it does
+    /// not carry keeps its last value.
+    pub fn heartbeat(
+        &self,
+        cluster: &str,
+        at: jiff::Timestamp,
+        capacity: Option<Value>,
+        agent_version: Option<String>,
+        kubernetes_version: Option<String>,
+    ) {
+        let mut clusters = self.clusters.write().unwrap_or_else(|e| e.into_inner());
+        let Some(record) = clusters.get_mut(cluster) else {
+            return;
+        };
+        if record.last_heartbeat_at.is_some_and(|last| last > at) {
+            return;
+        }
+        let record = Arc::make_mut(record);
+        record.last_heartbeat_at = Some(at);
+        if capacity.is_some() {
+            record.capacity = capacity;
+        }
+        if agent_version.is_some() {
+            record.agent_version = agent_version;
+        }
+        if kubernetes_version.is_some() {
+            record.kubernetes_version = kubernetes_version;
         }
     }
 
@@ -186,7 +246,7 @@ impl Index {
     }
 
     /// Every cluster's Pending pods, from their latest heartbeats.
-    pub fn pending(&self) -> BTreeMap<String, Arc<Vec<PendingPod>>> {
+    pub fn pending(&self) -> Pending {
         self.pending.read().unwrap_or_else(|e| e.into_inner()).clone()
     }
 

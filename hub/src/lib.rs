@@ -42,27 +42,28 @@
 
 #![forbid(unsafe_code)]
 
-pub mod adapt;
 pub mod agent_api;
 pub mod cli;
-pub mod context;
+pub mod cluster_health;
 pub mod controller;
 mod error;
-pub mod failover;
 #[cfg(test)]
 mod fixtures;
 pub mod fleet;
-pub mod health;
 pub mod index;
 pub mod metrics;
 pub mod network;
-pub mod probes;
-pub mod prometheus;
+pub mod placement;
+pub mod readiness;
 pub mod render;
 pub mod rest;
-pub mod scheduler;
-mod secret;
+pub mod settings;
+pub mod signals;
 pub mod store;
+mod tokens;
+pub mod usage;
+pub mod watch;
+pub mod workload_clusters;
 
 use std::sync::Arc;
 
@@ -75,10 +76,17 @@ use tracing::{error, info, warn};
 
 pub use error::Error;
 
-use crate::agent_api::{AgentState, ClusterObjects};
+use crate::agent_api::AgentState;
 use crate::cli::RunArgs;
-use crate::context::{Context, ReconcileTrigger, Timings, WorkSignals};
+use crate::cluster_health::FleetHealth;
+use crate::controller::Context;
+use crate::fleet::Sources;
 use crate::index::Index;
+use crate::metrics::{HubMetrics, MetricsState};
+use crate::settings::Timings;
+use crate::signals::{ReconcileTrigger, WorkSignals};
+use crate::usage::UsageCache;
+use crate::workload_clusters::ClusterObjects;
 
 /// The `User-Agent` of the hub's requests to the management cluster.
 pub const USER_AGENT: &str = concat!("nave-hub/", env!("CARGO_PKG_VERSION"));
@@ -172,34 +180,45 @@ pub async fn run_until(args: RunArgs, shutdown: CancellationToken) -> Result<(),
         failback_settle: failover.failback_settle,
         ..Timings::default()
     };
-    let rules = health::Rules {
+    let rules = cluster_health::Rules {
         grace: failover.heartbeat_grace,
         max_stale_percent: failover.failover_max_stale_percent,
         max_per_minute: failover.failover_max_per_minute,
     };
     let (trigger, triggered) = ReconcileTrigger::new();
     let index = Arc::new(Index::load(store.clone()).await?);
-    let mut ctx = Context::new(
-        client.clone(),
-        store.clone(),
-        signals.clone(),
-        index.clone(),
-        timings.clone(),
-    );
-    if args.prometheus.prometheus_url.is_some() {
-        ctx.usage = Arc::new(prometheus::UsageCache::new(args.prometheus.prometheus_ttl));
-    }
-    let refresher = prometheus::Refresher::new(&args.prometheus, ctx.usage.clone(), ctx.metrics.clone())?
-        .map(|r| {
-            r.with_status(
-                ClusterObjects::new(client.clone()),
-                timings.cluster_status_interval,
-            )
-        });
+    let metrics = Arc::new(HubMetrics::default());
+    let health = Arc::new(FleetHealth::default());
+    let usage = Arc::new(match args.prometheus.prometheus_url {
+        Some(_) => UsageCache::new(args.prometheus.prometheus_ttl),
+        None => UsageCache::default(),
+    });
+    let refresher = usage::Refresher::new(&args.prometheus, usage.clone(), metrics.clone())?.map(|r| {
+        r.with_status(
+            ClusterObjects::new(client.clone()),
+            timings.cluster_status_interval,
+        )
+    });
     if refresher.is_none() {
         info!("no --prometheus-url: scores use requests only");
     }
-    let ctx = Arc::new(ctx);
+    let (watched, watching) = watch::start(client.clone(), trigger.clone(), shutdown.clone());
+    let sources = Sources {
+        objects: watched.clusters.clone(),
+        index: index.clone(),
+        health: health.clone(),
+        usage: usage.clone(),
+        grace: timings.heartbeat_grace,
+    };
+    let ctx = Arc::new(Context::new(
+        client.clone(),
+        store.clone(),
+        signals.clone(),
+        sources.clone(),
+        watched,
+        metrics.clone(),
+        timings.resync,
+    ));
     // On shutdown, end the agents' long-polls so the graceful shutdown does not wait them out.
     let closing = signals.clone();
     let closed = shutdown.clone();
@@ -207,13 +226,16 @@ pub async fn run_until(args: RunArgs, shutdown: CancellationToken) -> Result<(),
         closed.cancelled().await;
         closing.close();
     });
-    let health = health::run(
-        ctx.clone(),
+    let monitor = cluster_health::monitor::Monitor {
+        index: index.clone(),
+        health,
+        objects: ClusterObjects::new(client.clone()),
+        recorder: ctx.recorder.clone(),
+        trigger: trigger.clone(),
         rules,
-        ClusterObjects::new(client.clone()),
-        trigger.clone(),
-        shutdown.clone(),
-    );
+        failback_settle: timings.failback_settle,
+    };
+    let health = cluster_health::monitor::run(monitor, shutdown.clone());
     let state = AgentState::new(
         store.clone(),
         index,
@@ -221,7 +243,7 @@ pub async fn run_until(args: RunArgs, shutdown: CancellationToken) -> Result<(),
         token,
         Some(ClusterObjects::new(client)),
         Some(trigger),
-        timings,
+        timings.clone(),
     );
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
@@ -231,9 +253,14 @@ pub async fn run_until(args: RunArgs, shutdown: CancellationToken) -> Result<(),
         })?;
     info!(addr = %args.listen, backend = %store.backend(), "hub started");
     let routes = agent_api::router(state)
-        .merge(rest::router(ctx.clone(), tokens))
-        .merge(metrics::router(ctx.clone()))
-        .merge(probes::router(ctx.clone()));
+        .merge(rest::router(sources, store.clone(), tokens))
+        .merge(metrics::router(MetricsState {
+            metrics,
+            store: store.clone(),
+            usage,
+            grace: timings.heartbeat_grace,
+        }))
+        .merge(readiness::router(store.clone()));
     let server = axum::serve(listener, routes).with_graceful_shutdown(shutdown.clone().cancelled_owned());
     let controllers = controller::run(ctx, triggered, shutdown.clone());
     let usage = async {
@@ -241,7 +268,7 @@ pub async fn run_until(args: RunArgs, shutdown: CancellationToken) -> Result<(),
             refresher.run(shutdown.clone()).await;
         }
     };
-    let (served, (), (), ()) = tokio::join!(
+    let (served, (), (), (), ()) = tokio::join!(
         async {
             let result = server.await.map_err(Error::Serve);
             // The controllers stop too when the server fails.
@@ -250,7 +277,8 @@ pub async fn run_until(args: RunArgs, shutdown: CancellationToken) -> Result<(),
         },
         controllers,
         health,
-        usage
+        usage,
+        watching
     );
     store.close().await.map_err(Error::OpenStore)?;
     served

@@ -17,9 +17,9 @@
 //! heartbeat ages are current and a cluster that leaves the store leaves the output. The amounts
 //! are the agent's totals over the schedulable nodes (ready and not cordoned), the same numbers
 //! placement counts with; readiness follows placement's rule (a heartbeat within the grace
-//! period, [`crate::scheduler::fleet_cluster`]).
+//! period, [`crate::placement::inputs::fleet_cluster`]).
 //!
-//! Measured usage (`nave_cluster_used`) comes from Prometheus ([`crate::prometheus`]) when the
+//! Measured usage (`nave_cluster_used`) comes from Prometheus ([`crate::usage`]) when the
 //! hub reads it: the fresh values at scrape time, absent when there are none.
 //!
 //! Every metric is documented in `docs/metrics.md`.
@@ -46,10 +46,10 @@ use prometheus_client::registry::{Registry, Unit};
 use serde_json::json;
 use tracing::warn;
 
-use crate::context::Context;
-use crate::prometheus::Usage;
-use crate::scheduler;
+use crate::placement::inputs;
 use crate::store::ClusterRecord;
+use crate::store::Store;
+use crate::usage::{Usage, UsageCache};
 
 /// Path of the metrics endpoint.
 pub const METRICS_PATH: &str = "/metrics";
@@ -94,7 +94,7 @@ struct ResourceLabels {
 }
 
 /// The hub's metrics: a registry of the metrics updated as things happen, and the methods that
-/// update them. One per hub, shared through [`Context::metrics`].
+/// update them. One per hub, shared by the parts that record and by [`router`].
 #[derive(Debug)]
 pub struct HubMetrics {
     registry: Registry,
@@ -411,7 +411,7 @@ fn cluster_registry(
         let cluster = ClusterLabels {
             cluster: record.name.clone(),
         };
-        let fleet = scheduler::fleet_cluster(&record.name, Some(record), None, now, grace);
+        let fleet = inputs::fleet_cluster(&record.name, Some(record), None, now, grace);
         ready.get_or_create(&cluster).set(i64::from(fleet.ready));
         if let Some(measured) = usage.get(&record.name) {
             let resource = |resource| ResourceLabels {
@@ -475,12 +475,25 @@ fn amounts(allocatable: wire::Resources, requested: wire::Resources) -> [(&'stat
     ]
 }
 
-/// `GET /metrics` on the hub's listener, outside the agent and REST routers.
-pub fn router(ctx: Arc<Context>) -> Router {
-    Router::new().route(METRICS_PATH, get(scrape)).with_state(ctx)
+/// What `GET /metrics` reads.
+#[derive(Clone, Debug)]
+pub struct MetricsState {
+    /// The registry the hub's parts update.
+    pub metrics: Arc<HubMetrics>,
+    /// The clusters' records, for the per-cluster families.
+    pub store: Arc<dyn Store>,
+    /// Measured usage, for `nave_cluster_used`.
+    pub usage: Arc<UsageCache>,
+    /// Readiness follows placement's rule: a heartbeat within this grace period.
+    pub grace: Duration,
 }
 
-async fn scrape(State(ctx): State<Arc<Context>>) -> Response {
+/// `GET /metrics` on the hub's listener, outside the agent and REST routers.
+pub fn router(state: MetricsState) -> Router {
+    Router::new().route(METRICS_PATH, get(scrape)).with_state(state)
+}
+
+async fn scrape(State(ctx): State<MetricsState>) -> Response {
     let clusters = match ctx.store.list_clusters().await {
         Ok(clusters) => Some(clusters),
         Err(error) => {
@@ -492,7 +505,7 @@ async fn scrape(State(ctx): State<Arc<Context>>) -> Response {
     let usage = ctx.usage.fresh(now);
     match ctx
         .metrics
-        .encode_with_usage(clusters.as_deref(), &usage, now, ctx.timings.heartbeat_grace)
+        .encode_with_usage(clusters.as_deref(), &usage, now, ctx.grace)
     {
         Ok(text) => ([(header::CONTENT_TYPE, OPENMETRICS_CONTENT_TYPE)], text).into_response(),
         Err(error) => {

@@ -3,11 +3,11 @@
 //!
 //! ```text
 //!  Authorization: Bearer <token> ─► auth (tokens file; scope read ⊆ admin)
-//!    GET  /clusters[/{name}]               ◄─ fleet::gather + store (heartbeats, placements)
+//!    GET  /clusters[/{name}]               ◄─ fleet::Sources::view + store (heartbeats, placements)
 //!    GET  /placements[/{ns}/{name}]        ◄─ store placements (decision + explanation)
 //!    GET  /placements/{ns}/{name}/history  ◄─ store placement history (paged, newest first)
-//!    POST /placements/simulate             ─► validate like the controller ─► fleet + ledger
-//!                                             ─► decide as the controller would (nothing is written)
+//!    POST /placements/simulate             ─► placement::validate ─► fleet::Sources::gather
+//!                                             ─► placement::plan, as an apply would (nothing is written)
 //! ```
 //!
 //! Routes and the document come from the same `#[utoipa::path]` annotations
@@ -36,7 +36,8 @@ use utoipa_axum::routes;
 
 pub use self::auth::{ApiTokens, Scope, TokensError};
 use self::error::ApiError;
-use crate::context::Context;
+use crate::fleet::Sources;
+use crate::store::Store;
 
 /// Prefix of every REST path.
 pub const PREFIX: &str = "/api/v1";
@@ -47,8 +48,10 @@ pub const OPENAPI_PATH: &str = "/api/v1/openapi.json";
 /// State of the REST handlers.
 #[derive(Clone, Debug)]
 pub struct RestState {
-    /// The management cluster client, the store and the timings the controller uses.
-    ctx: Arc<Context>,
+    /// What placement reads (the fleet, the index, health, usage), as the controller sees it.
+    sources: Sources,
+    /// Placements, their history, heartbeats.
+    store: Arc<dyn Store>,
     /// The OpenAPI document, serialized once.
     document: Arc<str>,
 }
@@ -112,11 +115,12 @@ pub fn openapi() -> utoipa::openapi::OpenApi {
 
 /// The REST API, with its state applied, ready to merge with the hub's other routes. Every
 /// request needs a token of `tokens`; with none configured every request gets `401`.
-pub fn router(ctx: Arc<Context>, tokens: ApiTokens) -> Router {
+pub fn router(sources: Sources, store: Arc<dyn Store>, tokens: ApiTokens) -> Router {
     let (routes, document) = routes().split_for_parts();
     let document = serde_json::to_string(&document).unwrap_or_else(|_| "{}".to_owned());
     let state = RestState {
-        ctx,
+        sources,
+        store,
         document: Arc::from(document),
     };
     routes

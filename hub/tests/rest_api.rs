@@ -925,14 +925,15 @@ async fn rest_api_serves_clusters_placements_history_and_simulations_as_document
     let store = nave_hub::store::connect(&format!("sqlite://{}", dir.path().join("other.db").display()))
         .await
         .unwrap();
-    let ctx = nave_hub::context::Context::new(
-        client.clone(),
-        store.clone(),
-        Arc::default(),
-        Arc::new(nave_hub::index::Index::empty(store)),
-        nave_hub::context::Timings::default(),
-    );
-    let closed = nave_hub::rest::router(Arc::new(ctx), nave_hub::rest::ApiTokens::default());
+    let (objects, _writer) = kube::runtime::reflector::store();
+    let sources = nave_hub::fleet::Sources {
+        objects,
+        index: Arc::new(nave_hub::index::Index::empty(store.clone())),
+        health: Arc::default(),
+        usage: Arc::default(),
+        grace: Duration::from_secs(40),
+    };
+    let closed = nave_hub::rest::router(sources, store, nave_hub::rest::ApiTokens::default());
     let response = tower::ServiceExt::oneshot(
         closed,
         axum::http::Request::get("/api/v1/clusters")

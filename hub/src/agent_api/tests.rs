@@ -9,7 +9,8 @@ use serde_json::{Value, json};
 use tower::ServiceExt;
 
 use super::*;
-use crate::context::{Timings, WorkSignals};
+use crate::settings::Timings;
+use crate::signals::WorkSignals;
 use crate::store;
 
 const BOOTSTRAP: &str = "bootstrap-secret";

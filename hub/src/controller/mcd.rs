@@ -1,17 +1,18 @@
-//! Reconciles a MultiClusterDeployment: decide, render, dispatch, report.
+//! Reconciles a MultiClusterDeployment: gather, plan, write.
 //!
 //! ```text
-//!  MCD ─► validate (template, overrides) ──invalid──► Scheduled=False/InvalidSpec + Warning event
+//!  MCD ─► placement::validate ──invalid──► Scheduled=False/InvalidSpec + Warning event
 //!   │
-//!   ├─► Fleet (store records + WorkloadClusters) ┐
-//!   ├─► Request (spec, current from the store)   ├─► decide ─► store placement (+ history)
-//!   ├─► Ledger (others' replicas not yet seen)   ┘
+//!   ├─► gather (memory: fleet, ledger, reports, health; one store row: the stored placement)
+//!   ├─► placement::plan (pure) ─► store placement (+ history) ─► index booking
 //!   ├─► render per cluster ─► merge into each cluster's work set ─► put_work ─► wake agents
-//!   └─► agents' status reports ─► status (per cluster, totals, conditions) + Events
+//!   └─► agents' status reports ─► status (status.rs: per cluster, totals, conditions) + Events
 //! ```
 //!
 //! Deleting an MCD runs the finalizer: its objects leave every work set (the agents prune them)
 //! and its current placement is forgotten (its history stays).
+
+mod status;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -19,40 +20,32 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
-use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event as KubeEvent, EventType};
 use kube::runtime::finalizer::{Event, finalizer};
 use kube::{Resource, ResourceExt};
 use nave_api::conditions::{self, reasons, types};
-use nave_api::wire::{WORKLOAD_LABEL, WorkloadRef};
-use nave_api::{
-    ClusterPlacementStatus, DependencyKind, MultiClusterDeployment, MultiClusterDeploymentStatus,
-    MultiClusterService,
-};
-use nave_policies::{Decision, Request, Role};
+use nave_api::{DependencyKind, MultiClusterDeployment, MultiClusterDeploymentStatus, MultiClusterService};
+use nave_policies::Decision;
 use serde_json::{Value, json};
 use tracing::{debug, info, instrument, warn};
 
-use crate::adapt::{self, Adapt, Moving};
-use crate::context::{Context, HUB_NAME};
+pub use self::status::status_of;
+use super::Context;
 use crate::error::Error;
-use crate::failover;
-use crate::fleet::{self, FleetView, deployment_status};
-use crate::index::{Booking, Reports};
+use crate::placement::stored::StoredDecision;
+use crate::placement::{self, Previous, Reports};
 use crate::render::{self, merge_work};
-use crate::scheduler;
+use crate::settings::HUB_NAME;
 use crate::store::PlacementUpdate;
 
 /// Finalizer that removes an MCD's objects from every cluster before the MCD goes.
 pub const FINALIZER: &str = "nave.dev/cleanup";
 
-/// Event reasons.
+/// Event reasons: the spec's, and those a plan asks for ([`placement::event_reasons`]).
 pub mod event_reasons {
-    /// A placement was decided or changed.
-    pub const SCHEDULED: &str = "Scheduled";
-    /// Some replicas have no cluster.
-    pub const FAILED_SCHEDULING: &str = "FailedScheduling";
+    pub use crate::placement::event_reasons::*;
     /// The spec cannot be acted on.
     pub const INVALID_SPEC: &str = nave_api::conditions::reasons::INVALID_SPEC;
 }
@@ -60,10 +53,6 @@ pub mod event_reasons {
 /// Event actions (what the hub did).
 const ACTION_SCHEDULE: &str = "Schedule";
 const ACTION_VALIDATE: &str = "Validate";
-
-/// History triggers.
-const TRIGGER_SPEC: &str = "spec";
-const TRIGGER_FLEET: &str = "fleet";
 
 /// Most characters of an Event note (the API server caps it at 1 KiB).
 const MAX_NOTE: usize = 1000;
@@ -104,7 +93,7 @@ pub fn error_policy(mcd: Arc<MultiClusterDeployment>, error: &Error, ctx: Arc<Co
     Action::requeue(delay)
 }
 
-fn condition(
+pub(crate) fn condition(
     type_: &str,
     status: &str,
     reason: &str,
@@ -121,7 +110,7 @@ fn condition(
     }
 }
 
-fn truncate(text: &str, max: usize) -> String {
+pub(crate) fn truncate(text: &str, max: usize) -> String {
     match text.char_indices().nth(max) {
         Some((i, _)) => format!("{}...", &text[..i]),
         None => text.to_owned(),
@@ -180,34 +169,15 @@ async fn write_status(
     Ok(())
 }
 
-/// Why the spec cannot be acted on, with the field path; `None` when it can.
-pub(crate) fn validate(
+/// Records why the spec cannot be acted on and waits for a change: `Scheduled=False/InvalidSpec`,
+/// a Warning event, and `Degraded=True` with `reason` (`InvalidSpec`, or `OverrideFailed` when an
+/// override does not apply to the rendered Deployment).
+async fn invalid(
     mcd: &MultiClusterDeployment,
-) -> Result<k8s_openapi::api::apps::v1::DeploymentSpec, String> {
-    if mcd.spec.replicas < 0 {
-        return Err(format!(
-            "spec.replicas: must not be negative, got {}",
-            mcd.spec.replicas
-        ));
-    }
-    let spec = mcd.spec.template.deployment_spec().map_err(|e| e.to_string())?;
-    rescheduling_timings(mcd)?;
-    for (index, over) in mcd.spec.overrides.iter().enumerate() {
-        over.applies_to(index, "", &BTreeMap::new())
-            .map_err(|e| e.to_string())?;
-    }
-    Ok(spec)
-}
-
-/// `rescheduling.pendingTimeout` and `rescheduling.cooldown`, or why they do not parse.
-fn rescheduling_timings(mcd: &MultiClusterDeployment) -> Result<(Duration, Duration), String> {
-    let rescheduling = &mcd.spec.placement.rescheduling;
-    let timeout = rescheduling.pending_timeout().map_err(|e| e.to_string())?;
-    let cooldown = rescheduling.cooldown().map_err(|e| e.to_string())?;
-    Ok((timeout, cooldown))
-}
-
-async fn invalid(mcd: &MultiClusterDeployment, ctx: &Context, message: String) -> Result<Action, Error> {
+    ctx: &Context,
+    reason: &'static str,
+    message: String,
+) -> Result<Action, Error> {
     let generation = mcd.metadata.generation;
     let mut status = mcd.status.clone().unwrap_or_default();
     let was = conditions::find(&status.conditions, types::SCHEDULED).cloned();
@@ -223,13 +193,7 @@ async fn invalid(mcd: &MultiClusterDeployment, ctx: &Context, message: String) -
     );
     conditions::upsert(
         &mut status.conditions,
-        condition(
-            types::DEGRADED,
-            conditions::TRUE,
-            reasons::INVALID_SPEC,
-            &message,
-            generation,
-        ),
+        condition(types::DEGRADED, conditions::TRUE, reason, &message, generation),
     );
     status.observed_generation = generation;
     // One event per distinct problem, not one per resync.
@@ -251,89 +215,35 @@ async fn invalid(mcd: &MultiClusterDeployment, ctx: &Context, message: String) -
 }
 
 async fn apply(mcd: Arc<MultiClusterDeployment>, ctx: &Context) -> Result<Action, Error> {
-    let (deployment_spec, (pending_timeout, cooldown)) =
-        match validate(&mcd).and_then(|spec| Ok((spec, rescheduling_timings(&mcd)?))) {
-            Ok(valid) => valid,
-            Err(message) => return invalid(&mcd, ctx, message).await,
-        };
+    let valid = match placement::validate(&mcd) {
+        Ok(valid) => valid,
+        Err(message) => return invalid(&mcd, ctx, reasons::INVALID_SPEC, message).await,
+    };
     let workload = render::workload_ref(&mcd);
-    let key = workload.to_string();
     let uid = mcd.uid().unwrap_or_default();
     let generation = mcd.metadata.generation.unwrap_or(0);
 
-    // The fleet: every registered cluster and every WorkloadCluster.
-    let FleetView {
-        fleet,
-        registered,
-        now,
-        ..
-    } = fleet::gather(&ctx.client, ctx.store.as_ref(), ctx.timings.heartbeat_grace)
-        .await?
-        .with_usage(&ctx.usage)
-        .with_network(ctx.index.network());
-    let reports = ctx.index.reports();
-
-    // The request, steady from the stored placement of this incarnation.
-    let demand = scheduler::demand(&deployment_spec);
+    // Gather: everything but this workload's stored placement is in memory.
+    ctx.watched.ready().await?;
     let previous = ctx
         .store
         .get_placement(&workload.namespace, &workload.name)
         .await
         .map_err(Error::store("reading the placement"))?
-        .filter(|p| p.uid == uid);
-    let current = previous
-        .as_ref()
-        .map(|p| scheduler::stored_assignment(&p.decision))
-        .unwrap_or_default();
-    let replicas = u32::try_from(mcd.spec.replicas).unwrap_or(0);
-    let request =
-        Request::new(replicas, demand.clone(), scheduler::policy(&mcd.spec.placement)).with_current(current);
-    let mut failover = failover::Plan::new(
-        &ctx.health.snapshot(),
-        mcd.spec.placement.failback,
-        previous.as_ref().map(|p| &p.decision),
-        &request.current,
-        &fleet,
-        now,
-    );
+        .filter(|p| p.uid == uid)
+        .map(|p| Previous {
+            decision: StoredDecision::from_json(&p.decision),
+            generation: p.generation,
+        });
+    let gathered = ctx.sources.gather(previous);
 
-    // Replicas that agents have not reported running yet take room too.
-    let ledger = ctx.index.ledger(&reports);
-
-    // Rescheduling of stuck replicas and burst retraction, when failover moved nothing.
-    let (stuck, next_stuck) = adapt::stuck(&ctx.index.pending(), &workload, pending_timeout, now);
-    let mut adapt = Adapt::new(
-        previous.as_ref().map(|p| &p.decision),
-        mcd.spec.placement.rescheduling.enabled,
-        pending_timeout,
-        cooldown,
-        stuck,
-        now,
-    );
-    let decision = ctx.metrics.time_scheduling(|| {
-        let decision = failover.decide(&fleet, &ledger, &request);
-        if failover.trigger().is_some() {
-            decision
-        } else {
-            adapt.decide(&fleet, &ledger, &request, decision)
-        }
-    });
+    // Plan.
+    let inputs = gathered.inputs(&workload, &mcd, &valid);
+    let planned = ctx.metrics.time_scheduling(|| placement::plan(&inputs));
+    let decision = &planned.decision;
     debug!(assignment = ?decision.assignment, unplaced = decision.unplaced, "decided");
-    // Make-before-break: running replicas leaving a Ready cluster stay until the new ones run.
-    let moving = adapt
-        .hold(&request.current, &decision, &fleet, &reports, &workload)
-        .cloned();
-    let trigger = if let Some(trigger) = failover.trigger().or(adapt.trigger()) {
-        trigger
-    } else if previous.as_ref().is_none_or(|p| p.generation != generation) {
-        TRIGGER_SPEC
-    } else {
-        TRIGGER_FLEET
-    };
-    let explanation = decision.to_string();
-    let stored = adapt.annotate(failover.annotate(scheduler::stored_decision(&decision, &demand)));
-    let booking = Booking::of_stored(&stored);
-    let dispatched = booking.replicas.clone();
+
+    // Write: the placement, then every cluster's work, then the status.
     let written = ctx
         .store
         .put_placement(&PlacementUpdate {
@@ -341,17 +251,16 @@ async fn apply(mcd: Arc<MultiClusterDeployment>, ctx: &Context) -> Result<Action
             name: workload.name.clone(),
             uid,
             generation,
-            decision: stored,
-            trigger: trigger.to_owned(),
-            reason: failover
-                .reason(&decision)
-                .or_else(|| adapt.reason(&decision))
-                .unwrap_or_else(|| explanation.lines().next().unwrap_or_default().to_owned()),
-            at: now,
+            decision: planned.stored.to_json(),
+            trigger: planned.trigger.to_owned(),
+            reason: planned.reason.clone(),
+            at: gathered.view.now,
         })
         .await
         .map_err(Error::store("storing the placement"))?;
-    ctx.index.book(&workload, booking);
+    let booking = crate::index::Booking::of_stored(&planned.stored);
+    let dispatched = booking.replicas.clone();
+    ctx.sources.index.book(&workload, booking);
 
     // Render every cluster's share.
     let mut rendered: BTreeMap<String, Vec<Value>> = BTreeMap::new();
@@ -382,16 +291,8 @@ async fn apply(mcd: Arc<MultiClusterDeployment>, ctx: &Context) -> Result<Action
             None => missing.push(format!("{kind:?} {name}")),
         }
     }
-    let services: Api<MultiClusterService> = Api::namespaced(ctx.client.clone(), &workload.namespace);
-    let services: Vec<MultiClusterService> = services
-        .list(&ListParams::default())
-        .await
-        .map_err(Error::kube("listing MultiClusterServices"))?
-        .items
-        .into_iter()
-        .filter(|s| s.spec.deployment.as_deref() == Some(workload.name.as_str()))
-        .collect();
-    let pod_selector = deployment_spec.selector.match_labels.clone().unwrap_or_default();
+    let services = ctx.watched.services_of(&workload);
+    let pod_selector = valid.deployment.selector.match_labels.clone().unwrap_or_default();
     for service in &services {
         shared.push(
             render::render_service(service, &workload, &pod_selector).map_err(|source| Error::Serialize {
@@ -401,10 +302,15 @@ async fn apply(mcd: Arc<MultiClusterDeployment>, ctx: &Context) -> Result<Action
         );
     }
     for (cluster, &n) in dispatched.iter().filter(|(_, n)| **n > 0) {
-        let labels = fleet.get(cluster).map(|c| c.labels.clone()).unwrap_or_default();
+        let labels = gathered
+            .view
+            .fleet
+            .get(cluster)
+            .map(|c| c.labels.clone())
+            .unwrap_or_default();
         let deployment = match render::render_deployment(&mcd, cluster, &labels, n) {
             Ok(d) => d,
-            Err(e) => return invalid(&mcd, ctx, e.to_string()).await,
+            Err(e) => return invalid(&mcd, ctx, reasons::OVERRIDE_FAILED, e.to_string()).await,
         };
         let mut objects = vec![deployment];
         objects.extend(shared.iter().cloned());
@@ -413,8 +319,8 @@ async fn apply(mcd: Arc<MultiClusterDeployment>, ctx: &Context) -> Result<Action
 
     // Dispatch: this workload's objects replace its previous ones in every cluster's set.
     {
-        let mut work = ctx.index.work().await;
-        for cluster in &registered {
+        let mut work = ctx.sources.index.work().await;
+        for cluster in &gathered.view.registered {
             let mine = rendered.remove(cluster).unwrap_or_default();
             let before = work.get(cluster).await?;
             let merged = merge_work(before, &workload, mine);
@@ -430,288 +336,54 @@ async fn apply(mcd: Arc<MultiClusterDeployment>, ctx: &Context) -> Result<Action
     }
 
     // Status from the decision and the agents' reports.
-    let status = status_of(&mcd, &decision, &reports, &workload, &missing, moving.as_ref());
-    write_status(ctx, &mcd, &status).await?;
-    let in_burst = adapt::in_burst_clusters(&decision);
-    ctx.index.settle(
+    let status = status_of(
+        &mcd,
+        decision,
+        &gathered.view.fleet,
+        &gathered.reports,
         &workload,
-        decision.unplaced == 0 && status.pending_replicas == 0 && in_burst.is_empty() && moving.is_none(),
+        &missing,
+        planned.moving.as_ref(),
     );
+    write_status(ctx, &mcd, &status).await?;
+    ctx.sources.index.settle(&workload, planned.settled);
     ctx.metrics.observe_mcd(&workload, &status);
     if !services.is_empty() {
-        write_service_status(ctx, &services, &decision, &reports).await;
+        write_service_status(ctx, &services, decision, &gathered.reports).await;
     }
     if written.changed {
         ctx.metrics.record_placement_change();
-        let summary = explanation.lines().next().unwrap_or_default();
-        if decision.unplaced > 0 {
-            publish(
-                ctx,
-                &mcd,
-                EventType::Warning,
-                event_reasons::FAILED_SCHEDULING,
-                ACTION_SCHEDULE,
-                &explanation,
-            )
-            .await;
-        } else {
-            publish(
-                ctx,
-                &mcd,
-                EventType::Normal,
-                event_reasons::SCHEDULED,
-                ACTION_SCHEDULE,
-                &explanation,
-            )
-            .await;
+        info!(workload = %workload, summary = %planned.reason, "placement changed");
+        if planned.failed_over {
+            ctx.metrics.record_failover();
         }
-        info!(key = %key, summary = %summary, "placement changed");
-        if let Some((type_, reason, note)) = failover.event(&decision) {
-            if reason == crate::failover::FAILED_OVER {
-                ctx.metrics.record_failover();
-            }
-            publish(ctx, &mcd, type_, reason, ACTION_SCHEDULE, &note).await;
+        if planned.moved > 0 {
+            ctx.metrics.record_reschedule(u64::from(planned.moved));
         }
-        if let Some((type_, reason, note)) = adapt.event(&decision) {
-            ctx.metrics.record_reschedule(u64::from(adapt.moved()));
-            publish(ctx, &mcd, type_, reason, ACTION_SCHEDULE, &note).await;
-        }
-        let burst_before: u32 = in_burst
-            .keys()
-            .map(|c| request.current.get(c).copied().unwrap_or(0))
-            .sum();
-        if !in_burst.is_empty() && burst_before == 0 {
+        if planned.burst_started {
             ctx.metrics.record_burst();
-            let note = format!(
-                "{} replicas went to burst clusters ({})",
-                in_burst.values().sum::<u32>(),
-                adapt::added(&decision)
-            );
-            publish(ctx, &mcd, EventType::Normal, adapt::BURST, ACTION_SCHEDULE, &note).await;
+        }
+        for event in &planned.events {
+            publish(
+                ctx,
+                &mcd,
+                event.type_.clone(),
+                event.reason,
+                ACTION_SCHEDULE,
+                &event.note,
+            )
+            .await;
         }
     }
     // Come back when a Pending pod passes the timeout, the cooldown ends, or a move's deadline.
-    let mut next = ctx.timings.resync;
-    if let Some(at) = next_stuck {
-        next = next.min(at);
-    }
-    if adapt.trigger().is_none() && (!status.clusters.iter().all(|c| c.pending == 0) || !in_burst.is_empty())
-    {
-        let cooling = adapt.cooling();
-        if !cooling.is_zero() {
-            next = next.min(cooling);
-        }
-    }
-    if let Some(m) = &moving {
-        let elapsed = now.duration_since(m.since).unsigned_abs();
-        next = next.min(pending_timeout.saturating_sub(elapsed));
-    }
+    let next = planned.next.map_or(ctx.resync, |n| n.min(ctx.resync));
     Ok(Action::requeue(next + Duration::from_secs(1)))
-}
-
-/// The status of an MCD: per cluster from the decision and the reports, totals as sums.
-pub fn status_of(
-    mcd: &MultiClusterDeployment,
-    decision: &Decision,
-    reports: &Reports,
-    workload: &WorkloadRef,
-    missing_dependencies: &[String],
-    moving: Option<&Moving>,
-) -> MultiClusterDeploymentStatus {
-    let generation = mcd.metadata.generation;
-    let mut status = mcd.status.clone().unwrap_or_default();
-    let mut clusters = Vec::new();
-    for (name, &desired) in decision.assignment.iter().filter(|(_, n)| **n > 0) {
-        let (ready, available, pending) =
-            deployment_status(reports.get(name).map(Arc::as_ref), workload).unwrap_or((0, 0, 0));
-        let burst = decision.cluster(name).is_some_and(|c| c.role == Role::Burst);
-        clusters.push(ClusterPlacementStatus {
-            name: name.clone(),
-            desired: i32::try_from(desired).unwrap_or(i32::MAX),
-            ready,
-            available,
-            pending,
-            burst,
-            message: decision.cluster(name).map(|c| truncate(&c.to_string(), 256)),
-        });
-    }
-    let sum = |f: fn(&ClusterPlacementStatus) -> i32| clusters.iter().map(f).fold(0i32, i32::saturating_add);
-    status.observed_generation = generation;
-    status.replicas = sum(|c| c.desired);
-    status.ready_replicas = sum(|c| c.ready);
-    status.available_replicas = sum(|c| c.available);
-    status.pending_replicas = sum(|c| c.pending);
-    status.unplaced_replicas = i32::try_from(decision.unplaced).unwrap_or(i32::MAX);
-    status.cluster_count = i32::try_from(clusters.len()).unwrap_or(i32::MAX);
-    status.placement_summary = Some(
-        clusters
-            .iter()
-            .map(|c| format!("{}={}", c.name, c.desired))
-            .collect::<Vec<_>>()
-            .join(","),
-    );
-    status.selector = Some(format!("{WORKLOAD_LABEL}={}", workload.label_value()));
-    let placed = status.replicas;
-    let wanted = mcd.spec.replicas;
-    let summary = decision.to_string().lines().next().unwrap_or_default().to_owned();
-
-    let scheduled = if decision.unplaced == 0 {
-        condition(
-            types::SCHEDULED,
-            conditions::TRUE,
-            reasons::ALL_REPLICAS_PLACED,
-            &summary,
-            generation,
-        )
-    } else {
-        let eligible = decision.clusters.iter().any(|c| c.filter.is_none());
-        let reason = if placed > 0 {
-            reasons::PARTIALLY_PLACED
-        } else if eligible {
-            reasons::INSUFFICIENT_CAPACITY
-        } else {
-            reasons::NO_ELIGIBLE_CLUSTERS
-        };
-        condition(types::SCHEDULED, conditions::FALSE, reason, &summary, generation)
-    };
-    let available = if status.available_replicas >= placed && (placed > 0 || wanted == 0) {
-        condition(
-            types::AVAILABLE,
-            conditions::TRUE,
-            reasons::MINIMUM_REPLICAS_AVAILABLE,
-            format!(
-                "{} of {placed} placed replicas available",
-                status.available_replicas
-            ),
-            generation,
-        )
-    } else {
-        condition(
-            types::AVAILABLE,
-            conditions::FALSE,
-            reasons::MINIMUM_REPLICAS_UNAVAILABLE,
-            format!(
-                "{} of {placed} placed replicas available",
-                status.available_replicas
-            ),
-            generation,
-        )
-    };
-    let rolled_out = clusters
-        .iter()
-        .all(|c| c.ready == c.desired && c.available == c.desired);
-    let progressing = if let Some(moving) = moving {
-        let held: Vec<String> = moving.held.iter().map(|(c, n)| format!("{n} in {c}")).collect();
-        let to: Vec<&str> = moving.to.keys().map(String::as_str).collect();
-        condition(
-            types::PROGRESSING,
-            conditions::TRUE,
-            reasons::MOVING_REPLICAS,
-            format!(
-                "moving replicas to {}; the old ones ({}) stay until the new ones are ready",
-                to.join(", "),
-                held.join(", ")
-            ),
-            generation,
-        )
-    } else if rolled_out {
-        condition(
-            types::PROGRESSING,
-            conditions::FALSE,
-            reasons::ROLLOUT_COMPLETE,
-            "every cluster runs its replicas",
-            generation,
-        )
-    } else {
-        condition(
-            types::PROGRESSING,
-            conditions::TRUE,
-            reasons::ROLLOUT_IN_PROGRESS,
-            format!("{} of {placed} placed replicas ready", status.ready_replicas),
-            generation,
-        )
-    };
-    let degraded = if decision.unplaced > 0 {
-        condition(
-            types::DEGRADED,
-            conditions::TRUE,
-            reasons::REPLICAS_UNPLACED,
-            format!(
-                "{} of {wanted} replicas have no cluster with room ({placed} placed)",
-                decision.unplaced
-            ),
-            generation,
-        )
-    } else if status.pending_replicas > 0 {
-        condition(
-            types::DEGRADED,
-            conditions::TRUE,
-            reasons::PODS_PENDING,
-            format!("{} replicas are Pending", status.pending_replicas),
-            generation,
-        )
-    } else if !missing_dependencies.is_empty() {
-        condition(
-            types::DEGRADED,
-            conditions::TRUE,
-            reasons::DEPENDENCY_MISSING,
-            format!(
-                "referenced by the pod template but not found in namespace {}: {}",
-                workload.namespace,
-                missing_dependencies.join(", ")
-            ),
-            generation,
-        )
-    } else {
-        condition(
-            types::DEGRADED,
-            conditions::FALSE,
-            reasons::AS_EXPECTED,
-            "every replica is placed and none is Pending",
-            generation,
-        )
-    };
-    let burst: Vec<String> = clusters
-        .iter()
-        .filter(|c| c.burst && c.desired > 0)
-        .map(|c| format!("{}={}", c.name, c.desired))
-        .collect();
-    let bursting = if burst.is_empty() {
-        condition(
-            types::BURSTING,
-            conditions::FALSE,
-            reasons::NOT_BURSTING,
-            "no replica runs in a burst cluster",
-            generation,
-        )
-    } else {
-        let reason = if mcd.spec.placement.bursting.is_some() {
-            reasons::THRESHOLD_EXCEEDED
-        } else {
-            reasons::OVERFLOW
-        };
-        condition(
-            types::BURSTING,
-            conditions::TRUE,
-            reason,
-            format!(
-                "replicas in burst clusters ({}); they come back when the regular clusters have room",
-                burst.join(", ")
-            ),
-            generation,
-        )
-    };
-    for c in [scheduled, available, progressing, degraded, bursting] {
-        conditions::upsert(&mut status.conditions, c);
-    }
-    status.clusters = clusters;
-    status
 }
 
 /// Lists, in each MultiClusterService following this MCD, the clusters its Service goes to.
 async fn write_service_status(
     ctx: &Context,
-    services: &[MultiClusterService],
+    services: &[Arc<MultiClusterService>],
     decision: &Decision,
     reports: &Reports,
 ) {
@@ -782,22 +454,18 @@ async fn write_service_status(
 
 async fn cleanup(mcd: Arc<MultiClusterDeployment>, ctx: &Context) -> Result<Action, Error> {
     let workload = render::workload_ref(&mcd);
-    let clusters = ctx
-        .store
-        .list_clusters()
-        .await
-        .map_err(Error::store("listing clusters"))?;
+    let clusters = ctx.sources.index.clusters();
     {
-        let mut work = ctx.index.work().await;
-        for cluster in clusters {
-            let before = work.get(&cluster.name).await?;
+        let mut work = ctx.sources.index.work().await;
+        for cluster in clusters.keys() {
+            let before = work.get(cluster).await?;
             let merged = merge_work(before, &workload, Vec::new());
             if merged == before {
                 continue;
             }
-            let write = work.put(&cluster.name, merged).await?;
+            let write = work.put(cluster, merged).await?;
             if write.changed {
-                ctx.signals.notify(&cluster.name, write.revision);
+                ctx.signals.notify(cluster, write.revision);
             }
         }
     }
@@ -805,7 +473,7 @@ async fn cleanup(mcd: Arc<MultiClusterDeployment>, ctx: &Context) -> Result<Acti
         .delete_placement(&workload.namespace, &workload.name)
         .await
         .map_err(Error::store("deleting the placement"))?;
-    ctx.index.forget(&workload);
+    ctx.sources.index.forget(&workload);
     ctx.metrics.forget_mcd(&workload);
     info!(workload = %workload, "removed from every cluster");
     Ok(Action::await_change())

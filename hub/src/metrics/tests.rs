@@ -272,7 +272,7 @@ fn measured_usage_and_prometheus_queries_are_exported_when_known() {
     ];
     let usage = Usage::from([(
         "eu-1".to_owned(),
-        crate::prometheus::Measured {
+        crate::usage::Measured {
             cpu_millis: Some(6500),
             memory_bytes: None,
             traffic: Some(3.0),

@@ -20,7 +20,7 @@ use std::fmt;
 use std::path::Path;
 use std::sync::Arc;
 
-use crate::secret;
+use crate::tokens;
 use axum::extract::{Request, State};
 use axum::middleware::Next;
 use axum::response::Response;
@@ -126,7 +126,7 @@ impl ApiTokens {
     pub fn new<'a>(tokens: impl IntoIterator<Item = (Scope, &'a str)>) -> Self {
         let tokens: Vec<_> = tokens
             .into_iter()
-            .map(|(scope, token)| (secret::digest(token), scope))
+            .map(|(scope, token)| (tokens::digest(token), scope))
             .collect();
         ApiTokens {
             tokens: tokens.into(),
@@ -217,10 +217,10 @@ impl ApiTokens {
     /// is compared, each in constant time, so the answer's timing reveals neither which token
     /// matched nor how much of one did.
     pub fn scope_of(&self, presented: &str) -> Option<Scope> {
-        let presented = secret::digest(presented);
+        let presented = tokens::digest(presented);
         let mut best: Option<Scope> = None;
         for (expected, scope) in self.tokens.iter() {
-            if secret::digests_equal(&presented, expected) {
+            if tokens::digests_equal(&presented, expected) {
                 best = best.max(Some(*scope));
             }
         }
@@ -244,7 +244,7 @@ pub(super) async fn require_read(
     if tokens.is_empty() {
         return Err(ApiError::Unauthorized(NO_TOKENS_CONFIGURED));
     }
-    let token = secret::bearer(request.headers()).ok_or(ApiError::Unauthorized(MISSING_TOKEN))?;
+    let token = tokens::bearer(request.headers()).ok_or(ApiError::Unauthorized(MISSING_TOKEN))?;
     let scope = tokens
         .scope_of(token)
         .ok_or(ApiError::Unauthorized(UNKNOWN_TOKEN))?;

@@ -11,8 +11,8 @@ use utoipa::ToSchema;
 
 use super::RestState;
 use super::error::{ApiError, ErrorBody, Json, Path};
-use crate::fleet::{self, FleetView};
-use crate::scheduler;
+use crate::fleet::FleetView;
+use crate::placement::stored::StoredDecision;
 use crate::store::{ClusterRecord, PlacementRecord};
 
 /// The clusters, by name.
@@ -183,7 +183,12 @@ fn capacity(record: Option<&ClusterRecord>) -> Option<wire::CapacityModel> {
 fn assigned(placements: &[PlacementRecord], cluster: &str) -> AssignedView {
     placements
         .iter()
-        .filter_map(|p| scheduler::stored_assignment(&p.decision).get(cluster).copied())
+        .filter_map(|p| {
+            StoredDecision::from_json(&p.decision)
+                .assignment
+                .get(cluster)
+                .copied()
+        })
         .filter(|n| *n > 0)
         .fold(AssignedView::default(), |acc, n| AssignedView {
             placements: acc.placements + 1,
@@ -192,7 +197,7 @@ fn assigned(placements: &[PlacementRecord], cluster: &str) -> AssignedView {
 }
 
 async fn latency(state: &RestState, cluster: &str) -> Result<Option<LatencyView>, ApiError> {
-    let newest = state.ctx.store.list_heartbeats(cluster, 1).await?;
+    let newest = state.store.list_heartbeats(cluster, 1).await?;
     let Some(beat) = newest.first() else {
         return Ok(None);
     };
@@ -223,8 +228,8 @@ async fn view(
     placements: &[PlacementRecord],
     name: &str,
 ) -> Result<ClusterView, ApiError> {
-    let record = fleet.records.get(name);
-    let object: Option<&WorkloadCluster> = fleet.objects.get(name);
+    let record = fleet.records.get(name).map(std::sync::Arc::as_ref);
+    let object: Option<&WorkloadCluster> = fleet.objects.get(name).map(std::sync::Arc::as_ref);
     let cluster = fleet.fleet.get(name);
     let model = capacity(record);
     let capacity = model.as_ref().map(|m| CapacityView {
@@ -283,12 +288,9 @@ async fn view(
 }
 
 async fn gather(state: &RestState) -> Result<(FleetView, Vec<PlacementRecord>), ApiError> {
-    let ctx = &state.ctx;
-    let fleet = fleet::gather(&ctx.client, ctx.store.as_ref(), ctx.timings.heartbeat_grace)
-        .await?
-        .with_usage(&ctx.usage)
-        .with_network(ctx.index.network());
-    let placements = ctx.store.list_placements(None).await?;
+    state.sources.ready().await?;
+    let fleet = state.sources.view();
+    let placements = state.store.list_placements(None).await?;
     Ok((fleet, placements))
 }
 

@@ -88,7 +88,7 @@ impl ApiError {
             ApiError::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ApiError::Invalid(_) => StatusCode::UNPROCESSABLE_ENTITY,
             ApiError::Store(e) | ApiError::Hub(Error::Store { source: e, .. }) => store_status(e),
-            ApiError::Hub(Error::Kube { .. }) => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::Hub(Error::Kube { .. } | Error::NotWatching(_)) => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Hub(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }

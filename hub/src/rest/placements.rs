@@ -198,11 +198,7 @@ pub(super) async fn list(
     }
     let after = query.continue_.as_deref().map(parse_continue).transpose()?;
     // The store lists by namespace and name; the filters and the page are applied here.
-    let records = state
-        .ctx
-        .store
-        .list_placements(query.namespace.as_deref())
-        .await?;
+    let records = state.store.list_placements(query.namespace.as_deref()).await?;
     let mut matching = records
         .iter()
         .filter(|r| {
@@ -253,7 +249,6 @@ pub(super) async fn get(
     Path((namespace, name)): Path<(String, String)>,
 ) -> Result<Json<PlacementDetail>, ApiError> {
     let record = state
-        .ctx
         .store
         .get_placement(&namespace, &name)
         .await?
@@ -358,7 +353,6 @@ pub(super) async fn history(
         .transpose()
         .map_err(|_| ApiError::BadRequest(BAD_CONTINUE.to_owned()))?;
     let page = state
-        .ctx
         .store
         .placement_history(&HistoryQuery {
             namespace: Some(namespace.clone()),
@@ -370,7 +364,7 @@ pub(super) async fn history(
         .await?;
     if page.entries.is_empty()
         && after.is_none()
-        && state.ctx.store.get_placement(&namespace, &name).await?.is_none()
+        && state.store.get_placement(&namespace, &name).await?.is_none()
     {
         return Err(ApiError::NotFound(format!(
             "no placement and no history for {namespace}/{name}"

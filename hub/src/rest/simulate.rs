@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use axum::extract::State;
 use nave_api::wire::WorkloadRef;
 use nave_api::{MultiClusterDeployment, MultiClusterDeploymentSpec};
-use nave_policies::{Request, Role};
+use nave_policies::Role;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tracing::instrument;
@@ -14,16 +14,17 @@ use utoipa::ToSchema;
 
 use super::RestState;
 use super::error::{ApiError, ErrorBody, Json};
-use crate::controller::mcd;
-use crate::{failover, fleet, scheduler};
+use crate::placement::stored::StoredDecision;
+use crate::placement::{self, Previous};
 
 /// A spec to place.
 #[derive(Deserialize, Debug, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(super) struct SimulateRequest {
     /// Namespace of the MultiClusterDeployment (default `default`). With `name`, the simulation
-    /// starts from that placement's current assignment, as applying the spec would, and leaves
-    /// its own replicas out of the reservations.
+    /// starts from that placement as applying the spec would: its current assignment, a move under
+    /// way, the clusters it failed over from, its Pending pods and its last move (cooldown). Its
+    /// own replicas that do not run yet take room, as they do for every placement.
     namespace: Option<String>,
     /// Name of the MultiClusterDeployment, to simulate a change of an existing one.
     name: Option<String>,
@@ -51,6 +52,18 @@ pub(super) struct SimulatedCluster {
     explanation: String,
 }
 
+/// A move under way: old replicas kept running until the new ones are ready.
+#[derive(Serialize, Debug, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub(super) struct SimulatedMove {
+    /// Old replicas kept per cluster, on top of the assignment.
+    held: BTreeMap<String, u32>,
+    /// The clusters that gain replicas, with the replicas they are to run.
+    to: BTreeMap<String, u32>,
+    /// When the move started (RFC 3339).
+    since: String,
+}
+
 /// What the hub would decide.
 #[derive(Serialize, Debug, ToSchema)]
 #[serde(rename_all = "camelCase")]
@@ -67,6 +80,16 @@ pub(super) struct SimulateResponse {
     assignment: BTreeMap<String, u32>,
     /// Replicas that fit nowhere.
     unplaced: u32,
+    /// Replicas the clusters would be sent: the assignment plus the old replicas a move keeps
+    /// running until the new ones are ready.
+    dispatched: BTreeMap<String, u32>,
+    /// What the history would record as the cause: `spec` (a new or changed spec), `fleet`,
+    /// `failover`, `failback`, `reschedule` (Pending past `pendingTimeout`) or `burst-retract`.
+    trigger: String,
+    /// The history's one-line reason: what moved from where to where, and why.
+    reason: String,
+    /// The move the decision would start or continue (make-before-break); `null` when none.
+    moving: Option<SimulatedMove>,
     /// The assignment the simulation started from (the named placement's); `null` for a new one.
     current: Option<BTreeMap<String, u32>>,
     /// Every cluster considered, by name.
@@ -103,8 +126,9 @@ fn parse_spec(spec: Value) -> Result<MultiClusterDeploymentSpec, ApiError> {
     })
 }
 
-/// Places a spec on the current fleet, as the controller would, and returns the decision.
-/// Nothing is written: no placement, no history, no work for the agents.
+/// Plans a spec on the current fleet exactly as applying it would now (failover, rescheduling
+/// and burst retraction included) and returns the plan. Nothing is written: no placement, no
+/// history, no work for the agents.
 #[utoipa::path(
     post,
     path = "/api/v1/placements/simulate",
@@ -130,44 +154,31 @@ pub(super) async fn simulate(
         check_name("name", name)?;
     }
     let spec = parse_spec(body.spec)?;
-    let mut object = MultiClusterDeployment::new(body.name.as_deref().unwrap_or("simulation"), spec);
+    let name = body.name.as_deref().unwrap_or("simulation");
+    let mut object = MultiClusterDeployment::new(name, spec);
     object.metadata.namespace = Some(namespace.clone());
-    let deployment_spec = mcd::validate(&object).map_err(ApiError::Invalid)?;
+    let valid = placement::validate(&object).map_err(ApiError::Invalid)?;
 
-    let ctx = &state.ctx;
-    let store = ctx.store.as_ref();
-    let view = fleet::gather(&ctx.client, store, ctx.timings.heartbeat_grace)
-        .await?
-        .with_usage(&ctx.usage)
-        .with_network(ctx.index.network());
-    let reports = ctx.index.reports();
-    let workload = body.name.as_ref().map(|name| WorkloadRef::new(&namespace, name));
-    let ledger = ctx.index.ledger(&reports);
-    let stored = match &workload {
-        Some(w) => store
-            .get_placement(&w.namespace, &w.name)
+    // The stored placement of the named workload, as an apply of this spec would start from.
+    let workload = WorkloadRef::new(&namespace, name);
+    let previous = match &body.name {
+        Some(_) => state
+            .store
+            .get_placement(&namespace, name)
             .await?
-            .map(|p| p.decision),
+            .map(|p| Previous {
+                decision: StoredDecision::from_json(&p.decision),
+                generation: p.generation,
+            }),
         None => None,
     };
-    let current = stored.as_ref().map(scheduler::stored_assignment);
-    let replicas = u32::try_from(object.spec.replicas).unwrap_or(0);
-    let request = Request::new(
-        replicas,
-        scheduler::demand(&deployment_spec),
-        scheduler::policy(&object.spec.placement),
-    )
-    .with_current(current.clone().unwrap_or_default());
-    // Failover and failback as the controller would apply them now.
-    let mut plan = failover::Plan::new(
-        &ctx.health.snapshot(),
-        object.spec.placement.failback,
-        stored.as_ref(),
-        &request.current,
-        &view.fleet,
-        jiff::Timestamp::now(),
-    );
-    let decision = plan.decide(&view.fleet, &ledger, &request);
+    // A simulation is a change of the spec as far as the history goes.
+    object.metadata.generation = Some(previous.as_ref().map_or(1, |p| p.generation + 1));
+    state.sources.ready().await?;
+    let gathered = state.sources.gather(previous);
+    let current = gathered.previous.as_ref().map(|p| p.decision.assignment.clone());
+    let planned = placement::plan(&gathered.inputs(&workload, &object, &valid));
+    let decision = &planned.decision;
 
     let clusters = decision
         .clusters
@@ -192,6 +203,14 @@ pub(super) async fn simulate(
         replicas: decision.replicas,
         assignment: decision.assignment.clone(),
         unplaced: decision.unplaced,
+        dispatched: planned.dispatched(),
+        trigger: planned.trigger.to_owned(),
+        reason: planned.reason.clone(),
+        moving: planned.moving.as_ref().map(|m| SimulatedMove {
+            held: m.held.clone(),
+            to: m.to.clone(),
+            since: m.since.to_string(),
+        }),
         current,
         clusters,
         explanation: decision.to_string(),

@@ -1,5 +1,5 @@
-//! From the hub's objects to the placement engine's inputs, and its decision to what is stored.
-//! Pure functions: the controller gathers the data, these convert it.
+//! From the hub's objects (WorkloadClusters, the store's cluster records, agents' capacity
+//! models, a MultiClusterDeployment's spec) to the placement engine's inputs. Pure functions.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -10,12 +10,11 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector as K8sLabelSel
 use nave_api::wire;
 use nave_api::{Placement, PlacementPolicy, WorkloadCluster};
 use nave_policies::{
-    Bursting, Capacity, CapacityModel, Cluster, Coordinates, Decision, Demand, LabelSelector,
-    LabelSelectorOperator, LabelSelectorRequirement, Node, NodeGroup, NodeSelector, NodeSelectorOperator,
-    NodeSelectorRequirement, NodeSelectorTerm, Origin, Policy, REGION_LABEL, Resources, Strategy, Taint,
-    TaintEffect, Toleration, TolerationOperator, ZONE_LABEL,
+    Bursting, Capacity, CapacityModel, Cluster, Coordinates, Demand, LabelSelector, LabelSelectorOperator,
+    LabelSelectorRequirement, Node, NodeGroup, NodeSelector, NodeSelectorOperator, NodeSelectorRequirement,
+    NodeSelectorTerm, Origin, Policy, REGION_LABEL, Resources, Strategy, Taint, TaintEffect, Toleration,
+    TolerationOperator, ZONE_LABEL,
 };
-use serde_json::{Value, json};
 
 use crate::store::ClusterRecord;
 
@@ -312,50 +311,6 @@ pub fn policy(placement: &Placement) -> Policy {
                 targets: b.targets.as_ref().map(label_selector),
             }),
     }
-}
-
-/// What the store keeps of a decision: the assignment, the demand (so later decisions can
-/// reserve room for replicas not yet running) and the explanations.
-pub fn stored_decision(decision: &Decision, demand: &Demand) -> Value {
-    let clusters: BTreeMap<&str, String> = decision
-        .clusters
-        .iter()
-        .map(|c| (c.cluster.as_str(), c.to_string()))
-        .collect();
-    json!({
-        "strategy": decision.strategy.name(),
-        "replicas": decision.replicas,
-        "assignment": decision.assignment,
-        "unplaced": decision.unplaced,
-        "demand": {"cpuMillis": demand.cpu_millis, "memoryBytes": demand.memory_bytes},
-        "explanation": decision.to_string(),
-        "clusters": clusters,
-    })
-}
-
-/// The assignment of a stored decision.
-pub fn stored_assignment(decision: &Value) -> BTreeMap<String, u32> {
-    serde_json::from_value(decision["assignment"].clone()).unwrap_or_default()
-}
-
-/// The replicas a stored decision dispatches per cluster: its assignment, plus the old replicas
-/// a move keeps until the new ones run ([`crate::adapt::Moving`]).
-pub fn dispatched(decision: &Value) -> BTreeMap<String, u32> {
-    let mut replicas = stored_assignment(decision);
-    let moving: Option<crate::adapt::Moving> =
-        serde_json::from_value(decision[crate::adapt::MOVING].clone()).ok();
-    for (cluster, held) in moving.map(|m| m.held).unwrap_or_default() {
-        *replicas.entry(cluster).or_default() += held;
-    }
-    replicas
-}
-
-/// The per-replica demand of a stored decision (resources only).
-pub fn stored_demand(decision: &Value) -> Demand {
-    Demand::new(
-        decision["demand"]["cpuMillis"].as_u64().unwrap_or(0),
-        decision["demand"]["memoryBytes"].as_u64().unwrap_or(0),
-    )
 }
 
 #[cfg(test)]

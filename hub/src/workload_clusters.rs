@@ -9,7 +9,7 @@ use nave_api::wire::{Heartbeat, RegisterRequest, Resources};
 use nave_api::{ResourceAmounts, WorkloadCluster, WorkloadClusterSpec};
 use serde_json::{Value, json};
 
-use crate::context::HUB_NAME;
+use crate::settings::HUB_NAME;
 
 /// Writes WorkloadCluster objects in the management cluster.
 #[derive(Clone)]

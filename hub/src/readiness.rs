@@ -13,7 +13,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use tracing::warn;
 
-use crate::context::Context;
+use crate::store::Store;
 
 /// Path of the liveness probe.
 pub const HEALTHZ_PATH: &str = "/healthz";
@@ -21,15 +21,15 @@ pub const HEALTHZ_PATH: &str = "/healthz";
 pub const READYZ_PATH: &str = "/readyz";
 
 /// `GET /healthz` and `GET /readyz`.
-pub fn router(ctx: Arc<Context>) -> Router {
+pub fn router(store: Arc<dyn Store>) -> Router {
     Router::new()
         .route(HEALTHZ_PATH, get(|| async { "ok\n" }))
         .route(READYZ_PATH, get(ready))
-        .with_state(ctx)
+        .with_state(store)
 }
 
-async fn ready(State(ctx): State<Arc<Context>>) -> Response {
-    match ctx.store.list_clusters().await {
+async fn ready(State(store): State<Arc<dyn Store>>) -> Response {
+    match store.list_clusters().await {
         Ok(_) => "ok\n".into_response(),
         Err(error) => {
             warn!(error = %error, "readiness: the store does not answer");

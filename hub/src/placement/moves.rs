@@ -1,5 +1,5 @@
 //! Rescheduling, burst retraction and make-before-break moves of one MultiClusterDeployment.
-//! Pure, like [`crate::failover`]: the controller gathers the inputs, [`Adapt`] turns them into
+//! Pure, like [`super::failover`]: [`super::plan`] hands it the inputs, [`Adapt`] turns them into
 //! a decision and says what to record.
 //!
 //! ```text
@@ -36,11 +36,9 @@ use std::time::Duration;
 use kube::runtime::events::EventType;
 use nave_api::wire::{PendingPod, WorkloadRef};
 use nave_policies::{Decision, Fleet, Ledger, Request, Role, decide};
-use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
 
-use crate::fleet::deployment_status;
-use crate::index::Reports;
+use super::stored::{Moving, StoredDecision};
+use super::{Reports, deployment_status};
 
 /// History trigger of a move of Pending replicas.
 pub const TRIGGER_RESCHEDULE: &str = "reschedule";
@@ -52,10 +50,6 @@ pub const RESCHEDULED: &str = "Rescheduled";
 pub const BURST: &str = "Burst";
 /// Event reason: burst replicas came back to regular clusters.
 pub const BURST_RETRACTED: &str = "BurstRetracted";
-/// Key of the stored decision: when this workload's replicas last moved (for the cooldown).
-pub const MOVED_AT: &str = "movedAt";
-/// Key of the stored decision: the move under way, see [`Moving`].
-pub const MOVING: &str = "moving";
 
 /// How many attempts [`evacuate_what_fits`] makes to evacuate only what fits elsewhere.
 const FIT_ATTEMPTS: usize = 3;
@@ -63,25 +57,6 @@ const FIT_ATTEMPTS: usize = 3;
 /// Points under the bursting threshold a regular cluster must stay at after burst replicas come
 /// back to it (see the module documentation).
 pub const RETRACT_MARGIN_PERCENT: u32 = 10;
-
-/// A move under way: old replicas kept where they ran until the new ones are ready.
-#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
-#[serde(rename_all = "camelCase")]
-pub struct Moving {
-    /// Old replicas kept per cluster, on top of the assignment.
-    pub held: BTreeMap<String, u32>,
-    /// The clusters that gained replicas, with the replicas they are to run.
-    pub to: BTreeMap<String, u32>,
-    /// When the move started.
-    pub since: jiff::Timestamp,
-}
-
-impl Moving {
-    /// Replicas held in all.
-    pub fn held_total(&self) -> u32 {
-        self.held.values().sum()
-    }
-}
 
 /// One workload's Pending pods in one cluster, past the timeout.
 #[derive(Clone, Debug, PartialEq)]
@@ -269,7 +244,7 @@ impl Adapt {
     /// The plan for a workload with its `stored` decision; `timeout` is `pendingTimeout` (also
     /// the deadline of a move), `cooldown` the least time between two moves.
     pub fn new(
-        stored: Option<&Value>,
+        stored: Option<&StoredDecision>,
         rescheduling: bool,
         timeout: Duration,
         cooldown: Duration,
@@ -278,8 +253,8 @@ impl Adapt {
     ) -> Adapt {
         Adapt {
             now,
-            moved_at: stored.and_then(|d| serde_json::from_value(d[MOVED_AT].clone()).ok()),
-            moving: stored.and_then(|d| serde_json::from_value(d[MOVING].clone()).ok()),
+            moved_at: stored.and_then(|d| d.moved_at),
+            moving: stored.and_then(|d| d.moving.clone()),
             cooldown,
             deadline: timeout,
             rescheduling,
@@ -455,15 +430,10 @@ impl Adapt {
         self.moving.as_ref()
     }
 
-    /// The stored decision with the time of the last move and the move under way.
-    pub fn annotate(&self, mut stored: Value) -> Value {
-        if let Some(at) = self.moved_at {
-            stored[MOVED_AT] = json!(at);
-        }
-        if let Some(moving) = &self.moving {
-            stored[MOVING] = json!(moving);
-        }
-        stored
+    /// Records in the stored decision the time of the last move and the move under way.
+    pub fn annotate(&self, stored: &mut StoredDecision) {
+        stored.moved_at = self.moved_at;
+        stored.moving = self.moving.clone();
     }
 }
 

@@ -40,6 +40,12 @@ fn ready(clusters: &[(&str, i32)]) -> Reports {
         .collect()
 }
 
+fn annotated(adapt: &Adapt) -> StoredDecision {
+    let mut stored = StoredDecision::default();
+    adapt.annotate(&mut stored);
+    stored
+}
+
 const MINUTE: Duration = Duration::from_secs(60);
 
 #[test]
@@ -104,18 +110,17 @@ fn stuck_replicas_move_where_there_is_room_and_only_as_many_as_fit() {
         "rescheduled: moved 2 from eu-1 (Pending for 10m: 0/5 nodes are available: 5 Insufficient cpu.) \
          to us-1 +2"
     );
-    assert_eq!(
-        adapt.annotate(json!({}))[MOVED_AT],
-        json!(at(600)),
-        "the cooldown starts"
-    );
+    assert_eq!(annotated(&adapt).moved_at, Some(at(600)), "the cooldown starts");
 }
 
 #[test]
 fn nothing_moves_during_the_cooldown_or_when_rescheduling_is_off() {
     let fleet = fleet(vec![cluster("eu-1", 0), cluster("us-1", 8)]);
     let req = request(6, &[("eu-1", 6)]);
-    let moved_recently = json!({ MOVED_AT: at(300) });
+    let moved_recently = StoredDecision {
+        moved_at: Some(at(300)),
+        ..StoredDecision::default()
+    };
     for (what, stored, enabled) in [
         ("in the cooldown", Some(&moved_recently), true),
         ("with rescheduling off", None, false),
@@ -252,9 +257,13 @@ fn running_replicas_taken_from_a_ready_cluster_stay_until_the_new_ones_are_ready
         .expect("a move holds the running replicas");
     assert_eq!(moving.held, [("eu-1".to_owned(), 3)].into());
     assert_eq!(moving.to, [("us-1".to_owned(), 4)].into());
-    let stored = adapt.annotate(json!({"assignment": decision.assignment}));
+    let mut stored = StoredDecision {
+        assignment: decision.assignment.clone(),
+        ..StoredDecision::default()
+    };
+    adapt.annotate(&mut stored);
     assert_eq!(
-        crate::scheduler::dispatched(&stored),
+        stored.dispatched(),
         [("eu-1".to_owned(), 3), ("us-1".to_owned(), 4)].into(),
         "both run while the move is under way"
     );
@@ -301,7 +310,7 @@ fn running_replicas_taken_from_a_ready_cluster_stay_until_the_new_ones_are_ready
             .is_none(),
         "released when us-1 runs its 4"
     );
-    assert_eq!(arrived.annotate(json!({}))[MOVING], Value::Null);
+    assert_eq!(annotated(&arrived).moving, None);
 
     // Past the deadline the old replicas go even if the new ones never became ready.
     let mut expired = Adapt::new(

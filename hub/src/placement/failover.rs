@@ -1,5 +1,5 @@
 //! Failover and failback of one MultiClusterDeployment, from the fleet's health
-//! ([`crate::health`]). Pure: the MCD controller gathers the inputs, [`Plan`] turns them into
+//! ([`crate::cluster_health`]). Pure: [`super::plan`] hands it the inputs, [`Plan`] turns them into
 //! the placement request and says what to record.
 //!
 //! ```text
@@ -20,17 +20,17 @@
 //!   the policy puts them.
 //!
 //! The clusters a workload was moved away from are kept in its stored decision
-//! ([`FAILED_OVER_FROM`]) so that failback still happens after a hub restart.
+//! ([`StoredDecision::failed_over_from`]) so that failback still happens after a hub restart.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use kube::runtime::events::EventType;
 use nave_api::Failback;
 use nave_policies::{Decision, Fleet, Ledger, Request, decide};
-use serde_json::{Value, json};
 
-use crate::adapt::evacuate_what_fits;
-use crate::health::HealthSnapshot;
+use super::moves::evacuate_what_fits;
+use super::stored::StoredDecision;
+use crate::cluster_health::HealthSnapshot;
 
 /// History trigger of a placement change caused by failover.
 pub const TRIGGER_FAILOVER: &str = "failover";
@@ -40,9 +40,6 @@ pub const TRIGGER_FAILBACK: &str = "failback";
 pub const FAILED_OVER: &str = "FailedOver";
 /// Event reason on the MCD when replicas moved back after clusters returned.
 pub const FAILED_BACK: &str = "FailedBack";
-/// Key of the stored decision listing the clusters that failover moved replicas away from and
-/// that failback has not returned to yet.
-pub const FAILED_OVER_FROM: &str = "failedOverFrom";
 
 /// What failover and failback do to one workload in one reconcile.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -65,14 +62,13 @@ impl Plan {
     pub fn new(
         health: &HealthSnapshot,
         failback: Failback,
-        stored: Option<&Value>,
+        stored: Option<&StoredDecision>,
         current: &BTreeMap<String, u32>,
         fleet: &Fleet,
         now: jiff::Timestamp,
     ) -> Plan {
-        let mut failed_over_from: BTreeSet<String> = stored
-            .and_then(|d| serde_json::from_value(d[FAILED_OVER_FROM].clone()).ok())
-            .unwrap_or_default();
+        let mut failed_over_from: BTreeSet<String> =
+            stored.map(|d| d.failed_over_from.clone()).unwrap_or_default();
         failed_over_from.retain(|c| fleet.get(c).is_some());
         // The fleet is read from the store at this reconcile, the health view up to one check
         // ago: a failed-over cluster whose heartbeat just arrived is Ready and keeps its replicas.
@@ -207,12 +203,9 @@ impl Plan {
         Some((type_, reason, self.reason(decision)?))
     }
 
-    /// The stored decision with the clusters this workload was moved away from.
-    pub fn annotate(&self, mut stored: Value) -> Value {
-        if !self.failed_over_from.is_empty() {
-            stored[FAILED_OVER_FROM] = json!(self.failed_over_from);
-        }
-        stored
+    /// Records in the stored decision the clusters this workload was moved away from.
+    pub fn annotate(&self, stored: &mut StoredDecision) {
+        stored.failed_over_from = self.failed_over_from.clone();
     }
 }
 

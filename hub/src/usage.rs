@@ -34,10 +34,10 @@ use prometheus_http_query::response::Data;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use crate::agent_api::ClusterObjects;
 use crate::cli::PrometheusArgs;
 use crate::error::Error;
 use crate::metrics::HubMetrics;
+use crate::workload_clusters::ClusterObjects;
 
 /// The label that names the workload cluster in every answer.
 pub const CLUSTER_LABEL: &str = "cluster";

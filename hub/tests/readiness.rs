@@ -3,13 +3,10 @@
 
 mod support;
 
-use std::sync::Arc;
-
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use http_body_util::BodyExt;
-use nave_hub::context::{Context, Timings, WorkSignals};
-use nave_hub::probes::{self, HEALTHZ_PATH, READYZ_PATH};
+use nave_hub::readiness::{self, HEALTHZ_PATH, READYZ_PATH};
 use support::wait_for;
 use tower::ServiceExt;
 
@@ -38,19 +35,12 @@ async fn a_running_hub_is_live_and_ready_on_its_listener() {
 
 #[tokio::test]
 async fn readiness_fails_when_the_store_does_not_answer_and_liveness_does_not() {
-    let (management, client) = support::management_cluster().await;
+    let (management, _client) = support::management_cluster().await;
     let dir = tempfile::tempdir().unwrap();
     let url = format!("sqlite://{}", dir.path().join("hub.db").display());
     let store = nave_hub::store::connect(&url).await.expect("the store opens");
-    let ctx = Arc::new(Context::new(
-        client,
-        store.clone(),
-        Arc::new(WorkSignals::default()),
-        Arc::new(nave_hub::index::Index::empty(store.clone())),
-        Timings::default(),
-    ));
     let probe = |path: &'static str| {
-        let router = probes::router(ctx.clone());
+        let router = readiness::router(store.clone());
         async move {
             let res = router
                 .oneshot(Request::get(path).body(Body::empty()).unwrap())

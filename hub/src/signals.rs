@@ -1,51 +1,12 @@
-//! State shared by the controllers, the agent endpoints and the loops.
+//! How the hub's parts wake each other: new work revisions wake the agents' long-polls
+//! ([`WorkSignals`]), and agents' reports, heartbeats and watched objects ask the controller for
+//! reconciles ([`ReconcileTrigger`]).
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::sync::Mutex;
 
-use kube::runtime::events::{Recorder, Reporter};
 use nave_api::wire::WorkloadRef;
 use tokio::sync::{mpsc, watch};
-
-use crate::health::FleetHealth;
-use crate::index::Index;
-use crate::metrics::HubMetrics;
-use crate::prometheus::UsageCache;
-use crate::store::Store;
-
-/// Field manager and event reporter name of the hub.
-pub const HUB_NAME: &str = nave_api::HUB_FIELD_MANAGER;
-
-/// Timings of the hub.
-#[derive(Clone, Debug)]
-pub struct Timings {
-    /// Heartbeat interval asked of agents.
-    pub heartbeat_interval: Duration,
-    /// A cluster without a heartbeat for this long is not Ready: no new replicas, and the health
-    /// loop fails it over (see [`crate::health`]).
-    pub heartbeat_grace: Duration,
-    /// How long a returned cluster must be Ready before `failback: Immediate` moves replicas back.
-    pub failback_settle: Duration,
-    /// Shortest interval between two WorkloadCluster status writes of one cluster, unless its
-    /// capacity summary or readiness changed: every heartbeat is stored, but writing each to the
-    /// API server would load it for nothing.
-    pub cluster_status_interval: Duration,
-    /// Resync period of the controllers.
-    pub resync: Duration,
-}
-
-impl Default for Timings {
-    fn default() -> Self {
-        Timings {
-            heartbeat_interval: Duration::from_secs(nave_api::wire::DEFAULT_HEARTBEAT_INTERVAL_SECONDS),
-            heartbeat_grace: Duration::from_secs(40),
-            failback_settle: Duration::from_secs(300),
-            cluster_status_interval: Duration::from_secs(30),
-            resync: Duration::from_secs(300),
-        }
-    }
-}
 
 /// Per-cluster notification of new work revisions, for the agents' long-polls.
 ///
@@ -133,70 +94,6 @@ impl ReconcileTrigger {
     pub fn workloads(&self, workloads: impl IntoIterator<Item = WorkloadRef>) {
         for workload in workloads {
             let _ = self.some.send(workload);
-        }
-    }
-}
-
-/// What every reconcile and handler needs.
-#[derive(Clone)]
-pub struct Context {
-    /// Client of the management cluster (CRDs, ConfigMaps/Secrets to copy, events).
-    pub client: kube::Client,
-    /// Operational state: clusters, heartbeats, placements, work, status.
-    pub store: Arc<dyn Store>,
-    /// Publishes Kubernetes Events on the objects the controllers reconcile.
-    pub recorder: Recorder,
-    /// Wakes agents' long-polls when a cluster's work changes.
-    pub signals: Arc<WorkSignals>,
-    /// What reconciles read on every pass, kept in memory: agents' reports, every workload's
-    /// booked replicas, the clusters' work sets.
-    pub index: Arc<Index>,
-    /// Timings (heartbeat grace, resync, ...).
-    pub timings: Timings,
-    /// Failed reconciles in a row per object (`namespace/name`), for the retry backoff.
-    pub backoff: Arc<Mutex<HashMap<String, u32>>>,
-    /// The fleet's health as the health loop last saw it: which clusters are failed over.
-    pub health: Arc<FleetHealth>,
-    /// Prometheus metrics, served on `/metrics`.
-    pub metrics: Arc<HubMetrics>,
-    /// Per-cluster usage measured by Prometheus; disabled (always empty) without
-    /// `--prometheus-url`.
-    pub usage: Arc<UsageCache>,
-}
-
-impl std::fmt::Debug for Context {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Context")
-            .field("store", &self.store)
-            .field("timings", &self.timings)
-            .finish_non_exhaustive()
-    }
-}
-
-impl Context {
-    /// A context over a client and a store.
-    pub fn new(
-        client: kube::Client,
-        store: Arc<dyn Store>,
-        signals: Arc<WorkSignals>,
-        index: Arc<Index>,
-        timings: Timings,
-    ) -> Self {
-        let reporter = Reporter {
-            controller: HUB_NAME.to_owned(),
-            instance: std::env::var("POD_NAME").ok(),
-        };
-        Context {
-            recorder: Recorder::new(client.clone(), reporter),
-            client,
-            store,
-            signals,
-            index,
-            timings,
-            backoff: Arc::default(),
-            health: Arc::default(),
-            metrics: Arc::default(),
-            usage: Arc::default(),
         }
     }
 }

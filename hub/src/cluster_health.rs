@@ -3,11 +3,14 @@
 //!
 //! ```text
 //!  every check interval:
-//!   store clusters (last heartbeat) ─► Tracker::observe (pure, clock passed in)
+//!   cluster records (last heartbeat) ─► Tracker::observe (pure, clock passed in)
 //!        ├─► WorkloadCluster Ready=False/HeartbeatMissed (or back to True) + Events
 //!        ├─► FleetHealth (shared view: failed-over clusters, partition flag, ready-since)
-//!        └─► ReconcileTrigger when anything changed ─► controller::mcd evacuates (crate::failover)
+//!        └─► ReconcileTrigger when anything changed ─► plans evacuate (crate::placement::failover)
 //! ```
+//!
+//! This module is the pure part (the rules, [`Tracker`], the shared [`FleetHealth`]);
+//! [`monitor`] is the loop that applies it.
 //!
 //! # The rules
 //! - **Stale**: a cluster whose last heartbeat is at least the grace period old
@@ -34,18 +37,10 @@
 //! lost the hub.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::ObjectReference;
-use kube::runtime::events::{Event, EventType};
-use nave_api::conditions::reasons;
 use serde::Serialize;
-use tokio_util::sync::CancellationToken;
-use tracing::{info, warn};
-
-use crate::agent_api::ClusterObjects;
-use crate::context::{Context, ReconcileTrigger};
 
 /// The window of the failover rate limit.
 pub const RATE_WINDOW: Duration = Duration::from_secs(60);
@@ -314,7 +309,7 @@ impl FleetHealth {
         self.current.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
-    fn publish(&self, snapshot: HealthSnapshot) {
+    pub(crate) fn publish(&self, snapshot: HealthSnapshot) {
         *self.current.lock().unwrap_or_else(|e| e.into_inner()) = snapshot;
     }
 }
@@ -358,152 +353,7 @@ pub fn stale_message(
     format!("{silence}; {failover}")
 }
 
-fn reference(name: &str) -> ObjectReference {
-    ObjectReference {
-        api_version: Some(nave_api::API_VERSION.to_owned()),
-        kind: Some("WorkloadCluster".to_owned()),
-        name: Some(name.to_owned()),
-        ..ObjectReference::default()
-    }
-}
-
-async fn publish(ctx: &Context, cluster: &str, type_: EventType, reason: &str, note: String) {
-    let event = Event {
-        type_,
-        reason: reason.to_owned(),
-        note: Some(note),
-        action: "CheckHeartbeats".to_owned(),
-        secondary: None,
-    };
-    if let Err(error) = ctx.recorder.publish(&event, &reference(cluster)).await {
-        warn!(error = %error, cluster, reason, "publishing an event failed");
-    }
-}
-
-/// Checks the fleet's heartbeats until `shutdown`: writes `Ready` conditions and Events, shares
-/// the failover view through `ctx.health`, and asks for a reconcile when anything changed.
-pub async fn run(
-    ctx: Arc<Context>,
-    rules: Rules,
-    objects: ClusterObjects,
-    trigger: ReconcileTrigger,
-    shutdown: CancellationToken,
-) {
-    let mut tracker = Tracker::new(rules.clone(), ctx.timings.failback_settle, jiff::Timestamp::now());
-    let mut ticks = tokio::time::interval(check_interval(rules.grace));
-    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    // Clusters whose Ready=False write failed, retried on the next tick.
-    let mut unwritten: BTreeMap<String, (Option<jiff::Timestamp>, StaleState)> = BTreeMap::new();
-    loop {
-        tokio::select! {
-            () = shutdown.cancelled() => return,
-            _ = ticks.tick() => {}
-        }
-        let records = match ctx.store.list_clusters().await {
-            Ok(records) => records,
-            Err(error) => {
-                warn!(error = %error, "reading heartbeats failed; health unchanged");
-                continue;
-            }
-        };
-        let observations: Vec<Observation> = records
-            .into_iter()
-            .map(|r| Observation {
-                name: r.name,
-                last_heartbeat: r.last_heartbeat_at,
-            })
-            .collect();
-        let now = jiff::Timestamp::now();
-        let changes = tracker.observe(&observations, now);
-        let snapshot = tracker.snapshot();
-        ctx.health.publish(snapshot.clone());
-        if changes.any() {
-            trigger.trigger();
-        }
-        if let Some(engaged) = changes.partition {
-            if engaged {
-                warn!(
-                    stale = snapshot.stale.len(),
-                    clusters = observations.iter().filter(|o| o.last_heartbeat.is_some()).count(),
-                    max_stale_percent = rules.max_stale_percent,
-                    "too many clusters are silent at once; assuming the hub is partitioned, failing none over"
-                );
-            } else {
-                info!("partition guard released; failover rules apply again");
-            }
-        }
-        for (name, last, state) in changes.stale {
-            let message = stale_message(last, &state, now, &rules);
-            match &state {
-                StaleState::FailedOver => {
-                    warn!(cluster = %name, last_heartbeat = ?last, "cluster silent; failing over");
-                    publish(
-                        &ctx,
-                        &name,
-                        EventType::Warning,
-                        event_reasons::FAILING_OVER,
-                        message,
-                    )
-                    .await;
-                }
-                StaleState::Held(Held::Partition) => {
-                    publish(
-                        &ctx,
-                        &name,
-                        EventType::Warning,
-                        event_reasons::FAILOVER_SUPPRESSED,
-                        message,
-                    )
-                    .await;
-                }
-                StaleState::Held(Held::RateLimit) => {
-                    info!(cluster = %name, "cluster silent; failover waits for the rate limit");
-                    publish(
-                        &ctx,
-                        &name,
-                        EventType::Warning,
-                        event_reasons::HEARTBEAT_MISSED,
-                        message,
-                    )
-                    .await;
-                }
-            }
-            unwritten.insert(name, (last, state));
-        }
-        for name in &changes.returned {
-            info!(cluster = %name, "heartbeats resumed");
-            unwritten.remove(name);
-            publish(
-                &ctx,
-                name,
-                EventType::Normal,
-                event_reasons::HEARTBEAT_RESUMED,
-                "heartbeats arrive again; the cluster takes new replicas".to_owned(),
-            )
-            .await;
-            if let Err(error) = objects
-                .set_ready(name, true, reasons::HEARTBEAT_RECEIVED, "heartbeats arrive")
-                .await
-            {
-                warn!(cluster = %name, error = %error, "writing Ready=True failed");
-            }
-        }
-        let pending = std::mem::take(&mut unwritten);
-        for (name, (last, state)) in pending {
-            if !snapshot.stale.contains(&name) {
-                continue;
-            }
-            let message = stale_message(last, &state, now, &rules);
-            if let Err(error) = objects
-                .set_ready(&name, false, reasons::HEARTBEAT_MISSED, &message)
-                .await
-            {
-                warn!(cluster = %name, error = %error, "writing Ready=False failed; retrying");
-                unwritten.insert(name, (last, state));
-            }
-        }
-    }
-}
+pub mod monitor;
 
 #[cfg(test)]
 mod tests;

@@ -3,8 +3,8 @@ use std::time::Duration;
 use nave_policies::Cluster;
 
 use super::*;
+use crate::cluster_health::FailedOver;
 use crate::fixtures::{at, cluster, fleet, request};
-use crate::health::FailedOver;
 
 /// `eu-1` failed over at 100 s after its last heartbeat at 0 s; `us-1` Ready since 0 s.
 fn eu_lost() -> HealthSnapshot {
@@ -22,6 +22,12 @@ fn eu_lost() -> HealthSnapshot {
         partitioned: false,
         settle: Duration::from_secs(300),
     }
+}
+
+fn annotated(plan: &Plan) -> StoredDecision {
+    let mut stored = StoredDecision::default();
+    plan.annotate(&mut stored);
+    stored
 }
 
 fn lost(mut c: Cluster) -> Cluster {
@@ -54,8 +60,7 @@ fn replicas_of_a_failed_over_cluster_move_to_clusters_with_room() {
     let (type_, event, note) = plan.event(&decision).unwrap();
     assert_eq!(type_, EventType::Warning);
     assert_eq!((event, note.as_str()), (FAILED_OVER, reason.as_str()));
-    let stored = plan.annotate(json!({"assignment": {}}));
-    assert_eq!(stored[FAILED_OVER_FROM], json!(["eu-1"]));
+    assert_eq!(annotated(&plan).failed_over_from, ["eu-1".to_owned()].into());
 }
 
 #[test]
@@ -100,7 +105,7 @@ fn with_no_room_anywhere_nothing_moves() {
     assert_eq!(decision.assignment.get("eu-1"), Some(&3), "{decision}");
     assert_eq!(plan.trigger(), None);
     assert_eq!(plan.reason(&decision), None);
-    assert_eq!(plan.annotate(json!({}))[FAILED_OVER_FROM], Value::Null);
+    assert_eq!(annotated(&plan).failed_over_from, BTreeSet::new());
 }
 
 #[test]
@@ -151,7 +156,10 @@ fn returned(since: jiff::Timestamp) -> HealthSnapshot {
 fn failback_never_keeps_replicas_where_they_moved() {
     let fleet = fleet(vec![cluster("eu-1", 8), cluster("us-1", 8)]);
     let request = request(6, &[("us-1", 6)]);
-    let stored = json!({FAILED_OVER_FROM: ["eu-1"]});
+    let stored = StoredDecision {
+        failed_over_from: ["eu-1".to_owned()].into(),
+        ..StoredDecision::default()
+    };
     let mut plan = Plan::new(
         &returned(at(200)),
         Failback::Never,
@@ -164,8 +172,8 @@ fn failback_never_keeps_replicas_where_they_moved() {
     assert_eq!(decision.assignment.get("us-1"), Some(&6), "{decision}");
     assert_eq!(plan.trigger(), None);
     assert_eq!(
-        plan.annotate(json!({}))[FAILED_OVER_FROM],
-        json!(["eu-1"]),
+        annotated(&plan).failed_over_from,
+        BTreeSet::from(["eu-1".to_owned()]),
         "the record stays, should the policy change to Immediate"
     );
 }
@@ -174,7 +182,10 @@ fn failback_never_keeps_replicas_where_they_moved() {
 fn failback_immediate_places_anew_once_the_cluster_has_settled() {
     let fleet = fleet(vec![cluster("eu-1", 8), cluster("us-1", 8)]);
     let request = request(6, &[("us-1", 6)]);
-    let stored = json!({FAILED_OVER_FROM: ["eu-1"]});
+    let stored = StoredDecision {
+        failed_over_from: ["eu-1".to_owned()].into(),
+        ..StoredDecision::default()
+    };
 
     // Ready for 299 s of the 300 s settle period: not yet.
     let mut plan = Plan::new(
@@ -211,15 +222,18 @@ fn failback_immediate_places_anew_once_the_cluster_has_settled() {
         "failback: eu-1 Ready again for the settle period; placed anew (eu-1 +3)"
     );
     assert_eq!(
-        plan.annotate(json!({}))[FAILED_OVER_FROM],
-        Value::Null,
+        annotated(&plan).failed_over_from,
+        BTreeSet::new(),
         "failed back: nothing left to remember"
     );
 }
 
 #[test]
 fn failback_waits_while_the_cluster_is_not_ready_or_gone() {
-    let stored = json!({FAILED_OVER_FROM: ["eu-1"]});
+    let stored = StoredDecision {
+        failed_over_from: ["eu-1".to_owned()].into(),
+        ..StoredDecision::default()
+    };
     let request = request(6, &[("us-1", 6)]);
     let not_ready = fleet(vec![lost(cluster("eu-1", 8)), cluster("us-1", 8)]);
     let plan = Plan::new(
@@ -242,8 +256,8 @@ fn failback_waits_while_the_cluster_is_not_ready_or_gone() {
     );
     assert_eq!(plan.trigger(), None);
     assert_eq!(
-        plan.annotate(json!({}))[FAILED_OVER_FROM],
-        Value::Null,
+        annotated(&plan).failed_over_from,
+        BTreeSet::new(),
         "a cluster gone from the fleet is forgotten"
     );
 }

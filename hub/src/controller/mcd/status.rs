@@ -1,0 +1,238 @@
+//! The status of a MultiClusterDeployment, from its decision and the agents' reports: per
+//! cluster, totals, and the conditions (`Scheduled`, `Available`, `Progressing`, `Degraded`,
+//! `Bursting`). Pure.
+
+use std::sync::Arc;
+
+use nave_api::conditions::{self, reasons, types};
+use nave_api::wire::{WORKLOAD_LABEL, WorkloadRef};
+use nave_api::{ClusterPlacementStatus, MultiClusterDeployment, MultiClusterDeploymentStatus};
+use nave_policies::{Decision, Fleet, Role};
+
+use super::{condition, truncate};
+use crate::placement::stored::Moving;
+use crate::placement::{Reports, deployment_status};
+
+/// The status of an MCD: per cluster from the decision and the reports, totals as sums.
+pub fn status_of(
+    mcd: &MultiClusterDeployment,
+    decision: &Decision,
+    fleet: &Fleet,
+    reports: &Reports,
+    workload: &WorkloadRef,
+    missing_dependencies: &[String],
+    moving: Option<&Moving>,
+) -> MultiClusterDeploymentStatus {
+    let generation = mcd.metadata.generation;
+    let mut status = mcd.status.clone().unwrap_or_default();
+    let mut clusters = Vec::new();
+    for (name, &desired) in decision.assignment.iter().filter(|(_, n)| **n > 0) {
+        let (ready, available, pending) =
+            deployment_status(reports.get(name).map(Arc::as_ref), workload).unwrap_or((0, 0, 0));
+        let burst = decision.cluster(name).is_some_and(|c| c.role == Role::Burst);
+        clusters.push(ClusterPlacementStatus {
+            name: name.clone(),
+            desired: i32::try_from(desired).unwrap_or(i32::MAX),
+            ready,
+            available,
+            pending,
+            burst,
+            message: decision.cluster(name).map(|c| truncate(&c.to_string(), 256)),
+        });
+    }
+    let sum = |f: fn(&ClusterPlacementStatus) -> i32| clusters.iter().map(f).fold(0i32, i32::saturating_add);
+    status.observed_generation = generation;
+    status.replicas = sum(|c| c.desired);
+    status.ready_replicas = sum(|c| c.ready);
+    status.available_replicas = sum(|c| c.available);
+    status.pending_replicas = sum(|c| c.pending);
+    status.unplaced_replicas = i32::try_from(decision.unplaced).unwrap_or(i32::MAX);
+    status.cluster_count = i32::try_from(clusters.len()).unwrap_or(i32::MAX);
+    status.placement_summary = Some(
+        clusters
+            .iter()
+            .map(|c| format!("{}={}", c.name, c.desired))
+            .collect::<Vec<_>>()
+            .join(","),
+    );
+    status.selector = Some(format!("{WORKLOAD_LABEL}={}", workload.label_value()));
+    let placed = status.replicas;
+    let wanted = mcd.spec.replicas;
+    let summary = decision.to_string().lines().next().unwrap_or_default().to_owned();
+
+    let scheduled = if decision.unplaced == 0 {
+        condition(
+            types::SCHEDULED,
+            conditions::TRUE,
+            reasons::ALL_REPLICAS_PLACED,
+            &summary,
+            generation,
+        )
+    } else {
+        let eligible = decision.clusters.iter().any(|c| c.filter.is_none());
+        let reason = if placed > 0 {
+            reasons::PARTIALLY_PLACED
+        } else if eligible {
+            reasons::INSUFFICIENT_CAPACITY
+        } else {
+            reasons::NO_ELIGIBLE_CLUSTERS
+        };
+        condition(types::SCHEDULED, conditions::FALSE, reason, &summary, generation)
+    };
+    let available = if status.available_replicas >= placed && (placed > 0 || wanted == 0) {
+        condition(
+            types::AVAILABLE,
+            conditions::TRUE,
+            reasons::MINIMUM_REPLICAS_AVAILABLE,
+            format!(
+                "{} of {placed} placed replicas available",
+                status.available_replicas
+            ),
+            generation,
+        )
+    } else {
+        condition(
+            types::AVAILABLE,
+            conditions::FALSE,
+            reasons::MINIMUM_REPLICAS_UNAVAILABLE,
+            format!(
+                "{} of {placed} placed replicas available",
+                status.available_replicas
+            ),
+            generation,
+        )
+    };
+    let not_ready: Vec<(&str, i32)> = clusters
+        .iter()
+        .filter(|c| fleet.get(&c.name).is_some_and(|f| !f.ready))
+        .map(|c| (c.name.as_str(), c.desired))
+        .collect();
+    let rolled_out = clusters
+        .iter()
+        .all(|c| c.ready == c.desired && c.available == c.desired);
+    let progressing = if let Some(moving) = moving {
+        let held: Vec<String> = moving.held.iter().map(|(c, n)| format!("{n} in {c}")).collect();
+        let to: Vec<&str> = moving.to.keys().map(String::as_str).collect();
+        condition(
+            types::PROGRESSING,
+            conditions::TRUE,
+            reasons::MOVING_REPLICAS,
+            format!(
+                "moving replicas to {}; the old ones ({}) stay until the new ones are ready",
+                to.join(", "),
+                held.join(", ")
+            ),
+            generation,
+        )
+    } else if rolled_out {
+        condition(
+            types::PROGRESSING,
+            conditions::FALSE,
+            reasons::ROLLOUT_COMPLETE,
+            "every cluster runs its replicas",
+            generation,
+        )
+    } else {
+        condition(
+            types::PROGRESSING,
+            conditions::TRUE,
+            reasons::ROLLOUT_IN_PROGRESS,
+            format!("{} of {placed} placed replicas ready", status.ready_replicas),
+            generation,
+        )
+    };
+    let degraded = if decision.unplaced > 0 {
+        condition(
+            types::DEGRADED,
+            conditions::TRUE,
+            reasons::REPLICAS_UNPLACED,
+            format!(
+                "{} of {wanted} replicas have no cluster with room ({placed} placed)",
+                decision.unplaced
+            ),
+            generation,
+        )
+    } else if !not_ready.is_empty() {
+        condition(
+            types::DEGRADED,
+            conditions::TRUE,
+            reasons::CLUSTER_NOT_READY,
+            format!(
+                "{} replicas are in clusters without a recent heartbeat: {}",
+                not_ready.iter().map(|(_, n)| n).sum::<i32>(),
+                not_ready
+                    .iter()
+                    .map(|(c, n)| format!("{c}={n}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+            generation,
+        )
+    } else if status.pending_replicas > 0 {
+        condition(
+            types::DEGRADED,
+            conditions::TRUE,
+            reasons::PODS_PENDING,
+            format!("{} replicas are Pending", status.pending_replicas),
+            generation,
+        )
+    } else if !missing_dependencies.is_empty() {
+        condition(
+            types::DEGRADED,
+            conditions::TRUE,
+            reasons::DEPENDENCY_MISSING,
+            format!(
+                "referenced by the pod template but not found in namespace {}: {}",
+                workload.namespace,
+                missing_dependencies.join(", ")
+            ),
+            generation,
+        )
+    } else {
+        condition(
+            types::DEGRADED,
+            conditions::FALSE,
+            reasons::AS_EXPECTED,
+            "every replica is placed and none is Pending",
+            generation,
+        )
+    };
+    let burst: Vec<String> = clusters
+        .iter()
+        .filter(|c| c.burst && c.desired > 0)
+        .map(|c| format!("{}={}", c.name, c.desired))
+        .collect();
+    let bursting = if burst.is_empty() {
+        condition(
+            types::BURSTING,
+            conditions::FALSE,
+            reasons::NOT_BURSTING,
+            "no replica runs in a burst cluster",
+            generation,
+        )
+    } else {
+        let reason = if mcd.spec.placement.bursting.is_some() {
+            reasons::THRESHOLD_EXCEEDED
+        } else {
+            reasons::OVERFLOW
+        };
+        condition(
+            types::BURSTING,
+            conditions::TRUE,
+            reason,
+            format!(
+                "replicas in burst clusters ({}); they come back when the regular clusters have room",
+                burst.join(", ")
+            ),
+            generation,
+        )
+    };
+    for c in [scheduled, available, progressing, degraded, bursting] {
+        conditions::upsert(&mut status.conditions, c);
+    }
+    status.clusters = clusters;
+    status
+}
+
+#[cfg(test)]
+mod tests;

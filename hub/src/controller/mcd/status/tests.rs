@@ -1,0 +1,241 @@
+//! Every condition reason `status_of` can set, each from the smallest situation that causes it.
+
+use std::collections::BTreeMap;
+
+use nave_api::wire::{ObjectStatus, StatusReport};
+use nave_policies::{Ledger, decide};
+use serde_json::json;
+
+use super::*;
+use crate::fixtures::{at, cluster, fleet, request};
+
+fn web() -> WorkloadRef {
+    WorkloadRef::new("shop", "web")
+}
+
+fn mcd(replicas: i64, placement: serde_json::Value) -> MultiClusterDeployment {
+    serde_json::from_value(json!({
+        "apiVersion": "nave.dev/v1alpha1",
+        "kind": "MultiClusterDeployment",
+        "metadata": {"name": "web", "namespace": "shop", "generation": 3},
+        "spec": {
+            "replicas": replicas,
+            "placement": placement,
+            "template": {"spec": {
+                "selector": {"matchLabels": {"app": "web"}},
+                "template": {"metadata": {"labels": {"app": "web"}},
+                             "spec": {"containers": [{"name": "app", "image": "nginx:1.27"}]}}
+            }}
+        }
+    }))
+    .unwrap()
+}
+
+/// `(ready, pending)` of web's Deployment per cluster.
+fn reports(clusters: &[(&str, i32, u32)]) -> Reports {
+    clusters
+        .iter()
+        .map(|(cluster, ready, pending)| {
+            let report = StatusReport {
+                objects: vec![ObjectStatus {
+                    kind: "Deployment".to_owned(),
+                    namespace: Some("shop".to_owned()),
+                    name: "web".to_owned(),
+                    workload: Some(web()),
+                    ready_replicas: Some(*ready),
+                    available_replicas: Some(*ready),
+                    pending_pods: Some(*pending),
+                    ..ObjectStatus::default()
+                }],
+                ..StatusReport::default()
+            };
+            ((*cluster).to_owned(), Arc::new(report))
+        })
+        .collect()
+}
+
+struct Case {
+    mcd: MultiClusterDeployment,
+    fleet: Fleet,
+    replicas: u32,
+    reports: Reports,
+    missing: Vec<String>,
+    moving: Option<Moving>,
+}
+
+impl Case {
+    fn new(replicas: u32, clusters: Vec<nave_policies::Cluster>) -> Case {
+        Case {
+            mcd: mcd(i64::from(replicas), json!({"policy": "spread"})),
+            fleet: fleet(clusters),
+            replicas,
+            reports: Reports::new(),
+            missing: Vec::new(),
+            moving: None,
+        }
+    }
+
+    fn status(&self) -> MultiClusterDeploymentStatus {
+        let decision = decide(&self.fleet, &Ledger::new(), &request(self.replicas, &[]));
+        status_of(
+            &self.mcd,
+            &decision,
+            &self.fleet,
+            &self.reports,
+            &web(),
+            &self.missing,
+            self.moving.as_ref(),
+        )
+    }
+
+    /// Runs every replica it places, ready.
+    fn all_ready(mut self) -> Case {
+        let decision = decide(&self.fleet, &Ledger::new(), &request(self.replicas, &[]));
+        let running: Vec<(&str, i32, u32)> = decision
+            .assignment
+            .iter()
+            .map(|(c, n)| (c.as_str(), i32::try_from(*n).unwrap(), 0))
+            .collect();
+        self.reports = reports(&running);
+        self
+    }
+}
+
+fn reason(status: &MultiClusterDeploymentStatus, type_: &str) -> String {
+    let condition = conditions::find(&status.conditions, type_)
+        .unwrap_or_else(|| panic!("no {type_} condition in {:?}", status.conditions));
+    assert_eq!(
+        condition.observed_generation,
+        Some(3),
+        "{type_} names the generation"
+    );
+    condition.reason.clone()
+}
+
+#[test]
+fn a_workload_placed_and_running_everywhere_is_placed_available_complete_and_as_expected() {
+    let status = Case::new(4, vec![cluster("eu-1", 8), cluster("us-1", 8)])
+        .all_ready()
+        .status();
+    assert_eq!(reason(&status, types::SCHEDULED), reasons::ALL_REPLICAS_PLACED);
+    assert_eq!(
+        reason(&status, types::AVAILABLE),
+        reasons::MINIMUM_REPLICAS_AVAILABLE
+    );
+    assert_eq!(reason(&status, types::PROGRESSING), reasons::ROLLOUT_COMPLETE);
+    assert_eq!(reason(&status, types::DEGRADED), reasons::AS_EXPECTED);
+    assert_eq!(reason(&status, types::BURSTING), reasons::NOT_BURSTING);
+    assert_eq!(
+        (status.replicas, status.ready_replicas, status.cluster_count),
+        (4, 4, 2)
+    );
+    assert_eq!(status.placement_summary.as_deref(), Some("eu-1=2,us-1=2"));
+}
+
+#[test]
+fn replicas_not_ready_yet_are_unavailable_and_in_progress() {
+    let status = Case::new(4, vec![cluster("eu-1", 8)]).status();
+    assert_eq!(
+        reason(&status, types::AVAILABLE),
+        reasons::MINIMUM_REPLICAS_UNAVAILABLE
+    );
+    assert_eq!(reason(&status, types::PROGRESSING), reasons::ROLLOUT_IN_PROGRESS);
+}
+
+#[test]
+fn a_fleet_too_small_places_part_and_says_how_many_have_no_cluster() {
+    let status = Case::new(5, vec![cluster("eu-1", 3)]).status();
+    assert_eq!(reason(&status, types::SCHEDULED), reasons::PARTIALLY_PLACED);
+    assert_eq!(reason(&status, types::DEGRADED), reasons::REPLICAS_UNPLACED);
+    assert_eq!(status.unplaced_replicas, 2);
+}
+
+#[test]
+fn full_clusters_are_insufficient_capacity_and_no_clusters_are_no_eligible_clusters() {
+    let full = Case::new(2, vec![cluster("eu-1", 0)]).status();
+    assert_eq!(reason(&full, types::SCHEDULED), reasons::INSUFFICIENT_CAPACITY);
+    let mut cordoned = cluster("eu-1", 8);
+    cordoned.unschedulable = true;
+    let none = Case::new(2, vec![cordoned]).status();
+    assert_eq!(reason(&none, types::SCHEDULED), reasons::NO_ELIGIBLE_CLUSTERS);
+}
+
+#[test]
+fn pending_pods_missing_dependencies_and_silent_clusters_degrade_the_workload() {
+    let mut pending = Case::new(2, vec![cluster("eu-1", 8)]);
+    pending.reports = reports(&[("eu-1", 1, 1)]);
+    let status = pending.status();
+    assert_eq!(reason(&status, types::DEGRADED), reasons::PODS_PENDING);
+    assert_eq!(status.pending_replicas, 1);
+
+    let mut missing = Case::new(2, vec![cluster("eu-1", 8)]).all_ready();
+    missing.missing = vec!["ConfigMap settings".to_owned()];
+    let status = missing.status();
+    assert_eq!(reason(&status, types::DEGRADED), reasons::DEPENDENCY_MISSING);
+    let message = &conditions::find(&status.conditions, types::DEGRADED)
+        .unwrap()
+        .message;
+    assert!(
+        message.contains("ConfigMap settings") && message.contains("shop"),
+        "{message}"
+    );
+
+    // A cluster whose heartbeats stopped after the decision placed replicas there.
+    let mut silent = Case::new(2, vec![cluster("eu-1", 8)]).all_ready();
+    let decision = decide(&silent.fleet, &Ledger::new(), &request(2, &[]));
+    let mut lost = silent.fleet.get("eu-1").unwrap().clone();
+    lost.ready = false;
+    silent.fleet.insert(lost);
+    let status = status_of(
+        &silent.mcd,
+        &decision,
+        &silent.fleet,
+        &silent.reports,
+        &web(),
+        &[],
+        None,
+    );
+    assert_eq!(reason(&status, types::DEGRADED), reasons::CLUSTER_NOT_READY);
+    let message = &conditions::find(&status.conditions, types::DEGRADED)
+        .unwrap()
+        .message;
+    assert!(message.contains("eu-1=2"), "{message}");
+}
+
+#[test]
+fn a_move_under_way_is_progressing_with_moving_replicas() {
+    let mut case = Case::new(2, vec![cluster("eu-1", 8)]).all_ready();
+    case.moving = Some(Moving {
+        held: BTreeMap::from([("burst".to_owned(), 2)]),
+        to: BTreeMap::from([("eu-1".to_owned(), 2)]),
+        since: at(0),
+    });
+    let status = case.status();
+    assert_eq!(reason(&status, types::PROGRESSING), reasons::MOVING_REPLICAS);
+    let message = &conditions::find(&status.conditions, types::PROGRESSING)
+        .unwrap()
+        .message;
+    assert!(message.contains("2 in burst"), "{message}");
+}
+
+#[test]
+fn replicas_in_burst_clusters_burst_by_overflow_or_by_threshold() {
+    let mut burst = cluster("burst", 8);
+    burst.burst_only = true;
+    let overflow = Case::new(4, vec![cluster("eu-1", 2), burst.clone()]);
+    let status = overflow.status();
+    assert_eq!(
+        reason(&status, types::BURSTING),
+        reasons::OVERFLOW,
+        "{:?}",
+        status.clusters
+    );
+    assert!(status.clusters.iter().any(|c| c.burst && c.desired == 2));
+
+    let mut threshold = Case::new(4, vec![cluster("eu-1", 2), burst]);
+    threshold.mcd = mcd(4, json!({"policy": "spread", "bursting": {"threshold": 80}}));
+    assert_eq!(
+        reason(&threshold.status(), types::BURSTING),
+        reasons::THRESHOLD_EXCEEDED
+    );
+}

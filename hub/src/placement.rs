@@ -1,0 +1,337 @@
+//! The hub's placement core: one synchronous, pure function composes a workload's decision from
+//! what the hub knows now. The MultiClusterDeployment controller acts on what it returns; the
+//! REST API's simulation shows it. Both gather the same [`Inputs`] ([`crate::fleet`]), so a
+//! simulation answers exactly what an apply would do now, moves included.
+//!
+//! ```text
+//!  Inputs: spec (validated) ─┐
+//!   stored decision ─────────┤   failover::Plan ─► failover or failback (health)
+//!   fleet, ledger ───────────┼─► else moves::Adapt ─► rescheduling, burst retraction (cooldown)
+//!   reports, Pending pods ───┤   around nave_policies::decide
+//!   health, now ─────────────┘   moves::Adapt::hold ─► make-before-break
+//!        ─► Planned: decision, StoredDecision, history trigger and reason, Events, next look
+//! ```
+//!
+//! Modules: [`inputs`] turns the hub's objects into the engine's inputs; [`stored`] is what the
+//! store keeps of a decision; [`failover`] and [`moves`] are the two ways a decision departs from
+//! the steady one.
+
+pub mod failover;
+pub mod inputs;
+pub mod moves;
+pub mod stored;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::DeploymentSpec;
+use kube::runtime::events::EventType;
+use nave_api::MultiClusterDeployment;
+use nave_api::wire::{PendingPod, StatusReport, WorkloadRef};
+use nave_policies::{Decision, Fleet, Ledger, Request};
+
+use self::moves::Adapt;
+use self::stored::{Moving, StoredDecision};
+use crate::cluster_health::HealthSnapshot;
+
+/// The agents' latest status reports, by cluster.
+pub type Reports = BTreeMap<String, Arc<StatusReport>>;
+
+/// Each cluster's Pending pods, from its latest heartbeat.
+pub type Pending = BTreeMap<String, Arc<Vec<PendingPod>>>;
+
+/// History trigger of a decision made because the spec changed (or the first one).
+pub const TRIGGER_SPEC: &str = "spec";
+/// History trigger of a decision made because the fleet changed.
+pub const TRIGGER_FLEET: &str = "fleet";
+
+/// Reasons of the Events a plan asks to publish on the MultiClusterDeployment.
+pub mod event_reasons {
+    /// A placement was decided or changed.
+    pub const SCHEDULED: &str = "Scheduled";
+    /// Some replicas have no cluster.
+    pub const FAILED_SCHEDULING: &str = "FailedScheduling";
+    pub use super::failover::{FAILED_BACK, FAILED_OVER};
+    pub use super::moves::{BURST, BURST_RETRACTED, RESCHEDULED};
+}
+
+/// A MultiClusterDeployment's spec as placement reads it, once it has been checked.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Valid {
+    /// The Deployment spec of the template.
+    pub deployment: DeploymentSpec,
+    /// `rescheduling.pendingTimeout`, also a move's deadline.
+    pub pending_timeout: Duration,
+    /// `rescheduling.cooldown`.
+    pub cooldown: Duration,
+}
+
+/// Why the spec cannot be acted on, with the field path; the parts placement reads when it can.
+pub fn validate(mcd: &MultiClusterDeployment) -> Result<Valid, String> {
+    if mcd.spec.replicas < 0 {
+        return Err(format!(
+            "spec.replicas: must not be negative, got {}",
+            mcd.spec.replicas
+        ));
+    }
+    let deployment = mcd.spec.template.deployment_spec().map_err(|e| e.to_string())?;
+    let rescheduling = &mcd.spec.placement.rescheduling;
+    let pending_timeout = rescheduling.pending_timeout().map_err(|e| e.to_string())?;
+    let cooldown = rescheduling.cooldown().map_err(|e| e.to_string())?;
+    for (index, over) in mcd.spec.overrides.iter().enumerate() {
+        over.applies_to(index, "", &BTreeMap::new())
+            .map_err(|e| e.to_string())?;
+    }
+    Ok(Valid {
+        deployment,
+        pending_timeout,
+        cooldown,
+    })
+}
+
+/// The stored placement a plan starts from: this incarnation's (same uid) decision.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Previous {
+    /// The stored decision.
+    pub decision: StoredDecision,
+    /// The `metadata.generation` it was decided for.
+    pub generation: i64,
+}
+
+/// Everything a plan reads, borrowed: the caller gathers it (from memory, see
+/// [`crate::fleet::Sources`]), the plan reads nothing else.
+#[derive(Clone, Copy, Debug)]
+pub struct Inputs<'a> {
+    /// The workload.
+    pub workload: &'a WorkloadRef,
+    /// Its object (spec, generation).
+    pub mcd: &'a MultiClusterDeployment,
+    /// Its checked spec ([`validate`]).
+    pub valid: &'a Valid,
+    /// Its stored placement, when there is one of this incarnation.
+    pub previous: Option<&'a Previous>,
+    /// The fleet, with usage and network measurements.
+    pub fleet: &'a Fleet,
+    /// Room taken by replicas not reported running yet (this workload's included).
+    pub ledger: &'a Ledger,
+    /// The agents' latest reports.
+    pub reports: &'a Reports,
+    /// The clusters' Pending pods.
+    pub pending: &'a Pending,
+    /// Which clusters are failed over, and since when others are Ready.
+    pub health: &'a HealthSnapshot,
+    /// The instant decided at.
+    pub now: jiff::Timestamp,
+}
+
+/// An Event a plan asks to publish when its placement is a change.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PlannedEvent {
+    /// Normal or Warning.
+    pub type_: EventType,
+    /// One of [`event_reasons`].
+    pub reason: &'static str,
+    /// What happened (the explanation, or what moved where and why).
+    pub note: String,
+}
+
+/// What a plan decided, and what to record and say about it.
+#[derive(Clone, Debug)]
+pub struct Planned {
+    /// The engine's decision (assignment and explanations).
+    pub decision: Decision,
+    /// What the store keeps (with failover's and moves' state).
+    pub stored: StoredDecision,
+    /// The assignment the plan started from.
+    pub current: BTreeMap<String, u32>,
+    /// Why the placement was decided: `spec`, `fleet`, `failover`, `failback`, `reschedule` or
+    /// `burst-retract`.
+    pub trigger: &'static str,
+    /// One line for the history.
+    pub reason: String,
+    /// The move under way after this decision (old replicas kept until the new ones run).
+    pub moving: Option<Moving>,
+    /// Events to publish when the stored placement changed, in order.
+    pub events: Vec<PlannedEvent>,
+    /// Replicas moved away from failed-over clusters by this decision.
+    pub failed_over: bool,
+    /// Replicas moved by rescheduling or burst retraction in this decision.
+    pub moved: u32,
+    /// This decision starts using burst clusters.
+    pub burst_started: bool,
+    /// Whether more room could not improve the placement: everything placed, nothing Pending,
+    /// nothing in burst clusters, no move under way.
+    pub settled: bool,
+    /// When to look again, before the resync: a Pending pod passing the timeout, the cooldown
+    /// ending while there is something to move, or a move's deadline.
+    pub next: Option<Duration>,
+}
+
+impl Planned {
+    /// Replicas dispatched per cluster: the assignment and the replicas a move holds.
+    pub fn dispatched(&self) -> BTreeMap<String, u32> {
+        self.stored.dispatched()
+    }
+}
+
+/// `(ready, available, pending)` of the workload's Deployment in one report.
+pub fn deployment_status(report: Option<&StatusReport>, workload: &WorkloadRef) -> Option<(i32, i32, i32)> {
+    let object = report?.objects.iter().find(|o| {
+        o.kind == "Deployment"
+            && o.name == workload.name
+            && o.namespace.as_deref() == Some(&workload.namespace)
+    })?;
+    Some((
+        object.ready_replicas.unwrap_or(0),
+        object.available_replicas.unwrap_or(0),
+        object
+            .pending_pods
+            .map_or(0, |p| i32::try_from(p).unwrap_or(i32::MAX)),
+    ))
+}
+
+/// Decides where the workload's replicas go now, with failover, rescheduling, burst retraction
+/// and make-before-break applied, and says what to record. Pure: same inputs, same plan.
+pub fn plan(inputs: &Inputs<'_>) -> Planned {
+    let Inputs {
+        workload,
+        mcd,
+        valid,
+        previous,
+        fleet,
+        ledger,
+        reports,
+        pending,
+        health,
+        now,
+    } = *inputs;
+    let spec = &mcd.spec;
+    let generation = mcd.metadata.generation.unwrap_or(0);
+    let stored = previous.map(|p| &p.decision);
+    let demand = inputs::demand(&valid.deployment);
+    let current = stored.map(|d| d.assignment.clone()).unwrap_or_default();
+    let replicas = u32::try_from(spec.replicas).unwrap_or(0);
+    let request =
+        Request::new(replicas, demand.clone(), inputs::policy(&spec.placement)).with_current(current);
+
+    let mut failover = failover::Plan::new(
+        health,
+        spec.placement.failback,
+        stored,
+        &request.current,
+        fleet,
+        now,
+    );
+    let (stuck, next_stuck) = moves::stuck(pending, workload, valid.pending_timeout, now);
+    let mut adapt = Adapt::new(
+        stored,
+        spec.placement.rescheduling.enabled,
+        valid.pending_timeout,
+        valid.cooldown,
+        stuck,
+        now,
+    );
+    // Failover first: a lost cluster's replicas move before stuck or burst ones.
+    let decision = failover.decide(fleet, ledger, &request);
+    let decision = if failover.trigger().is_some() {
+        decision
+    } else {
+        adapt.decide(fleet, ledger, &request, decision)
+    };
+    let moving = adapt
+        .hold(&request.current, &decision, fleet, reports, workload)
+        .cloned();
+
+    let trigger = match failover.trigger().or(adapt.trigger()) {
+        Some(trigger) => trigger,
+        None if previous.is_none_or(|p| p.generation != generation) => TRIGGER_SPEC,
+        None => TRIGGER_FLEET,
+    };
+    let explanation = decision.to_string();
+    let summary = explanation.lines().next().unwrap_or_default().to_owned();
+    let mut stored = StoredDecision::of(&decision, &demand);
+    failover.annotate(&mut stored);
+    adapt.annotate(&mut stored);
+    let reason = failover
+        .reason(&decision)
+        .or_else(|| adapt.reason(&decision))
+        .unwrap_or(summary);
+
+    let mut events = vec![if decision.unplaced > 0 {
+        PlannedEvent {
+            type_: EventType::Warning,
+            reason: event_reasons::FAILED_SCHEDULING,
+            note: explanation,
+        }
+    } else {
+        PlannedEvent {
+            type_: EventType::Normal,
+            reason: event_reasons::SCHEDULED,
+            note: explanation,
+        }
+    }];
+    let mut failed_over = false;
+    if let Some((type_, reason, note)) = failover.event(&decision) {
+        failed_over = reason == event_reasons::FAILED_OVER;
+        events.push(PlannedEvent { type_, reason, note });
+    }
+    let mut moved = 0;
+    if let Some((type_, reason, note)) = adapt.event(&decision) {
+        moved = adapt.moved();
+        events.push(PlannedEvent { type_, reason, note });
+    }
+    let in_burst = moves::in_burst_clusters(&decision);
+    let burst_before: u32 = in_burst
+        .keys()
+        .map(|c| request.current.get(c).copied().unwrap_or(0))
+        .sum();
+    let burst_started = !in_burst.is_empty() && burst_before == 0;
+    if burst_started {
+        events.push(PlannedEvent {
+            type_: EventType::Normal,
+            reason: event_reasons::BURST,
+            note: format!(
+                "{} replicas went to burst clusters ({})",
+                in_burst.values().sum::<u32>(),
+                moves::added(&decision)
+            ),
+        });
+    }
+
+    let pods_pending = decision.assignment.iter().any(|(cluster, n)| {
+        *n > 0
+            && deployment_status(reports.get(cluster).map(Arc::as_ref), workload)
+                .is_some_and(|(_, _, pending)| pending > 0)
+    });
+    let settled = decision.unplaced == 0 && !pods_pending && in_burst.is_empty() && moving.is_none();
+    let mut next = next_stuck;
+    let mut sooner = |at: Duration| next = Some(next.map_or(at, |n| n.min(at)));
+    if adapt.trigger().is_none() && (pods_pending || !in_burst.is_empty()) {
+        let cooling = adapt.cooling();
+        if !cooling.is_zero() {
+            sooner(cooling);
+        }
+    }
+    if let Some(m) = &moving {
+        let elapsed = now.duration_since(m.since).unsigned_abs();
+        sooner(valid.pending_timeout.saturating_sub(elapsed));
+    }
+    Planned {
+        decision,
+        stored,
+        current: request.current,
+        trigger,
+        reason,
+        moving,
+        events,
+        failed_over,
+        moved,
+        burst_started,
+        settled,
+        next,
+    }
+}
+
+#[cfg(test)]
+mod tests;

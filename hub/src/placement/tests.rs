@@ -1,0 +1,280 @@
+//! The composed plan: the same inputs give the same plan, and each way a decision departs from
+//! the steady one (failover, rescheduling, burst retraction, make-before-break) shows in it.
+
+use std::time::Duration;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use nave_api::wire::{ObjectStatus, PendingPod};
+use serde_json::json;
+
+use super::*;
+use crate::cluster_health::FailedOver;
+use crate::fixtures::{at, cluster, fleet};
+
+fn web() -> WorkloadRef {
+    WorkloadRef::new("shop", "web")
+}
+
+/// `replicas` of 1 CPU under `policy`, with `placement` merged into `spec.placement`.
+fn mcd(replicas: i64, placement: serde_json::Value) -> MultiClusterDeployment {
+    let mut placement_spec = json!({"policy": "worst-fit"});
+    for (k, v) in placement.as_object().into_iter().flatten() {
+        placement_spec[k] = v.clone();
+    }
+    serde_json::from_value(json!({
+        "apiVersion": "nave.dev/v1alpha1",
+        "kind": "MultiClusterDeployment",
+        "metadata": {"name": "web", "namespace": "shop", "generation": 1},
+        "spec": {
+            "replicas": replicas,
+            "placement": placement_spec,
+            "template": {"spec": {
+                "selector": {"matchLabels": {"app": "web"}},
+                "template": {
+                    "metadata": {"labels": {"app": "web"}},
+                    "spec": {"containers": [{
+                        "name": "app", "image": "nginx:1.27",
+                        "resources": {"requests": {"cpu": "1"}}
+                    }]}
+                }
+            }}
+        }
+    }))
+    .unwrap()
+}
+
+fn previous(assignment: &[(&str, u32)]) -> Previous {
+    Previous {
+        decision: StoredDecision {
+            assignment: assignment.iter().map(|(c, n)| ((*c).to_owned(), *n)).collect(),
+            demand: stored::StoredDemand {
+                cpu_millis: 1000,
+                memory_bytes: 0,
+            },
+            ..StoredDecision::default()
+        },
+        generation: 1,
+    }
+}
+
+/// Reports where `web` runs `running` ready replicas and `pending` Pending ones per cluster.
+fn reports(clusters: &[(&str, i32, u32)]) -> Reports {
+    clusters
+        .iter()
+        .map(|(cluster, ready, pending)| {
+            let report = StatusReport {
+                objects: vec![ObjectStatus {
+                    kind: "Deployment".to_owned(),
+                    namespace: Some("shop".to_owned()),
+                    name: "web".to_owned(),
+                    workload: Some(web()),
+                    ready_replicas: Some(*ready),
+                    available_replicas: Some(*ready),
+                    pending_pods: Some(*pending),
+                    ..ObjectStatus::default()
+                }],
+                ..StatusReport::default()
+            };
+            ((*cluster).to_owned(), Arc::new(report))
+        })
+        .collect()
+}
+
+fn stuck_pods(cluster: &str, count: u32, since: i64) -> Pending {
+    let pods = (0..count)
+        .map(|i| PendingPod {
+            namespace: "shop".to_owned(),
+            name: format!("web-{i}"),
+            workload: Some(web()),
+            reason: "Unschedulable".to_owned(),
+            message: "0/1 nodes are available: 1 Insufficient cpu.".to_owned(),
+            since: Some(Time(at(since))),
+        })
+        .collect();
+    [(cluster.to_owned(), Arc::new(pods))].into()
+}
+
+struct World {
+    mcd: MultiClusterDeployment,
+    valid: Valid,
+    previous: Option<Previous>,
+    fleet: Fleet,
+    reports: Reports,
+    pending: Pending,
+    health: HealthSnapshot,
+    now: jiff::Timestamp,
+}
+
+impl World {
+    fn new(mcd: MultiClusterDeployment, fleet: Fleet) -> World {
+        let valid = validate(&mcd).expect("a valid spec");
+        World {
+            mcd,
+            valid,
+            previous: None,
+            fleet,
+            reports: Reports::new(),
+            pending: Pending::new(),
+            health: HealthSnapshot::default(),
+            now: at(3600),
+        }
+    }
+
+    fn plan(&self) -> Planned {
+        let workload = web();
+        plan(&Inputs {
+            workload: &workload,
+            mcd: &self.mcd,
+            valid: &self.valid,
+            previous: self.previous.as_ref(),
+            fleet: &self.fleet,
+            ledger: &Ledger::new(),
+            reports: &self.reports,
+            pending: &self.pending,
+            health: &self.health,
+            now: self.now,
+        })
+    }
+}
+
+#[test]
+fn a_new_workload_is_placed_by_its_spec_and_the_plan_is_the_same_for_the_same_inputs() {
+    let world = World::new(
+        mcd(4, json!({})),
+        fleet(vec![cluster("eu-1", 8), cluster("us-1", 8)]),
+    );
+    let planned = world.plan();
+    assert_eq!(planned.trigger, TRIGGER_SPEC);
+    assert_eq!(
+        planned.decision.assignment.values().sum::<u32>(),
+        4,
+        "{}",
+        planned.decision
+    );
+    assert_eq!(planned.stored.assignment, planned.decision.assignment);
+    assert_eq!(planned.stored.demand(), nave_policies::Demand::new(1000, 0));
+    assert_eq!(planned.events[0].reason, event_reasons::SCHEDULED);
+    assert!(
+        planned.settled,
+        "everything placed, nothing Pending, nothing in burst clusters"
+    );
+    let again = world.plan();
+    assert_eq!(again.stored, planned.stored, "a plan is a function of its inputs");
+}
+
+#[test]
+fn stuck_replicas_past_the_pending_timeout_are_rescheduled_with_a_move_held_until_they_run() {
+    let mut world = World::new(
+        mcd(4, json!({"rescheduling": {"pendingTimeout": "5m"}})),
+        fleet(vec![cluster("eu-1", 2), cluster("us-1", 8)]),
+    );
+    world.previous = Some(previous(&[("eu-1", 2), ("us-1", 2)]));
+    world.reports = reports(&[("eu-1", 1, 1), ("us-1", 2, 0)]);
+    world.pending = stuck_pods("eu-1", 1, 0);
+    let planned = world.plan();
+    assert_eq!(planned.trigger, moves::TRIGGER_RESCHEDULE, "{}", planned.reason);
+    assert_eq!(
+        planned.decision.assignment.get("us-1"),
+        Some(&3),
+        "{}",
+        planned.decision
+    );
+    assert_eq!(planned.moved, 1);
+    assert_eq!(planned.stored.moved_at, Some(world.now), "the cooldown starts");
+    assert!(
+        planned
+            .events
+            .iter()
+            .any(|e| e.reason == event_reasons::RESCHEDULED),
+        "{:?}",
+        planned.events
+    );
+    assert!(
+        planned.reason.starts_with("rescheduled: moved 1 from eu-1"),
+        "{}",
+        planned.reason
+    );
+
+    // Not yet past the timeout: nothing moves, and the plan says when to look again.
+    world.pending = stuck_pods("eu-1", 1, 3600 - 60);
+    let waiting = world.plan();
+    assert_eq!(waiting.trigger, TRIGGER_FLEET);
+    assert_eq!(
+        waiting.decision.assignment,
+        world.previous.as_ref().unwrap().decision.assignment
+    );
+    assert_eq!(waiting.next, Some(Duration::from_secs(240)));
+}
+
+#[test]
+fn burst_replicas_come_back_when_regular_clusters_have_room() {
+    let mut burst = cluster("burst", 8);
+    burst.burst_only = true;
+    let mut world = World::new(mcd(4, json!({})), fleet(vec![cluster("eu-1", 8), burst]));
+    world.previous = Some(previous(&[("eu-1", 2), ("burst", 2)]));
+    world.reports = reports(&[("eu-1", 2, 0), ("burst", 2, 0)]);
+    let planned = world.plan();
+    assert_eq!(planned.trigger, moves::TRIGGER_RETRACT, "{}", planned.reason);
+    assert_eq!(
+        planned.decision.assignment.get("eu-1"),
+        Some(&4),
+        "{}",
+        planned.decision
+    );
+    let moving = planned
+        .moving
+        .as_ref()
+        .expect("the burst replicas stay until the new ones run");
+    assert_eq!(moving.held.get("burst"), Some(&2));
+    assert_eq!(
+        planned.dispatched().get("burst"),
+        Some(&2),
+        "held replicas are still sent"
+    );
+    assert!(!planned.settled);
+}
+
+#[test]
+fn failover_comes_before_moves_and_is_recorded_for_failback() {
+    let mut lost = cluster("eu-1", 8);
+    lost.ready = false;
+    let mut world = World::new(mcd(4, json!({})), fleet(vec![lost, cluster("us-1", 8)]));
+    world.previous = Some(previous(&[("eu-1", 2), ("us-1", 2)]));
+    world.health = HealthSnapshot {
+        failed_over: [(
+            "eu-1".to_owned(),
+            FailedOver {
+                since: at(100),
+                last_heartbeat: Some(at(0)),
+            },
+        )]
+        .into(),
+        ..HealthSnapshot::default()
+    };
+    let planned = world.plan();
+    assert_eq!(planned.trigger, failover::TRIGGER_FAILOVER);
+    assert!(planned.failed_over);
+    assert_eq!(
+        planned.decision.assignment.get("us-1"),
+        Some(&4),
+        "{}",
+        planned.decision
+    );
+    assert!(planned.stored.failed_over_from.contains("eu-1"));
+    assert!(
+        planned
+            .events
+            .iter()
+            .any(|e| e.reason == event_reasons::FAILED_OVER)
+    );
+}
+
+#[test]
+fn invalid_specs_are_refused_with_the_field_named() {
+    let mut negative = mcd(1, json!({}));
+    negative.spec.replicas = -1;
+    assert!(validate(&negative).unwrap_err().starts_with("spec.replicas"));
+    let bad_timeout = mcd(1, json!({"rescheduling": {"pendingTimeout": "soon"}}));
+    let message = validate(&bad_timeout).unwrap_err();
+    assert!(message.contains("pendingTimeout"), "{message}");
+}

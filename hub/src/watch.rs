@@ -1,0 +1,193 @@
+//! The management cluster's objects the hub keeps in memory rather than listing on every
+//! reconcile: WorkloadClusters (labels, cordon, burst-only: what placement reads) and
+//! MultiClusterServices (the Services that follow a workload), each kept by a reflector, and the
+//! reconciles their changes ask for.
+//!
+//! ```text
+//!  watch WorkloadClusters ─► reflector ─► Watched::clusters ─► fleet::Sources::view
+//!        spec or labels changed, or deleted ─► ReconcileTrigger::trigger (every workload)
+//!  watch MultiClusterServices ─► reflector ─► Watched::services ─► the workload's Services
+//!        any change ─► ReconcileTrigger::workloads (the workload it names)
+//! ```
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use futures::StreamExt;
+use kube::ResourceExt;
+use kube::api::Api;
+use kube::runtime::WatchStreamExt;
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::watcher::{self, Event};
+use nave_api::wire::WorkloadRef;
+use nave_api::{MultiClusterService, WorkloadCluster};
+use tokio_util::sync::CancellationToken;
+
+use crate::error::Error;
+use crate::signals::ReconcileTrigger;
+
+/// The reflected objects.
+#[derive(Clone)]
+pub struct Watched {
+    /// Every WorkloadCluster.
+    pub clusters: Store<WorkloadCluster>,
+    /// Every MultiClusterService.
+    pub services: Store<MultiClusterService>,
+}
+
+impl std::fmt::Debug for Watched {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Watched")
+            .field("clusters", &self.clusters.state().len())
+            .field("services", &self.services.state().len())
+            .finish()
+    }
+}
+
+impl Watched {
+    /// Waits until both reflectors have listed once, so that a reconcile never plans on an
+    /// empty fleet only because the hub has just started.
+    pub async fn ready(&self) -> Result<(), Error> {
+        self.clusters
+            .wait_until_ready()
+            .await
+            .map_err(|_| Error::NotWatching("WorkloadClusters"))?;
+        self.services
+            .wait_until_ready()
+            .await
+            .map_err(|_| Error::NotWatching("MultiClusterServices"))?;
+        Ok(())
+    }
+
+    /// The MultiClusterServices in `workload`'s namespace that follow it.
+    pub fn services_of(&self, workload: &WorkloadRef) -> Vec<Arc<MultiClusterService>> {
+        let mut services: Vec<Arc<MultiClusterService>> = self
+            .services
+            .state()
+            .into_iter()
+            .filter(|s| {
+                s.namespace().as_deref() == Some(workload.namespace.as_str())
+                    && s.spec.deployment.as_deref() == Some(workload.name.as_str())
+            })
+            .collect();
+        services.sort_by_key(|s| s.name_any());
+        services
+    }
+}
+
+/// Starts both reflectors; the returned future runs them until `shutdown` and asks `trigger` for
+/// the reconciles their changes need.
+pub fn start(
+    client: kube::Client,
+    trigger: ReconcileTrigger,
+    shutdown: CancellationToken,
+) -> (Watched, impl Future<Output = ()> + Send) {
+    let (clusters, cluster_writer) = reflector::store();
+    let (services, service_writer) = reflector::store();
+    let watched = Watched { clusters, services };
+    let cluster_trigger = trigger.clone();
+    let cluster_events = reflector::reflector(
+        cluster_writer,
+        watcher::watcher(
+            Api::<WorkloadCluster>::all(client.clone()),
+            watcher::Config::default(),
+        ),
+    )
+    .default_backoff();
+    let service_events = reflector::reflector(
+        service_writer,
+        watcher::watcher(
+            Api::<MultiClusterService>::all(client),
+            watcher::Config::default(),
+        ),
+    )
+    .default_backoff();
+    let run = async move {
+        let mut edits = ClusterEdits::default();
+        let clusters = cluster_events.for_each(|event| {
+            if let Ok(event) = event
+                && edits.changed(&event)
+            {
+                cluster_trigger.trigger();
+            }
+            futures::future::ready(())
+        });
+        let services = service_events.for_each(|event| {
+            if let Ok(Event::Apply(mcs) | Event::Delete(mcs) | Event::InitApply(mcs)) = event
+                && let (Some(namespace), Some(name)) = (mcs.namespace(), mcs.spec.deployment.clone())
+            {
+                trigger.workloads([WorkloadRef::new(&namespace, &name)]);
+            }
+            futures::future::ready(())
+        });
+        tokio::select! {
+            () = shutdown.cancelled() => {}
+            () = clusters => {}
+            () = services => {}
+        }
+    };
+    (watched, run)
+}
+
+/// Tells the WorkloadCluster changes that placement reads (its spec or labels; not its status,
+/// which the hub writes itself on heartbeats) from the others.
+#[derive(Debug, Default)]
+struct ClusterEdits {
+    seen: HashMap<String, (Option<i64>, Option<BTreeMap<String, String>>)>,
+}
+
+impl ClusterEdits {
+    fn changed(&mut self, event: &Event<WorkloadCluster>) -> bool {
+        match event {
+            Event::InitApply(wcl) => {
+                let key = (wcl.metadata.generation, wcl.metadata.labels.clone());
+                self.seen.insert(wcl.name_any(), key);
+                false
+            }
+            Event::Apply(wcl) => {
+                let key = (wcl.metadata.generation, wcl.metadata.labels.clone());
+                self.seen.insert(wcl.name_any(), key.clone()) != Some(key)
+            }
+            Event::Delete(wcl) => self.seen.remove(&wcl.name_any()).is_some(),
+            Event::Init | Event::InitDone => false,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use nave_api::WorkloadClusterSpec;
+
+    use super::*;
+
+    fn wcl(name: &str, generation: i64, label: &str) -> WorkloadCluster {
+        let mut object = WorkloadCluster::new(name, WorkloadClusterSpec::default());
+        object.metadata.generation = Some(generation);
+        object.metadata.labels = Some([("tier".to_owned(), label.to_owned())].into());
+        object
+    }
+
+    #[test]
+    fn only_spec_label_and_membership_changes_ask_for_a_pass() {
+        let mut edits = ClusterEdits::default();
+        assert!(
+            !edits.changed(&Event::InitApply(wcl("eu-1", 1, "a"))),
+            "the initial list"
+        );
+        assert!(
+            !edits.changed(&Event::Apply(wcl("eu-1", 1, "a"))),
+            "a status write"
+        );
+        assert!(edits.changed(&Event::Apply(wcl("eu-1", 2, "a"))), "a spec edit");
+        assert!(edits.changed(&Event::Apply(wcl("eu-1", 2, "b"))), "a label edit");
+        assert!(edits.changed(&Event::Apply(wcl("us-1", 1, "a"))), "a new cluster");
+        assert!(
+            edits.changed(&Event::Delete(wcl("us-1", 1, "a"))),
+            "a deleted cluster"
+        );
+        assert!(
+            !edits.changed(&Event::Delete(wcl("ap-1", 1, "a"))),
+            "one never seen"
+        );
+    }
+}
