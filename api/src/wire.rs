@@ -557,13 +557,16 @@ pub struct ApplyError {
     pub message: String,
 }
 
-/// Body of every error answer of the agent endpoints.
+/// Body of every error answer of the hub: the agent endpoints and the REST API.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct ErrorBody {
-    /// Machine-readable code, one of the [`error_codes`].
+    /// Machine-readable code: `bad_request`, `unauthorized`, `forbidden`, `not_found`,
+    /// `method_not_allowed`, `payload_too_large`, `unsupported_media_type`, `invalid`,
+    /// `internal` or `unavailable`.
     pub error: String,
-    /// Human-readable explanation.
+    /// What went wrong, for people.
     pub message: String,
 }
 
@@ -575,8 +578,18 @@ pub mod error_codes {
     pub const UNAUTHORIZED: &str = "unauthorized";
     /// `403`: the credential is for another cluster.
     pub const FORBIDDEN: &str = "forbidden";
-    /// `404`: no such endpoint or cluster.
+    /// `404`: no such endpoint or object.
     pub const NOT_FOUND: &str = "not_found";
-    /// `500`/`503`: the hub failed; retry with backoff.
+    /// `405`: the path exists, the method does not.
+    pub const METHOD_NOT_ALLOWED: &str = "method_not_allowed";
+    /// `413`: the body is larger than the hub accepts.
+    pub const PAYLOAD_TOO_LARGE: &str = "payload_too_large";
+    /// `415`: the body is not `application/json`.
+    pub const UNSUPPORTED_MEDIA_TYPE: &str = "unsupported_media_type";
+    /// `422`: well-formed JSON that is not a valid request (the message names the field).
+    pub const INVALID: &str = "invalid";
+    /// `500`: the hub failed; retry with backoff.
     pub const INTERNAL: &str = "internal";
+    /// `503`: the store or the management cluster cannot be reached; retry with backoff.
+    pub const UNAVAILABLE: &str = "unavailable";
 }

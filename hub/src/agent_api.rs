@@ -18,23 +18,21 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use axum::Router;
-use axum::extract::{
-    FromRequest, Query, Request, State, rejection::JsonRejection, rejection::QueryRejection,
-};
+use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use nave_api::wire::{
-    self, ErrorBody, Heartbeat, HeartbeatAnswer, RegisterRequest, RegisterResponse, StatusReport, WorkQuery,
-    WorkSet, WorkloadRef, error_codes,
+    self, Heartbeat, HeartbeatAnswer, RegisterRequest, RegisterResponse, StatusReport, WorkQuery, WorkSet,
+    WorkloadRef,
 };
-use serde::de::DeserializeOwned;
 use tracing::{debug, instrument, warn};
 
+use crate::api_error::{ApiError, Json, Query};
 use crate::index::Index;
 use crate::settings::Timings;
 use crate::signals::{ReconcileTrigger, WorkSignals};
-use crate::store::{AgentIdentity, ClusterUpsert, NewHeartbeat, Store, StoreError, StoreErrorKind};
+use crate::store::{AgentIdentity, ClusterUpsert, NewHeartbeat, Store};
 use crate::tokens;
 use crate::workload_clusters::{self, ClusterObjects};
 
@@ -119,107 +117,8 @@ pub fn router(state: AgentState) -> Router {
         .with_state(state)
 }
 
-/// Every error answer of the agent endpoints; the body is a [`ErrorBody`].
-#[derive(Debug, thiserror::Error)]
-pub enum ApiError {
-    /// Malformed request or body.
-    #[error("{0}")]
-    BadRequest(String),
-    /// Missing, unknown or revoked token.
-    #[error("{0}")]
-    Unauthorized(&'static str),
-    /// The credential is for another cluster.
-    #[error("{0}")]
-    Forbidden(String),
-    /// No such endpoint.
-    #[error("no such endpoint")]
-    NotFound,
-    /// The store failed; its text is logged, never sent.
-    #[error("store operation failed")]
-    Store(#[source] StoreError),
-}
-
-impl ApiError {
-    /// The HTTP status of this error.
-    pub fn status_code(&self) -> StatusCode {
-        match self {
-            ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
-            ApiError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
-            ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
-            ApiError::NotFound => StatusCode::NOT_FOUND,
-            ApiError::Store(e) => match e.kind() {
-                StoreErrorKind::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
-                StoreErrorKind::InvalidInput => StatusCode::BAD_REQUEST,
-                StoreErrorKind::UnknownCluster => StatusCode::NOT_FOUND,
-                StoreErrorKind::Internal => StatusCode::INTERNAL_SERVER_ERROR,
-            },
-        }
-    }
-}
-
-impl From<StoreError> for ApiError {
-    fn from(error: StoreError) -> Self {
-        ApiError::Store(error)
-    }
-}
-
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
-        let status = self.status_code();
-        let (code, message) = match &self {
-            ApiError::BadRequest(m) => (error_codes::BAD_REQUEST, m.clone()),
-            ApiError::Unauthorized(m) => (error_codes::UNAUTHORIZED, (*m).to_owned()),
-            ApiError::Forbidden(m) => (error_codes::FORBIDDEN, m.clone()),
-            ApiError::NotFound => (error_codes::NOT_FOUND, self.to_string()),
-            ApiError::Store(e) => {
-                warn!(error = %e, source = ?std::error::Error::source(e), "agent request failed in the store");
-                let code = match e.kind() {
-                    StoreErrorKind::InvalidInput => error_codes::BAD_REQUEST,
-                    StoreErrorKind::UnknownCluster => error_codes::NOT_FOUND,
-                    _ => error_codes::INTERNAL,
-                };
-                (code, e.client_message())
-            }
-        };
-        let body = ErrorBody {
-            error: code.to_owned(),
-            message,
-        };
-        (status, axum::Json(body)).into_response()
-    }
-}
-
-/// A JSON body whose rejection is an [`ApiError::BadRequest`] with the JSON error body.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Json<T>(pub T);
-
-impl<T, S> FromRequest<S> for Json<T>
-where
-    T: DeserializeOwned,
-    S: Send + Sync,
-{
-    type Rejection = ApiError;
-
-    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
-        match axum::Json::<T>::from_request(req, state).await {
-            Ok(axum::Json(value)) => Ok(Json(value)),
-            Err(rejection) => Err(ApiError::BadRequest(json_rejection_message(&rejection))),
-        }
-    }
-}
-
-fn json_rejection_message(rejection: &JsonRejection) -> String {
-    rejection.body_text()
-}
-
-impl<T: serde::Serialize> IntoResponse for Json<T> {
-    fn into_response(self) -> Response {
-        axum::Json(self.0).into_response()
-    }
-}
-
 async fn not_found() -> ApiError {
-    ApiError::NotFound
+    ApiError::NotFound("no such endpoint".to_owned())
 }
 
 const MISSING_TOKEN: &str = "missing bearer token in the Authorization header";
@@ -416,10 +315,9 @@ async fn heartbeat(
 async fn work(
     State(state): State<AgentState>,
     headers: HeaderMap,
-    query: Result<Query<WorkQuery>, QueryRejection>,
+    Query(query): Query<WorkQuery>,
 ) -> Result<Response, ApiError> {
     let identity = authenticate(&state, &headers).await?;
-    let Query(query) = query.map_err(|rejection| ApiError::BadRequest(rejection.body_text()))?;
     tracing::Span::current().record("cluster", identity.cluster.as_str());
     check_scope(&identity, query.cluster.as_deref())?;
     let wait = Duration::from_secs(query.wait.unwrap_or(0).min(wire::MAX_WORK_WAIT_SECONDS));

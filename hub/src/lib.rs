@@ -43,6 +43,7 @@
 #![forbid(unsafe_code)]
 
 pub mod agent_api;
+pub mod api_error;
 pub mod cli;
 pub mod cluster_health;
 pub mod controller;

@@ -12,12 +12,11 @@
 //!
 //! Routes and the document come from the same `#[utoipa::path]` annotations
 //! ([`utoipa_axum::routes!`]), so a route cannot be served without being documented. Every error
-//! is JSON ([`error::ErrorBody`]), including unknown paths (`404`), wrong methods (`405`) and
+//! is JSON ([`crate::api_error::ErrorBody`]), including unknown paths (`404`), wrong methods (`405`) and
 //! rejected bodies (`400`, `415`, `422`).
 
 pub mod auth;
 mod clusters;
-pub mod error;
 mod placements;
 mod simulate;
 
@@ -35,7 +34,7 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 pub use self::auth::{ApiTokens, Scope, TokensError};
-use self::error::ApiError;
+use crate::api_error::{self, ApiError};
 use crate::fleet::Sources;
 use crate::store::Store;
 
@@ -151,7 +150,7 @@ async fn method_not_allowed() -> ApiError {
     tag = "meta",
     responses(
         (status = 200, description = "The OpenAPI document.", body = Object),
-        (status = 401, description = "No valid token.", body = error::ErrorBody),
+        (status = 401, description = "No valid token.", body = api_error::ErrorBody),
     )
 )]
 async fn openapi_document(State(state): State<RestState>) -> impl IntoResponse {

@@ -263,8 +263,8 @@ struct Probes {
 }
 
 const HUB_PROBES: Probes = Probes {
-    liveness: nave_hub::probes::HEALTHZ_PATH,
-    readiness: nave_hub::probes::READYZ_PATH,
+    liveness: nave_hub::readiness::HEALTHZ_PATH,
+    readiness: nave_hub::readiness::READYZ_PATH,
 };
 
 const AGENT_PROBES: Probes = Probes {

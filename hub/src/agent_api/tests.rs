@@ -100,7 +100,7 @@ async fn register_with_wrong_bootstrap_token_is_401_json() {
 }
 
 #[tokio::test]
-async fn malformed_body_is_400_json() {
+async fn malformed_body_is_400_and_a_field_of_the_wrong_type_is_422_json_as_in_the_rest_api() {
     let h = harness().await;
     let (status, value) = call(
         &h.state,
@@ -121,8 +121,12 @@ async fn malformed_body_is_400_json() {
         Some(json!({"capacity": 1}).to_string()),
     )
     .await;
-    assert_eq!(status, StatusCode::BAD_REQUEST, "{value}");
-    assert_eq!(error_code(&value), error_codes::BAD_REQUEST);
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{value}");
+    assert_eq!(error_code(&value), error_codes::INVALID);
+    assert!(
+        value["message"].as_str().is_some_and(|m| m.contains("capacity")),
+        "the message names the field: {value}"
+    );
 }
 
 #[tokio::test]

@@ -26,7 +26,7 @@ use axum::middleware::Next;
 use axum::response::Response;
 use k8s_openapi::api::core::v1::Secret;
 
-use super::error::ApiError;
+use crate::api_error::ApiError;
 
 /// What a token may do. Ordered: a higher scope includes the lower ones.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]

@@ -10,7 +10,7 @@ use tracing::instrument;
 use utoipa::ToSchema;
 
 use super::RestState;
-use super::error::{ApiError, ErrorBody, Json, Path};
+use crate::api_error::{ApiError, ErrorBody, Json, Path};
 use crate::fleet::FleetView;
 use crate::placement::stored::StoredDecision;
 use crate::store::{ClusterRecord, PlacementRecord};

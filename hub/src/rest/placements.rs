@@ -11,7 +11,7 @@ use tracing::instrument;
 use utoipa::{IntoParams, ToSchema};
 
 use super::RestState;
-use super::error::{ApiError, ErrorBody, Json, Path, Query};
+use crate::api_error::{ApiError, ErrorBody, Json, Path, Query};
 use crate::store::{HistoryCursor, HistoryQuery, PlacementHistoryEntry, PlacementRecord};
 
 /// Page size when `limit` is not given.

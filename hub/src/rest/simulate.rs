@@ -13,7 +13,7 @@ use tracing::instrument;
 use utoipa::ToSchema;
 
 use super::RestState;
-use super::error::{ApiError, ErrorBody, Json};
+use crate::api_error::{ApiError, ErrorBody, Json};
 use crate::placement::stored::StoredDecision;
 use crate::placement::{self, Previous};
 

@@ -1,46 +1,22 @@
-//! Errors of the REST API, always answered as JSON [`ErrorBody`], the same shape as the agent
-//! endpoints' errors; and extractors whose rejections are such errors.
+//! The one error type of the hub's HTTP APIs, the agent endpoints and the REST API alike, always
+//! answered as a JSON [`ErrorBody`] (`{"error": <code>, "message": <text>}`); and the extractors
+//! whose rejections are such errors, so a malformed body, query or path gets the same shape.
 
 use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
 use axum::extract::{FromRequest, FromRequestParts, Request};
 use axum::http::StatusCode;
 use axum::http::request::Parts;
 use axum::response::{IntoResponse, Response};
+pub use nave_api::wire::ErrorBody;
+use nave_api::wire::error_codes as codes;
+use serde::Serialize;
 use serde::de::DeserializeOwned;
-use serde::{Deserialize, Serialize};
 use tracing::warn;
-use utoipa::ToSchema;
 
 use crate::error::Error;
 use crate::store::{StoreError, StoreErrorKind};
 
-/// Values of [`ErrorBody::error`].
-pub mod codes {
-    pub use nave_api::wire::error_codes::{BAD_REQUEST, FORBIDDEN, INTERNAL, NOT_FOUND, UNAUTHORIZED};
-    /// `405`: the path exists, the method does not.
-    pub const METHOD_NOT_ALLOWED: &str = "method_not_allowed";
-    /// `413`: the body is larger than the hub accepts.
-    pub const PAYLOAD_TOO_LARGE: &str = "payload_too_large";
-    /// `415`: the body is not `application/json`.
-    pub const UNSUPPORTED_MEDIA_TYPE: &str = "unsupported_media_type";
-    /// `422`: well-formed JSON that is not a valid request (the message names the field).
-    pub const INVALID: &str = "invalid";
-    /// `503`: the store or the management cluster cannot be reached; retry later.
-    pub const UNAVAILABLE: &str = "unavailable";
-}
-
-/// Body of every error answer.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, ToSchema)]
-pub struct ErrorBody {
-    /// Machine-readable code: `bad_request`, `unauthorized`, `forbidden`, `not_found`,
-    /// `method_not_allowed`, `payload_too_large`, `unsupported_media_type`, `invalid`,
-    /// `internal` or `unavailable`.
-    pub error: String,
-    /// What went wrong, for people.
-    pub message: String,
-}
-
-/// Every failure of a REST request.
+/// Every failure of a request to the hub.
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
     /// A malformed request: query, path or JSON syntax.
@@ -70,8 +46,8 @@ pub enum ApiError {
     /// A store operation failed; its text is logged, never sent.
     #[error("store operation failed")]
     Store(#[source] StoreError),
-    /// Reading the fleet failed (store or management cluster); logged, never sent.
-    #[error("reading the fleet failed")]
+    /// An operation of the hub failed (store or management cluster); logged, never sent.
+    #[error("the hub failed")]
     Hub(#[source] Error),
 }
 
@@ -146,7 +122,7 @@ impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let status = self.status_code();
         if status.is_server_error() {
-            warn!(error = %self, source = ?std::error::Error::source(&self), "REST request failed");
+            warn!(error = %self, source = ?std::error::Error::source(&self), "request failed");
         }
         let (code, message) = self.code_and_message();
         let body = ErrorBody {
