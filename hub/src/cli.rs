@@ -107,6 +107,19 @@ impl Default for PrometheusArgs {
     }
 }
 
+impl PrometheusArgs {
+    /// The Prometheus to read usage from; `None` without `--prometheus-url`.
+    pub fn source(&self) -> Option<crate::usage::Source> {
+        Some(crate::usage::Source {
+            url: self.prometheus_url.clone()?,
+            cpu_query: self.prometheus_usage_cpu_query.clone(),
+            memory_query: self.prometheus_usage_memory_query.clone(),
+            traffic_query: self.prometheus_traffic_query.clone(),
+            ttl: self.prometheus_ttl,
+        })
+    }
+}
+
 /// Failover rules of `nave-hub run` (see the `health` module for how they combine).
 #[derive(Debug, Clone, PartialEq, clap::Args)]
 pub struct FailoverArgs {

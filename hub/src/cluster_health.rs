@@ -10,7 +10,7 @@
 //! ```
 //!
 //! This module is the pure part (the rules, [`Tracker`], the shared [`FleetHealth`]);
-//! [`monitor`] is the loop that applies it.
+//! [`crate::controller::heartbeats`] is the loop that applies it.
 //!
 //! # The rules
 //! - **Stale**: a cluster whose last heartbeat is at least the grace period old
@@ -352,8 +352,6 @@ pub fn stale_message(
     };
     format!("{silence}; {failover}")
 }
-
-pub mod monitor;
 
 #[cfg(test)]
 mod tests;

@@ -9,17 +9,18 @@
 //! admin's edit of a WorkloadCluster (labels, cordon, burst-only) every MultiClusterDeployment,
 //! since any may be placed there.
 
+mod context;
+pub mod heartbeats;
 pub mod mcd;
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
+pub use self::context::Context;
+
+use std::sync::Arc;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::ResourceExt;
 use kube::api::Api;
-use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::{ObjectRef, Store as Reflected};
 use kube::runtime::{Controller, watcher};
 use nave_api::wire::WorkloadRef;
@@ -27,73 +28,7 @@ use nave_api::{DependencyKind, MultiClusterDeployment};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
-use crate::fleet::Sources;
-use crate::metrics::HubMetrics;
-use crate::settings::HUB_NAME;
-use crate::signals::{Triggered, WorkSignals};
-use crate::store::Store;
-use crate::watch::Watched;
-
-/// What the MultiClusterDeployment controller's reconciles need, and nothing else.
-#[derive(Clone)]
-pub struct Context {
-    /// Client of the management cluster (ConfigMaps and Secrets to copy, status, finalizers).
-    pub client: kube::Client,
-    /// Placements and work sets are written here.
-    pub store: Arc<dyn Store>,
-    /// Publishes Kubernetes Events on the MultiClusterDeployments.
-    pub recorder: Recorder,
-    /// Wakes agents' long-polls when a cluster's work changes.
-    pub signals: Arc<WorkSignals>,
-    /// What plans read: the fleet, the index, health and usage.
-    pub sources: Sources,
-    /// The reflected WorkloadClusters and MultiClusterServices.
-    pub watched: Watched,
-    /// Prometheus metrics.
-    pub metrics: Arc<HubMetrics>,
-    /// Longest time between two reconciles of one object.
-    pub resync: Duration,
-    /// Failed reconciles in a row per object (`namespace/name`), for the retry backoff.
-    pub backoff: Arc<Mutex<HashMap<String, u32>>>,
-}
-
-impl std::fmt::Debug for Context {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Context")
-            .field("store", &self.store)
-            .field("resync", &self.resync)
-            .finish_non_exhaustive()
-    }
-}
-
-impl Context {
-    /// The controller's context; its Events name the hub (and the pod, from `POD_NAME`).
-    pub fn new(
-        client: kube::Client,
-        store: Arc<dyn Store>,
-        signals: Arc<WorkSignals>,
-        sources: Sources,
-        watched: Watched,
-        metrics: Arc<HubMetrics>,
-        resync: Duration,
-    ) -> Self {
-        let reporter = Reporter {
-            controller: HUB_NAME.to_owned(),
-            instance: std::env::var("POD_NAME").ok(),
-        };
-        Context {
-            recorder: Recorder::new(client.clone(), reporter),
-            client,
-            store,
-            signals,
-            sources,
-            watched,
-            metrics,
-            resync,
-            backoff: Arc::default(),
-        }
-    }
-}
+use crate::signals::Triggered;
 
 /// Most reconciles at once. Each holds a rendered workload and its cluster's work sets are
 /// written one reconcile at a time anyway; unbounded, a pass over thousands of workloads held

@@ -22,7 +22,7 @@ pub enum Error {
     },
     /// The REST API's tokens file cannot be read or parsed.
     #[error("loading the REST API tokens")]
-    ApiTokens(#[source] crate::rest::TokensError),
+    ApiTokens(#[source] crate::tokens::TokensError),
     /// Building the Kubernetes client (kubeconfig or in-cluster config) failed.
     #[error("building the Kubernetes client")]
     KubeClient(#[source] Box<dyn std::error::Error + Send + Sync>),

@@ -61,7 +61,7 @@ pub mod rest;
 pub mod settings;
 pub mod signals;
 pub mod store;
-mod tokens;
+pub mod tokens;
 pub mod usage;
 pub mod watch;
 pub mod workload_clusters;
@@ -194,12 +194,15 @@ pub async fn run_until(args: RunArgs, shutdown: CancellationToken) -> Result<(),
         Some(_) => UsageCache::new(args.prometheus.prometheus_ttl),
         None => UsageCache::default(),
     });
-    let refresher = usage::Refresher::new(&args.prometheus, usage.clone(), metrics.clone())?.map(|r| {
-        r.with_status(
-            ClusterObjects::new(client.clone()),
-            timings.cluster_status_interval,
-        )
-    });
+    let refresher = match args.prometheus.source() {
+        Some(source) => Some(
+            usage::Refresher::new(&source, usage.clone(), metrics.clone())?.with_status(
+                ClusterObjects::new(client.clone()),
+                timings.cluster_status_interval,
+            ),
+        ),
+        None => None,
+    };
     if refresher.is_none() {
         info!("no --prometheus-url: scores use requests only");
     }
@@ -227,7 +230,7 @@ pub async fn run_until(args: RunArgs, shutdown: CancellationToken) -> Result<(),
         closed.cancelled().await;
         closing.close();
     });
-    let monitor = cluster_health::monitor::Monitor {
+    let monitor = controller::heartbeats::Monitor {
         index: index.clone(),
         health,
         objects: ClusterObjects::new(client.clone()),
@@ -236,7 +239,7 @@ pub async fn run_until(args: RunArgs, shutdown: CancellationToken) -> Result<(),
         rules,
         failback_settle: timings.failback_settle,
     };
-    let health = cluster_health::monitor::run(monitor, shutdown.clone());
+    let health = controller::heartbeats::run(monitor, shutdown.clone());
     let state = AgentState::new(
         store.clone(),
         index,

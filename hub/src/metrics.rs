@@ -6,7 +6,7 @@
 //!        │        ── record_placement_change ───► nave_placements_total
 //!        └─────── record_reconcile_error ───────► nave_reconcile_errors_total
 //!  rescheduling, bursting, failover ── record_* ─► nave_{reschedules,bursts,failovers}_total
-//!  prometheus::Refresher ── record_prometheus_query ─► nave_prometheus_quer{ies,y_errors}_total
+//!  usage::Refresher ── QueryObserver::query_done ─► nave_prometheus_quer{ies,y_errors}_total
 //!
 //!  GET /metrics ─► store.list_clusters() ─► nave_cluster_* (computed per scrape)
 //!               ├► UsageCache::fresh()  ─► nave_cluster_used
@@ -49,7 +49,7 @@ use tracing::warn;
 use crate::placement::inputs;
 use crate::store::ClusterRecord;
 use crate::store::Store;
-use crate::usage::{Usage, UsageCache};
+use crate::usage::{QueryObserver, Usage, UsageCache};
 
 /// Path of the metrics endpoint.
 pub const METRICS_PATH: &str = "/metrics";
@@ -473,6 +473,16 @@ fn amounts(allocatable: wire::Resources, requested: wire::Resources) -> [(&'stat
         ),
         ("pods", allocatable.pods as f64, requested.pods as f64),
     ]
+}
+
+impl QueryObserver for HubMetrics {
+    fn signal_configured(&self, signal: &'static str) {
+        self.prometheus_signal(signal);
+    }
+
+    fn query_done(&self, signal: &'static str, failed: bool) {
+        self.record_prometheus_query(signal, failed);
+    }
 }
 
 /// What `GET /metrics` reads.

@@ -12,13 +12,14 @@
 //!        ─► Planned: decision, StoredDecision, history trigger and reason, Events, next look
 //! ```
 //!
-//! Modules: [`inputs`] turns the hub's objects into the engine's inputs; [`stored`] is what the
-//! store keeps of a decision; [`failover`] and [`moves`] are the two ways a decision departs from
-//! the steady one.
+//! Modules: [`inputs`] turns the hub's objects into the engine's inputs; [`reports`] reads what
+//! agents report; [`stored`] is what the store keeps of a decision; [`failover`] and [`moves`] are
+//! the two ways a decision departs from the steady one.
 
 pub mod failover;
 pub mod inputs;
 pub mod moves;
+pub mod reports;
 pub mod stored;
 
 use std::collections::BTreeMap;
@@ -28,18 +29,13 @@ use std::time::Duration;
 use k8s_openapi::api::apps::v1::DeploymentSpec;
 use kube::runtime::events::EventType;
 use nave_api::MultiClusterDeployment;
-use nave_api::wire::{PendingPod, StatusReport, WorkloadRef};
+use nave_api::wire::WorkloadRef;
 use nave_policies::{Decision, Fleet, Ledger, Request};
 
 use self::moves::Adapt;
+pub use self::reports::{Pending, Reports, deployment_status};
 use self::stored::{Moving, StoredDecision};
 use crate::cluster_health::HealthSnapshot;
-
-/// The agents' latest status reports, by cluster.
-pub type Reports = BTreeMap<String, Arc<StatusReport>>;
-
-/// Each cluster's Pending pods, from its latest heartbeat.
-pub type Pending = BTreeMap<String, Arc<Vec<PendingPod>>>;
 
 /// History trigger of a decision made because the spec changed (or the first one).
 pub const TRIGGER_SPEC: &str = "spec";
@@ -173,22 +169,6 @@ impl Planned {
     pub fn dispatched(&self) -> BTreeMap<String, u32> {
         self.stored.dispatched()
     }
-}
-
-/// `(ready, available, pending)` of the workload's Deployment in one report.
-pub fn deployment_status(report: Option<&StatusReport>, workload: &WorkloadRef) -> Option<(i32, i32, i32)> {
-    let object = report?.objects.iter().find(|o| {
-        o.kind == "Deployment"
-            && o.name == workload.name
-            && o.namespace.as_deref() == Some(&workload.namespace)
-    })?;
-    Some((
-        object.ready_replicas.unwrap_or(0),
-        object.available_replicas.unwrap_or(0),
-        object
-            .pending_pods
-            .map_or(0, |p| i32::try_from(p).unwrap_or(i32::MAX)),
-    ))
 }
 
 /// Decides where the workload's replicas go now, with failover, rescheduling, burst retraction

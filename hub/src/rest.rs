@@ -15,45 +15,37 @@
 //! is JSON ([`crate::api_error::ErrorBody`]), including unknown paths (`404`), wrong methods (`405`) and
 //! rejected bodies (`400`, `415`, `422`).
 
-pub mod auth;
 mod clusters;
 mod placements;
 mod simulate;
+mod state;
+
+pub use self::state::RestState;
 
 use std::sync::Arc;
 
 use axum::Router;
-use axum::extract::State;
+use axum::extract::{Request, State};
 use axum::http::header;
 use axum::middleware;
-use axum::response::IntoResponse;
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
 use axum::routing::any;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-pub use self::auth::{ApiTokens, Scope, TokensError};
 use crate::api_error::{self, ApiError};
 use crate::fleet::Sources;
 use crate::store::Store;
+pub use crate::tokens::{ApiTokens, Scope, TokensError};
 
 /// Prefix of every REST path.
 pub const PREFIX: &str = "/api/v1";
 
 /// Path of the OpenAPI document.
 pub const OPENAPI_PATH: &str = "/api/v1/openapi.json";
-
-/// State of the REST handlers.
-#[derive(Clone, Debug)]
-pub struct RestState {
-    /// What placement reads (the fleet, the index, health, usage), as the controller sees it.
-    sources: Sources,
-    /// Placements, their history, heartbeats.
-    store: Arc<dyn Store>,
-    /// The OpenAPI document, serialized once.
-    document: Arc<str>,
-}
 
 #[derive(OpenApi)]
 #[openapi(
@@ -129,7 +121,7 @@ pub fn router(sources: Sources, store: Arc<dyn Store>, tokens: ApiTokens) -> Rou
         .route(&format!("{PREFIX}/"), any(not_found))
         .route(&format!("{PREFIX}/{{*rest}}"), any(not_found))
         .method_not_allowed_fallback(method_not_allowed)
-        .layer(middleware::from_fn_with_state(tokens, auth::require_read))
+        .layer(middleware::from_fn_with_state(tokens, require_read))
         .with_state(state)
 }
 
@@ -158,4 +150,33 @@ async fn openapi_document(State(state): State<RestState>) -> impl IntoResponse {
         [(header::CONTENT_TYPE, "application/json")],
         state.document.to_string(),
     )
+}
+
+const NO_TOKENS_CONFIGURED: &str = "the REST API has no tokens configured, so it refuses \
+     every request; start the hub with --api-tokens-file FILE (or NAVE_API_TOKENS_FILE), one \
+     `<scope> <token>` per line with scope read or admin";
+const MISSING_TOKEN: &str = "missing bearer token: send `Authorization: Bearer <token>`";
+const UNKNOWN_TOKEN: &str = "unknown API token";
+
+/// Middleware: lets a request through when it carries a token of at least `read` scope, and
+/// puts the token's [`Scope`] in the request's extensions for handlers that need more.
+async fn require_read(
+    State(tokens): State<ApiTokens>,
+    mut request: Request,
+    next: Next,
+) -> Result<Response, ApiError> {
+    if tokens.is_empty() {
+        return Err(ApiError::Unauthorized(NO_TOKENS_CONFIGURED));
+    }
+    let token = crate::tokens::bearer(request.headers()).ok_or(ApiError::Unauthorized(MISSING_TOKEN))?;
+    let scope = tokens
+        .scope_of(token)
+        .ok_or(ApiError::Unauthorized(UNKNOWN_TOKEN))?;
+    if !scope.allows(Scope::Read) {
+        return Err(ApiError::Forbidden(format!(
+            "this token's scope {scope} does not allow reading"
+        )));
+    }
+    request.extensions_mut().insert(scope);
+    Ok(next.run(request).await)
 }

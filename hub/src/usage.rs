@@ -34,9 +34,7 @@ use prometheus_http_query::response::Data;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use crate::cli::PrometheusArgs;
 use crate::error::Error;
-use crate::metrics::HubMetrics;
 use crate::workload_clusters::ClusterObjects;
 
 /// The label that names the workload cluster in every answer.
@@ -223,6 +221,30 @@ pub fn per_cluster(data: &Data) -> Result<BTreeMap<String, f64>, String> {
     Ok(out)
 }
 
+/// Where the Prometheus is and what to ask it (`--prometheus-*`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Source {
+    /// Base URL of the server.
+    pub url: String,
+    /// PromQL for each cluster's CPU use in cores; empty turns the signal off.
+    pub cpu_query: String,
+    /// PromQL for each cluster's memory use in bytes; empty turns the signal off.
+    pub memory_query: String,
+    /// PromQL for each cluster's traffic, if any.
+    pub traffic_query: Option<String>,
+    /// How long a value counts; the queries run every third of it.
+    pub ttl: Duration,
+}
+
+/// Told which signals are read and how each query went (the hub's metrics count them), so that
+/// this module needs nothing of the metrics.
+pub trait QueryObserver: Send + Sync {
+    /// `signal` has a query and will be read.
+    fn signal_configured(&self, signal: &'static str);
+    /// One query of `signal` answered (`failed: false`) or failed.
+    fn query_done(&self, signal: &'static str, failed: bool);
+}
+
 /// Reads the queries on a period and keeps [`UsageCache`] current; mirrors fresh usage into
 /// WorkloadCluster status when given the objects.
 pub struct Refresher {
@@ -230,7 +252,7 @@ pub struct Refresher {
     queries: Vec<(Signal, String)>,
     interval: Duration,
     cache: Arc<UsageCache>,
-    metrics: Arc<HubMetrics>,
+    observer: Arc<dyn QueryObserver>,
     objects: Option<ClusterObjects>,
     status_interval: Duration,
     /// What each WorkloadCluster's status says now, and when it was written.
@@ -248,18 +270,16 @@ impl std::fmt::Debug for Refresher {
 }
 
 impl Refresher {
-    /// A refresher of `cache` from the Prometheus at `args.prometheus_url`, querying every third
-    /// of the TTL (so one failed round does not expire the values) with that as the timeout.
-    /// `None` without a URL; an error when the URL does not parse.
+    /// A refresher of `cache` from `source`, querying every third of the TTL (so one failed
+    /// round does not expire the values) with that as the timeout; an error when the URL does
+    /// not parse.
     pub fn new(
-        args: &PrometheusArgs,
+        source: &Source,
         cache: Arc<UsageCache>,
-        metrics: Arc<HubMetrics>,
-    ) -> Result<Option<Refresher>, Error> {
-        let Some(url) = args.prometheus_url.as_deref() else {
-            return Ok(None);
-        };
-        let interval = (args.prometheus_ttl / 3).max(Duration::from_millis(100));
+        observer: Arc<dyn QueryObserver>,
+    ) -> Result<Refresher, Error> {
+        let url = source.url.as_str();
+        let interval = (source.ttl / 3).max(Duration::from_millis(100));
         let http = reqwest::Client::builder()
             .timeout(interval.max(Duration::from_secs(1)))
             .build()
@@ -272,9 +292,9 @@ impl Refresher {
             message: e.to_string(),
         })?;
         let queries: Vec<(Signal, String)> = [
-            (Signal::Cpu, Some(&args.prometheus_usage_cpu_query)),
-            (Signal::Memory, Some(&args.prometheus_usage_memory_query)),
-            (Signal::Traffic, args.prometheus_traffic_query.as_ref()),
+            (Signal::Cpu, Some(&source.cpu_query)),
+            (Signal::Memory, Some(&source.memory_query)),
+            (Signal::Traffic, source.traffic_query.as_ref()),
         ]
         .into_iter()
         .filter_map(|(signal, query)| {
@@ -283,18 +303,18 @@ impl Refresher {
         })
         .collect();
         for (signal, _) in &queries {
-            metrics.prometheus_signal(signal.name());
+            observer.signal_configured(signal.name());
         }
-        Ok(Some(Refresher {
+        Ok(Refresher {
             client,
             queries,
             interval,
             cache,
-            metrics,
+            observer,
             objects: None,
             status_interval: Duration::from_secs(30),
             written: BTreeMap::new(),
-        }))
+        })
     }
 
     /// Also writes fresh usage into WorkloadCluster status, at most once per `interval` per
@@ -344,12 +364,12 @@ impl Refresher {
             match values {
                 Ok(values) => {
                     debug!(signal = signal.name(), clusters = values.len(), "usage read");
-                    self.metrics.record_prometheus_query(signal.name(), false);
+                    self.observer.query_done(signal.name(), false);
                     self.cache.record(signal, &values, at);
                 }
                 Err(error) => {
                     failed += 1;
-                    self.metrics.record_prometheus_query(signal.name(), true);
+                    self.observer.query_done(signal.name(), true);
                     warn!(
                         signal = signal.name(),
                         query = %query,

@@ -133,8 +133,11 @@ pub fn start(
 /// which the hub writes itself on heartbeats) from the others.
 #[derive(Debug, Default)]
 struct ClusterEdits {
-    seen: HashMap<String, (Option<i64>, Option<BTreeMap<String, String>>)>,
+    seen: HashMap<String, Seen>,
 }
+
+/// What placement reads of a WorkloadCluster: its spec (by generation) and its labels.
+type Seen = (Option<i64>, Option<BTreeMap<String, String>>);
 
 impl ClusterEdits {
     fn changed(&mut self, event: &Event<WorkloadCluster>) -> bool {

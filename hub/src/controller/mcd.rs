@@ -19,7 +19,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::events::{Event as KubeEvent, EventType};
@@ -32,7 +31,8 @@ use serde_json::{Value, json};
 use tracing::{debug, info, instrument, warn};
 
 pub use self::status::status_of;
-use super::Context;
+use self::status::{condition, truncate};
+use super::context::Context;
 use crate::error::Error;
 use crate::placement::stored::StoredDecision;
 use crate::placement::{self, Previous, Reports};
@@ -91,30 +91,6 @@ pub fn error_policy(mcd: Arc<MultiClusterDeployment>, error: &Error, ctx: Arc<Co
     let delay = Duration::from_secs(1u64 << (*attempts).min(9)).min(Duration::from_secs(300));
     warn!(object = %object, error = %error, source = ?std::error::Error::source(error), retry_in = ?delay, "reconcile failed");
     Action::requeue(delay)
-}
-
-pub(crate) fn condition(
-    type_: &str,
-    status: &str,
-    reason: &str,
-    message: impl Into<String>,
-    generation: Option<i64>,
-) -> Condition {
-    Condition {
-        type_: type_.to_owned(),
-        status: status.to_owned(),
-        reason: reason.to_owned(),
-        message: message.into(),
-        last_transition_time: Time(jiff::Timestamp::now()),
-        observed_generation: generation,
-    }
-}
-
-pub(crate) fn truncate(text: &str, max: usize) -> String {
-    match text.char_indices().nth(max) {
-        Some((i, _)) => format!("{}...", &text[..i]),
-        None => text.to_owned(),
-    }
 }
 
 async fn publish(
@@ -364,15 +340,7 @@ async fn apply(mcd: Arc<MultiClusterDeployment>, ctx: &Context) -> Result<Action
             ctx.metrics.record_burst();
         }
         for event in &planned.events {
-            publish(
-                ctx,
-                &mcd,
-                event.type_.clone(),
-                event.reason,
-                ACTION_SCHEDULE,
-                &event.note,
-            )
-            .await;
+            publish(ctx, &mcd, event.type_, event.reason, ACTION_SCHEDULE, &event.note).await;
         }
     }
     // Come back when a Pending pod passes the timeout, the cooldown ends, or a move's deadline.

@@ -37,8 +37,8 @@ use kube::runtime::events::EventType;
 use nave_api::wire::{PendingPod, WorkloadRef};
 use nave_policies::{Decision, Fleet, Ledger, Request, Role, decide};
 
+use super::reports::{Pending, Reports, deployment_status};
 use super::stored::{Moving, StoredDecision};
-use super::{Reports, deployment_status};
 
 /// History trigger of a move of Pending replicas.
 pub const TRIGGER_RESCHEDULE: &str = "reschedule";
@@ -75,7 +75,7 @@ pub struct Stuck {
 /// has shown for that long that it cannot place them, and moving the younger ones a cooldown
 /// later would only keep them waiting.
 pub fn stuck(
-    pending: &BTreeMap<String, Arc<Vec<PendingPod>>>,
+    pending: &Pending,
     workload: &WorkloadRef,
     timeout: Duration,
     now: jiff::Timestamp,

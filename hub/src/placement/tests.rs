@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use nave_api::wire::{ObjectStatus, PendingPod};
+use nave_api::wire::{ObjectStatus, PendingPod, StatusReport};
 use serde_json::json;
 
 use super::*;

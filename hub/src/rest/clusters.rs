@@ -9,7 +9,7 @@ use serde::Serialize;
 use tracing::instrument;
 use utoipa::ToSchema;
 
-use super::RestState;
+use super::state::RestState;
 use crate::api_error::{ApiError, ErrorBody, Json, Path};
 use crate::fleet::FleetView;
 use crate::placement::stored::StoredDecision;

@@ -10,7 +10,7 @@ use serde_json::Value;
 use tracing::instrument;
 use utoipa::{IntoParams, ToSchema};
 
-use super::RestState;
+use super::state::RestState;
 use crate::api_error::{ApiError, ErrorBody, Json, Path, Query};
 use crate::store::{HistoryCursor, HistoryQuery, PlacementHistoryEntry, PlacementRecord};
 

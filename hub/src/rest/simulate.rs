@@ -12,7 +12,7 @@ use serde_json::Value;
 use tracing::instrument;
 use utoipa::ToSchema;
 
-use super::RestState;
+use super::state::RestState;
 use crate::api_error::{ApiError, ErrorBody, Json};
 use crate::placement::stored::StoredDecision;
 use crate::placement::{self, Previous};

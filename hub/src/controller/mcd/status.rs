@@ -4,14 +4,40 @@
 
 use std::sync::Arc;
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use nave_api::conditions::{self, reasons, types};
 use nave_api::wire::{WORKLOAD_LABEL, WorkloadRef};
 use nave_api::{ClusterPlacementStatus, MultiClusterDeployment, MultiClusterDeploymentStatus};
 use nave_policies::{Decision, Fleet, Role};
 
-use super::{condition, truncate};
 use crate::placement::stored::Moving;
 use crate::placement::{Reports, deployment_status};
+
+/// A condition of `type_`, as of now.
+pub(crate) fn condition(
+    type_: &str,
+    status: &str,
+    reason: &str,
+    message: impl Into<String>,
+    generation: Option<i64>,
+) -> Condition {
+    Condition {
+        type_: type_.to_owned(),
+        status: status.to_owned(),
+        reason: reason.to_owned(),
+        message: message.into(),
+        last_transition_time: Time(jiff::Timestamp::now()),
+        observed_generation: generation,
+    }
+}
+
+/// `text` cut to `max` characters, with `...` when cut.
+pub(crate) fn truncate(text: &str, max: usize) -> String {
+    match text.char_indices().nth(max) {
+        Some((i, _)) => format!("{}...", &text[..i]),
+        None => text.to_owned(),
+    }
+}
 
 /// The status of an MCD: per cluster from the decision and the reports, totals as sums.
 pub fn status_of(

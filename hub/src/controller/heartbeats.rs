@@ -1,4 +1,5 @@
-//! The loop that applies [`super`]'s rules to the clusters' heartbeats every check interval:
+//! The WorkloadClusters' side of the controllers: the loop that applies
+//! [`crate::cluster_health`]'s rules to the clusters' heartbeats every check interval:
 //! `Ready` conditions and Events on WorkloadClusters, the shared [`FleetHealth`] view, and a pass
 //! of the controllers when anything changed.
 
@@ -12,7 +13,7 @@ use nave_api::conditions::reasons;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use super::{
+use crate::cluster_health::{
     FleetHealth, Held, Observation, Rules, StaleState, Tracker, check_interval, event_reasons, stale_message,
 };
 use crate::index::Index;
