@@ -25,7 +25,7 @@ pub enum Error {
     ApiTokens(#[source] crate::tokens::TokensError),
     /// Building the Kubernetes client (kubeconfig or in-cluster config) failed.
     #[error("building the Kubernetes client")]
-    KubeClient(#[source] Box<dyn std::error::Error + Send + Sync>),
+    KubeClient(#[source] nave_runtime::ClientError),
     /// The CRDs are not installed in the management cluster.
     #[error(
         "CustomResourceDefinition {name} is not installed in the management cluster; \

@@ -71,9 +71,8 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::Api;
-use kube::config::{KubeConfigOptions, Kubeconfig};
 use tokio_util::sync::CancellationToken;
-use tracing::{error, info, warn};
+use tracing::{info, warn};
 
 pub use error::Error;
 
@@ -101,48 +100,11 @@ pub fn crds_yaml() -> String {
         .join("---\n")
 }
 
-/// Logs to stderr, filtered by `RUST_LOG` (default `info`), plain or as JSON lines.
-pub fn init_tracing(json: bool) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    let _ = if json {
-        builder.json().try_init()
-    } else {
-        builder.try_init()
-    };
-}
-
 /// Runs the hub until SIGTERM or Ctrl-C.
 pub async fn run(args: RunArgs) -> Result<(), Error> {
     let shutdown = CancellationToken::new();
-    tokio::spawn(shutdown_on_signal(shutdown.clone()));
+    tokio::spawn(nave_runtime::cancel_on_signal(shutdown.clone()));
     run_until(args, shutdown).await
-}
-
-async fn shutdown_on_signal(shutdown: CancellationToken) {
-    let ctrl_c = tokio::signal::ctrl_c();
-    #[cfg(unix)]
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(e) => {
-                error!(error = %e, "cannot listen for SIGTERM");
-                std::future::pending::<()>().await;
-            }
-        }
-    };
-    #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
-    tokio::select! {
-        _ = ctrl_c => info!("Ctrl-C received, shutting down"),
-        () = term => info!("SIGTERM received, shutting down"),
-    }
-    shutdown.cancel();
 }
 
 /// Runs the hub until `shutdown` is cancelled: checks the CRDs, opens the store, then serves
@@ -164,7 +126,9 @@ pub async fn run_until(args: RunArgs, shutdown: CancellationToken) -> Result<(),
         Some(path) => rest::ApiTokens::from_file(path).map_err(Error::ApiTokens)?,
         None => rest::ApiTokens::default(),
     };
-    let client = kube_client(args.kubeconfig.as_deref()).await?;
+    let client = nave_runtime::kube_client(args.kubeconfig.as_deref(), USER_AGENT)
+        .await
+        .map_err(Error::KubeClient)?;
     if let Some(reference) = &args.api_tokens_secret {
         tokens = tokens.with(api_tokens_secret(&client, reference).await?);
     }
@@ -299,26 +263,6 @@ async fn api_tokens_secret(client: &kube::Client, reference: &str) -> Result<res
         .await
         .map_err(Error::kube("reading the REST API tokens Secret"))?;
     rest::ApiTokens::from_secret(reference, &secret).map_err(Error::ApiTokens)
-}
-
-async fn kube_client(kubeconfig: Option<&std::path::Path>) -> Result<kube::Client, Error> {
-    let boxed = |e: Box<dyn std::error::Error + Send + Sync>| Error::KubeClient(e);
-    let config = match kubeconfig {
-        Some(path) => {
-            let kc = Kubeconfig::read_from(path).map_err(|e| boxed(Box::new(e)))?;
-            kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
-                .await
-                .map_err(|e| boxed(Box::new(e)))?
-        }
-        None => kube::Config::infer().await.map_err(|e| boxed(Box::new(e)))?,
-    };
-    let mut config = config;
-    // Names the hub in the API server's audit log (and in nave-sim's request log).
-    config.headers.push((
-        axum::http::header::USER_AGENT,
-        axum::http::HeaderValue::from_static(USER_AGENT),
-    ));
-    kube::Client::try_from(config).map_err(|e| boxed(Box::new(e)))
 }
 
 /// Fails with how to install them when the CRDs are missing from the management cluster.

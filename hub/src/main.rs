@@ -6,8 +6,7 @@ use nave_hub::cli::{Cli, Command};
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    // kube and reqwest use rustls; pick its ring provider once for the process.
-    let _ = rustls::crypto::ring::default_provider().install_default();
+    nave_runtime::install_crypto_provider();
     let cli = Cli::parse();
     match cli.command {
         Command::Crds => {
@@ -15,7 +14,7 @@ async fn main() -> anyhow::Result<()> {
             Ok(())
         }
         Command::Run(run) => {
-            nave_hub::init_tracing(run.log_json);
+            nave_runtime::init_tracing(run.log_json);
             nave_hub::run(run).await?;
             Ok(())
         }

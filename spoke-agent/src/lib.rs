@@ -256,7 +256,7 @@ impl std::fmt::Debug for Agent {
 
 /// Entry point of the binary: logs, Kubernetes client, signals, then [`run_agent`].
 pub async fn run(args: Args) -> anyhow::Result<()> {
-    init_tracing(args.log_json);
+    nave_runtime::init_tracing(args.log_json);
     let client = kube_client(args.kubeconfig.as_deref()).await?;
     let mut config = Config::new(args.hub_url, args.cluster_name, args.bootstrap_token_file);
     config.namespace = args.namespace;
@@ -269,20 +269,9 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     config.link_latency = args.link_latency.into_iter().collect();
 
     let shutdown = CancellationToken::new();
-    tokio::spawn(cancel_on_signal(shutdown.clone()));
+    tokio::spawn(nave_runtime::cancel_on_signal(shutdown.clone()));
     run_agent(config, client, shutdown).await?;
     Ok(())
-}
-
-fn init_tracing(json: bool) {
-    use tracing_subscriber::EnvFilter;
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter);
-    if json {
-        builder.json().init();
-    } else {
-        builder.init();
-    }
 }
 
 /// The `User-Agent` of the agent's requests, to its cluster's API server and to the hub.
@@ -291,48 +280,11 @@ pub const USER_AGENT: &str = concat!("nave-agent/", env!("CARGO_PKG_VERSION"));
 /// The client of the workload cluster, as the binary builds it: from `kubeconfig`, else the
 /// in-cluster config or `$KUBECONFIG`; its requests carry [`USER_AGENT`].
 pub async fn kube_client(kubeconfig: Option<&std::path::Path>) -> Result<Client> {
-    let boxed = |e: Box<dyn std::error::Error + Send + Sync>| Error::KubeConfig { source: e };
-    let config = match kubeconfig {
-        Some(path) => {
-            let kubeconfig = kube::config::Kubeconfig::read_from(path).map_err(|e| boxed(Box::new(e)))?;
-            kube::Config::from_custom_kubeconfig(kubeconfig, &kube::config::KubeConfigOptions::default())
-                .await
-                .map_err(|e| boxed(Box::new(e)))?
-        }
-        None => kube::Config::infer().await.map_err(|e| boxed(Box::new(e)))?,
-    };
-    let mut config = config;
-    // Names the agent in the API server's audit log (and in nave-sim's request log).
-    config.headers.push((
-        axum::http::header::USER_AGENT,
-        axum::http::HeaderValue::from_static(USER_AGENT),
-    ));
-    Client::try_from(config).map_err(|e| boxed(Box::new(e)))
-}
-
-/// Cancels `shutdown` on SIGTERM or Ctrl-C.
-async fn cancel_on_signal(shutdown: CancellationToken) {
-    let ctrl_c = tokio::signal::ctrl_c();
-    #[cfg(unix)]
-    {
-        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(term) => term,
-            Err(e) => {
-                warn!(error = %e, "cannot listen for SIGTERM; Ctrl-C only");
-                let _ = ctrl_c.await;
-                shutdown.cancel();
-                return;
-            }
-        };
-        tokio::select! {
-            _ = ctrl_c => {}
-            _ = term.recv() => {}
-        }
-    }
-    #[cfg(not(unix))]
-    let _ = ctrl_c.await;
-    info!("shutting down");
-    shutdown.cancel();
+    nave_runtime::kube_client(kubeconfig, USER_AGENT)
+        .await
+        .map_err(|source| Error::KubeConfig {
+            source: Box::new(source),
+        })
 }
 
 /// Runs the agent against `client` until `shutdown` is cancelled.

@@ -5,8 +5,6 @@ use clap::Parser;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    rustls::crypto::ring::default_provider()
-        .install_default()
-        .map_err(|_| anyhow::anyhow!("a TLS crypto provider was already installed"))?;
+    nave_runtime::install_crypto_provider();
     nave_agent::run(nave_agent::Args::parse()).await
 }
