@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::{Container, PodSpec};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity as KubeQuantity;
 
-use crate::quantity::Quantity;
+use crate::quantity::{Quantity, QuantityFormat};
 
 #[cfg(test)]
 mod tests;
@@ -47,15 +47,7 @@ impl Resources {
 
     /// The amount of `name` in whole units, rounded away from zero (upstream `Value()`).
     pub fn value(&self, name: &str) -> i128 {
-        let milli = self.milli(name);
-        let whole = milli / 1000;
-        if milli % 1000 == 0 {
-            whole
-        } else if milli > 0 {
-            whole + 1
-        } else {
-            whole - 1
-        }
+        Quantity::from_milli(self.milli(name), QuantityFormat::DecimalSI).value()
     }
 
     /// CPU in millicores, as the scheduler counts it; negative amounts count as zero and huge ones
