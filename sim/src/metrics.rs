@@ -20,11 +20,9 @@ use std::time::Instant;
 use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use k8s_openapi::api::core::v1::{Container, ContainerStatus, Namespace, Node, Pod};
+use nave_resources::{Resources, container_limits, container_requests, pod_limits, pod_requests};
 
 use crate::config::{CPU_USAGE_ANNOTATION, MEMORY_USAGE_ANNOTATION};
-use crate::controllers::resources::{
-    Resources, container_limits, container_requests, milli_map, pod_limits, pod_requests,
-};
 
 /// The content type of the exposition.
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
@@ -426,12 +424,12 @@ fn bool_series(out: &mut Out, name: &'static str, base: &[(&str, &str)], label: 
 }
 
 fn resource_series(out: &mut Out, name: &'static str, base: &[(&str, &str)], resources: &Resources) {
-    for (r, v) in resources {
+    for (r, v) in resources.iter() {
         let res = sanitize(r);
         let mut l = base.to_vec();
         l.push(("resource", &res));
         l.push(("unit", unit(r)));
-        out.add(name, &l, *v as f64 / 1000.0);
+        out.add(name, &l, v as f64 / 1000.0);
     }
 }
 
@@ -499,13 +497,13 @@ fn render_nodes(out: &mut Out, nodes: &[Arc<Node>]) {
             out,
             "kube_node_status_capacity",
             &[("node", &name)],
-            &milli_map(status.capacity.as_ref()),
+            &Resources::from_list(status.capacity.as_ref()),
         );
         resource_series(
             out,
             "kube_node_status_allocatable",
             &[("node", &name)],
-            &milli_map(status.allocatable.as_ref()),
+            &Resources::from_list(status.allocatable.as_ref()),
         );
         for c in status.conditions.iter().flatten() {
             bool_series(
@@ -881,9 +879,9 @@ pub fn container_usage(pod: &Pod, factor: f64) -> Vec<(String, f64, f64)> {
     let (cpu_decl, mem_decl) = (declared(CPU_USAGE_ANNOTATION), declared(MEMORY_USAGE_ANNOTATION));
     let reqs: Vec<Resources> = running.iter().map(|c| container_requests(c)).collect();
     let share = |resource: &str, total: f64, i: usize| {
-        let sum: i128 = reqs.iter().map(|r| r.get(resource).copied().unwrap_or(0)).sum();
+        let sum: i128 = reqs.iter().map(|r| r.milli(resource)).sum();
         if sum > 0 {
-            total * reqs[i].get(resource).copied().unwrap_or(0) as f64 / sum as f64
+            total * reqs[i].milli(resource) as f64 / sum as f64
         } else {
             total / reqs.len() as f64
         }
@@ -892,7 +890,7 @@ pub fn container_usage(pod: &Pod, factor: f64) -> Vec<(String, f64, f64)> {
         .iter()
         .enumerate()
         .map(|(i, c)| {
-            let req = |r: &str| reqs[i].get(r).copied().unwrap_or(0) as f64 / 1000.0 * factor;
+            let req = |r: &str| reqs[i].milli(r) as f64 / 1000.0 * factor;
             let cpu = cpu_decl.map(|t| share("cpu", t, i)).unwrap_or_else(|| req("cpu"));
             let mem = mem_decl
                 .map(|t| share("memory", t, i))
@@ -953,9 +951,9 @@ fn render_usage(
     let mut nodes_seen = HashSet::new();
     for n in s.nodes {
         let name = n.metadata.name.clone().unwrap_or_default();
-        let capacity = milli_map(n.status.as_ref().and_then(|s| s.capacity.as_ref()));
-        let cores = capacity.get("cpu").copied().unwrap_or(0) as f64 / 1000.0;
-        let mem_total = capacity.get("memory").copied().unwrap_or(0) as f64 / 1000.0;
+        let capacity = Resources::from_list(n.status.as_ref().and_then(|s| s.capacity.as_ref()));
+        let cores = capacity.milli("cpu") as f64 / 1000.0;
+        let mem_total = capacity.milli("memory") as f64 / 1000.0;
         let (mut cpu_used, mut mem_used) = per_node.get(&name).copied().unwrap_or((0.0, 0.0));
         if let Some((cpu, mem)) = s.node_usage.get(&name) {
             if let Some(c) = cpu {

@@ -3,13 +3,11 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{Container, Node, Pod, ResourceRequirements};
+use k8s_openapi::api::core::v1::{Node, Pod};
 use nave_api::wire::{
     CapacityModel, CapacityTotals, Heartbeat, NodeCapacity, NodeGroup, PendingPod, Resources, Taint,
     TaintEffect, WORKLOAD_LABEL, WorkloadRef,
 };
-
-use crate::quantity::{parse_millis, parse_units};
 
 #[cfg(test)]
 mod tests;
@@ -80,10 +78,11 @@ pub fn capacity_model<'a>(
             .as_ref()
             .and_then(|s| s.allocatable.as_ref())
             .map(|a| {
+                let a = nave_resources::Resources::from_list(Some(a));
                 Resources::new(
-                    a.get("cpu").map_or(0, |q| parse_millis(&q.0)),
-                    a.get("memory").map_or(0, |q| parse_units(&q.0)),
-                    a.get("pods").map_or(0, |q| parse_units(&q.0)),
+                    a.cpu_millis(),
+                    a.memory_bytes(),
+                    u64::try_from(a.value("pods").max(0)).unwrap_or(u64::MAX),
                 )
             })
             .unwrap_or_default();
@@ -132,67 +131,15 @@ pub fn is_terminal(pod: &Pod) -> bool {
     )
 }
 
-/// What a pod takes from its node, as the scheduler counts it: per resource the larger of the
-/// containers' sum (plus restartable init containers, which keep running) and the peak during
-/// init, plus the pod overhead; one pod slot.
+/// What a pod takes from its node, as the scheduler (and the hub's demand) counts it
+/// ([`nave_resources::pod_requests`]), and one pod slot.
 pub fn pod_requests(pod: &Pod) -> Resources {
-    let Some(spec) = pod.spec.as_ref() else {
-        return Resources::new(0, 0, 1);
-    };
-    let mut containers = (0u64, 0u64);
-    for c in &spec.containers {
-        let (cpu, mem) = container_requests(c);
-        containers = (containers.0.saturating_add(cpu), containers.1.saturating_add(mem));
-    }
-    // Upstream `PodRequests`: sidecars (init containers with restartPolicy Always) run alongside
-    // everything after them; a regular init container runs alone next to the sidecars before it.
-    let mut sidecars = (0u64, 0u64);
-    let mut init_peak = (0u64, 0u64);
-    for c in spec.init_containers.iter().flatten() {
-        let (cpu, mem) = container_requests(c);
-        if c.restart_policy.as_deref() == Some("Always") {
-            sidecars = (sidecars.0.saturating_add(cpu), sidecars.1.saturating_add(mem));
-            init_peak = (init_peak.0.max(sidecars.0), init_peak.1.max(sidecars.1));
-        } else {
-            init_peak = (
-                init_peak.0.max(sidecars.0.saturating_add(cpu)),
-                init_peak.1.max(sidecars.1.saturating_add(mem)),
-            );
-        }
-    }
-    let running = (
-        containers.0.saturating_add(sidecars.0),
-        containers.1.saturating_add(sidecars.1),
-    );
-    let overhead = spec.overhead.as_ref();
-    let overhead_cpu = overhead
-        .and_then(|o| o.get("cpu"))
-        .map_or(0, |q| parse_millis(&q.0));
-    let overhead_mem = overhead
-        .and_then(|o| o.get("memory"))
-        .map_or(0, |q| parse_units(&q.0));
-    Resources::new(
-        running.0.max(init_peak.0).saturating_add(overhead_cpu),
-        running.1.max(init_peak.1).saturating_add(overhead_mem),
-        1,
-    )
-}
-
-/// A container's CPU millis and memory bytes requests; a limit stands in for a missing request,
-/// as the API server defaults it.
-fn container_requests(c: &Container) -> (u64, u64) {
-    let get = |r: &Option<ResourceRequirements>, name: &str| {
-        let r = r.as_ref()?;
-        r.requests
-            .as_ref()
-            .and_then(|m| m.get(name))
-            .or_else(|| r.limits.as_ref().and_then(|m| m.get(name)))
-            .map(|q| q.0.clone())
-    };
-    (
-        get(&c.resources, "cpu").map_or(0, |q| parse_millis(&q)),
-        get(&c.resources, "memory").map_or(0, |q| parse_units(&q)),
-    )
+    let requests = pod
+        .spec
+        .as_ref()
+        .map(nave_resources::pod_requests)
+        .unwrap_or_default();
+    Resources::new(requests.cpu_millis(), requests.memory_bytes(), 1)
 }
 
 /// The workload of an object or pod, from its [`WORKLOAD_LABEL`].

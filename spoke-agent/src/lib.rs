@@ -36,7 +36,6 @@ pub mod hub;
 pub mod identity;
 pub mod metrics;
 pub mod probe;
-pub mod quantity;
 pub mod status;
 
 use std::collections::BTreeMap;

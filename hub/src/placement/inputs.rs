@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::DeploymentSpec;
-use k8s_openapi::api::core::v1::{PodSpec, ResourceRequirements};
+use k8s_openapi::api::core::v1::PodSpec;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector as K8sLabelSelector;
 use nave_api::wire;
 use nave_api::{Placement, PlacementPolicy, WorkloadCluster};
@@ -100,88 +100,15 @@ pub fn capacity_model(model: &wire::CapacityModel) -> CapacityModel {
     CapacityModel { groups, usage: None }
 }
 
-/// CPU in millicores from a Kubernetes quantity (`500m`, `2`, `0.5`).
-pub fn parse_cpu_millis(q: &str) -> Option<u64> {
-    let q = q.trim();
-    if let Some(m) = q.strip_suffix('m') {
-        return m.parse::<f64>().ok().map(|v| v.ceil() as u64);
-    }
-    parse_scaled(q).map(|v| (v * 1000.0).ceil() as u64)
-}
-
-/// Bytes from a Kubernetes quantity (`128Mi`, `1G`, `1e9`, `1000`).
-pub fn parse_bytes(q: &str) -> Option<u64> {
-    parse_scaled(q.trim()).map(|v| v.ceil() as u64)
-}
-
-fn parse_scaled(q: &str) -> Option<f64> {
-    const SUFFIXES: [(&str, f64); 13] = [
-        ("Ki", 1024.0),
-        ("Mi", 1_048_576.0),
-        ("Gi", 1_073_741_824.0),
-        ("Ti", 1_099_511_627_776.0),
-        ("Pi", 1_125_899_906_842_624.0),
-        ("Ei", 1_152_921_504_606_846_976.0),
-        ("n", 1e-9),
-        ("u", 1e-6),
-        ("k", 1e3),
-        ("M", 1e6),
-        ("G", 1e9),
-        ("T", 1e12),
-        ("P", 1e15),
-    ];
-    for (suffix, factor) in SUFFIXES {
-        if let Some(number) = q.strip_suffix(suffix) {
-            return number.parse::<f64>().ok().map(|v| v * factor);
-        }
-    }
-    if let Some(number) = q.strip_suffix('E') {
-        return number.parse::<f64>().ok().map(|v| v * 1e18);
-    }
-    q.parse::<f64>().ok().filter(|v| v.is_finite() && *v >= 0.0)
-}
-
-fn requests(r: Option<&ResourceRequirements>) -> (u64, u64) {
-    let Some(requests) = r.and_then(|r| r.requests.as_ref()) else {
-        return (0, 0);
-    };
-    let cpu = requests
-        .get("cpu")
-        .and_then(|q| parse_cpu_millis(&q.0))
-        .unwrap_or(0);
-    let mem = requests
-        .get("memory")
-        .and_then(|q| parse_bytes(&q.0))
-        .unwrap_or(0);
-    (cpu, mem)
-}
-
-/// The per-replica demand of a pod, counted as the scheduler does: the containers' requests
-/// summed, or the largest init container's when larger, plus the pod overhead.
+/// The per-replica demand of a pod, counted as the scheduler and the agents count it
+/// ([`nave_resources::pod_requests`]): the containers plus sidecars, or the init peak when larger,
+/// a limit standing in for a missing request, plus the pod overhead.
 pub fn demand(spec: &DeploymentSpec) -> Demand {
     let pod = spec.template.spec.clone().unwrap_or_default();
-    let (mut cpu, mut mem) = pod.containers.iter().fold((0, 0), |(c, m), container| {
-        let (rc, rm) = requests(container.resources.as_ref());
-        (c + rc, m + rm)
-    });
-    for init in pod.init_containers.iter().flatten() {
-        let (rc, rm) = requests(init.resources.as_ref());
-        cpu = cpu.max(rc);
-        mem = mem.max(rm);
-    }
-    if let Some(overhead) = &pod.overhead {
-        cpu += overhead
-            .get("cpu")
-            .and_then(|q| parse_cpu_millis(&q.0))
-            .unwrap_or(0);
-        mem += overhead
-            .get("memory")
-            .and_then(|q| parse_bytes(&q.0))
-            .unwrap_or(0);
-    }
+    let requests = nave_resources::pod_requests(&pod);
     Demand {
-        cpu_millis: cpu,
-        memory_bytes: mem,
+        cpu_millis: requests.cpu_millis(),
+        memory_bytes: requests.memory_bytes(),
         node_selector: pod.node_selector.clone().unwrap_or_default(),
         node_affinity: node_affinity(&pod),
         tolerations: tolerations(&pod),
@@ -318,13 +245,49 @@ mod tests {
     use super::*;
 
     #[test]
-    fn quantities_parse_as_the_scheduler_counts_them() {
-        assert_eq!(parse_cpu_millis("500m"), Some(500));
-        assert_eq!(parse_cpu_millis("2"), Some(2000));
-        assert_eq!(parse_cpu_millis("0.25"), Some(250));
-        assert_eq!(parse_bytes("128Mi"), Some(128 * 1024 * 1024));
-        assert_eq!(parse_bytes("1G"), Some(1_000_000_000));
-        assert_eq!(parse_bytes("1000"), Some(1000));
-        assert_eq!(parse_bytes("lots"), None);
+    fn demand_counts_sidecars_init_peaks_limits_and_overhead() {
+        use k8s_openapi::api::core::v1::{Container, PodTemplateSpec, ResourceRequirements};
+        use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+
+        let container = |name: &str, requests: &[(&str, &str)], limits: &[(&str, &str)]| {
+            let list = |items: &[(&str, &str)]| {
+                let map: BTreeMap<String, Quantity> = items
+                    .iter()
+                    .map(|(k, v)| ((*k).to_owned(), Quantity((*v).to_owned())))
+                    .collect();
+                (!map.is_empty()).then_some(map)
+            };
+            Container {
+                name: name.into(),
+                resources: Some(ResourceRequirements {
+                    requests: list(requests),
+                    limits: list(limits),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }
+        };
+        let mut sidecar = container("proxy", &[("cpu", "100m"), ("memory", "64Mi")], &[]);
+        sidecar.restart_policy = Some("Always".into());
+        let spec = DeploymentSpec {
+            template: PodTemplateSpec {
+                spec: Some(PodSpec {
+                    init_containers: Some(vec![
+                        sidecar,
+                        container("migrate", &[], &[("cpu", "1.5"), ("memory", "128Mi")]),
+                    ]),
+                    containers: vec![container("app", &[], &[("cpu", "250m"), ("memory", "0.5Gi")])],
+                    overhead: Some(BTreeMap::from([("memory".to_owned(), Quantity("1Mi".into()))])),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let d = demand(&spec);
+        // cpu: the init container next to the sidecar started before it (1500m + 100m) beats the
+        // app with the sidecar (250m + 100m); memory: 512Mi + 64Mi beats 128Mi + 64Mi; + 1Mi.
+        assert_eq!(d.cpu_millis, 1600);
+        assert_eq!(d.memory_bytes, 577 << 20);
     }
 }

@@ -15,7 +15,8 @@
 
 pub mod fieldpath;
 pub mod patch;
-pub mod quantity;
+/// Resource quantities (`format: quantity` in schemas), from the crate that also counts pod requests.
+pub use nave_resources::quantity;
 pub mod schema;
 pub mod selector;
 pub mod ssa;

@@ -6,7 +6,9 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{Node, NodeSelectorRequirement, NodeSelectorTerm, Pod, Taint, Toleration};
 
-use super::resources::{Resources, node_allocatable};
+use nave_resources::Resources;
+
+use super::resources::node_allocatable;
 
 /// Taint added to cordoned nodes.
 pub const TAINT_UNSCHEDULABLE: &str = "node.kubernetes.io/unschedulable";
@@ -58,9 +60,7 @@ impl NodeSnapshot {
 
     /// Accounts for a pod placed on this node.
     pub fn add_pod(&mut self, requests: &Resources) {
-        for (k, v) in requests {
-            *self.requested.entry(k.clone()).or_insert(0) += v;
-        }
+        self.requested.add(requests);
         let (cpu, mem) = non_zero(requests);
         self.non_zero_requested.0 += cpu;
         self.non_zero_requested.1 += mem;
@@ -71,12 +71,10 @@ impl NodeSnapshot {
 fn non_zero(requests: &Resources) -> (i128, i128) {
     let cpu = requests
         .get("cpu")
-        .copied()
         .filter(|v| *v > 0)
         .unwrap_or(DEFAULT_MILLI_CPU);
     let mem = requests
         .get("memory")
-        .copied()
         .filter(|v| *v > 0)
         .unwrap_or(DEFAULT_MEMORY_MILLI);
     (cpu, mem)
@@ -208,22 +206,19 @@ pub fn filter(pod: &Pod, requests: &Resources, node: &NodeSnapshot) -> Result<()
 /// by name.
 fn fit_reasons(requests: &Resources, node: &NodeSnapshot) -> Vec<String> {
     let mut reasons = Vec::new();
-    let allowed_pods = node.allocatable.get("pods").copied().unwrap_or(0) / 1000;
+    let allowed_pods = node.allocatable.milli("pods") / 1000;
     if i128::from(node.pods) + 1 > allowed_pods {
         reasons.push("Too many pods".to_owned());
     }
-    let free = |name: &str| {
-        node.allocatable.get(name).copied().unwrap_or(0) - node.requested.get(name).copied().unwrap_or(0)
-    };
+    let free = |name: &str| node.allocatable.milli(name) - node.requested.milli(name);
     let mut names: Vec<&str> = vec!["cpu", "memory", "ephemeral-storage"];
     names.extend(
         requests
-            .keys()
-            .map(String::as_str)
+            .names()
             .filter(|k| !matches!(*k, "cpu" | "memory" | "ephemeral-storage" | "pods")),
     );
     for name in names {
-        let want = requests.get(name).copied().unwrap_or(0);
+        let want = requests.milli(name);
         if want > 0 && want > free(name) {
             reasons.push(format!("Insufficient {name}"));
         }
@@ -241,14 +236,8 @@ pub fn score(requests: &Resources, node: &NodeSnapshot) -> i128 {
             (alloc - used) * 100 / alloc
         }
     };
-    let cpu_score = one(
-        node.allocatable.get("cpu").copied().unwrap_or(0),
-        node.non_zero_requested.0 + cpu,
-    );
-    let mem_score = one(
-        node.allocatable.get("memory").copied().unwrap_or(0),
-        node.non_zero_requested.1 + mem,
-    );
+    let cpu_score = one(node.allocatable.milli("cpu"), node.non_zero_requested.0 + cpu);
+    let mem_score = one(node.allocatable.milli("memory"), node.non_zero_requested.1 + mem);
     (cpu_score + mem_score) / 2
 }
 
@@ -312,7 +301,7 @@ mod tests {
     };
     use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
-    use crate::controllers::resources::pod_requests;
+    use nave_resources::pod_requests;
 
     fn node(name: &str, cpu: &str, memory: &str) -> NodeSnapshot {
         NodeSnapshot {
@@ -331,7 +320,8 @@ mod tests {
                 ),
                 ("pods".to_string(), 110_000),
             ]
-            .into(),
+            .into_iter()
+            .collect(),
             requested: Resources::new(),
             non_zero_requested: (0, 0),
             pods: 0,
@@ -496,10 +486,10 @@ mod tests {
     #[test]
     fn too_many_pods_and_extended_resources() {
         let mut n = node("n1", "4", "8Gi");
-        n.allocatable.insert("pods".into(), 1000);
+        n.allocatable.set("pods", 1000);
         n.pods = 1;
         let mut req = Resources::new();
-        req.insert("nvidia.com/gpu".into(), 1000);
+        req.set("nvidia.com/gpu", 1000);
         assert_eq!(
             fit_reasons(&req, &n),
             vec![

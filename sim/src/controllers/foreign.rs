@@ -14,7 +14,6 @@ use kube::{Api, ResourceExt};
 use serde::{Deserialize, Serialize};
 
 use super::cache::key_of;
-use super::resources::pod_requests;
 use super::{ControlPlaneError, Ctx, MANAGER_KUBELET};
 
 /// Label marking foreign pods.
@@ -223,13 +222,17 @@ pub(super) fn list(ctx: &Ctx) -> Vec<ForeignPod> {
         .filter(is_foreign)
         .iter()
         .map(|p| {
-            let req = p.spec.as_ref().map(pod_requests).unwrap_or_default();
+            let req = p
+                .spec
+                .as_ref()
+                .map(nave_resources::pod_requests)
+                .unwrap_or_default();
             ForeignPod {
                 namespace: p.namespace().unwrap_or_default(),
                 name: p.name_any(),
                 node: super::node_of(p).unwrap_or_default(),
-                cpu_milli: req.get("cpu").copied().unwrap_or(0),
-                memory_bytes: req.get("memory").copied().unwrap_or(0) / 1000,
+                cpu_milli: req.milli("cpu"),
+                memory_bytes: req.milli("memory") / 1000,
             }
         })
         .collect();

@@ -25,7 +25,7 @@ use super::node_objects::{
     NodeShape, desired_taints, initial_status, is_initialized, node_object, ready_status, with_ready,
 };
 use super::pods::{is_active, is_ready};
-use super::resources::{is_terminal, pod_requests};
+use super::resources::is_terminal;
 use super::{ControlPlaneError, Ctx, MANAGER_KUBELET, MANAGER_NODE_CONTROLLER, api_code, events};
 
 /// Tolerations the apiserver's DefaultTolerationSeconds plugin would add.
@@ -589,12 +589,10 @@ pub(super) async fn set_allocatable(
     let status = node.status.clone().unwrap_or_default();
     let mut allocatable = status.allocatable.clone().unwrap_or_default();
     let mut capacity = status.capacity.clone().unwrap_or_default();
+    let milli = |q: &Quantity| nave_resources::Quantity::try_from(q).map_or(0, |q| q.milli_value());
     for (k, v) in resources {
         let q = Quantity(v);
-        if capacity
-            .get(&k)
-            .is_none_or(|c| super::resources::milli(c) < super::resources::milli(&q))
-        {
+        if capacity.get(&k).is_none_or(|c| milli(c) < milli(&q)) {
             capacity.insert(k.clone(), q.clone());
         }
         allocatable.insert(k, q);
@@ -625,8 +623,14 @@ pub(super) fn summaries(ctx: &Ctx) -> Vec<NodeSummary> {
             let mut pods = 0;
             for p in ctx.pods.indexed(&name).iter().filter(|p| !is_terminal(p)) {
                 pods += 1;
-                for (k, v) in p.spec.as_ref().map(pod_requests).unwrap_or_default() {
-                    *requested.entry(k).or_insert(0) += v;
+                for (k, v) in p
+                    .spec
+                    .as_ref()
+                    .map(nave_resources::pod_requests)
+                    .unwrap_or_default()
+                {
+                    let e = requested.entry(k).or_insert(0);
+                    *e = e.saturating_add(v);
                 }
             }
             NodeSummary {

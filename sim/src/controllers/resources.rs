@@ -1,93 +1,9 @@
-//! Resource arithmetic shared by the scheduler, the kubelet and the metrics: quantities in
-//! milli-units, effective pod requests, node allocatable.
+//! Node and pod resources for the scheduler, the kubelet and the metrics. Pod requests and limits
+//! are counted by `nave_resources`, as kube-scheduler counts them; this adds what only the
+//! emulator needs.
 
-use std::collections::BTreeMap;
-
-use k8s_openapi::api::core::v1::{Container, Node, Pod, PodSpec};
-use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-
-/// Resource name -> amount in milli-units (`cpu: 100m` -> 100, `memory: 1Ki` -> 1_024_000).
-pub type Resources = BTreeMap<String, i128>;
-
-/// A quantity in milli-units; unparsable quantities count as zero (the server validates them, and
-/// a controller must not fail on an odd object).
-pub fn milli(q: &Quantity) -> i128 {
-    nave_sim_core::quantity::parse_milli(&q.0).unwrap_or(0)
-}
-
-/// A map of quantities in milli-units.
-pub fn milli_map(map: Option<&BTreeMap<String, Quantity>>) -> Resources {
-    map.map(|m| m.iter().map(|(k, v)| (k.clone(), milli(v))).collect())
-        .unwrap_or_default()
-}
-
-fn add(into: &mut Resources, from: &Resources) {
-    for (k, v) in from {
-        *into.entry(k.clone()).or_insert(0) += v;
-    }
-}
-
-fn max_into(into: &mut Resources, from: &Resources) {
-    for (k, v) in from {
-        let e = into.entry(k.clone()).or_insert(0);
-        *e = (*e).max(*v);
-    }
-}
-
-/// A container's requests; as upstream, a limit without a request counts as the request.
-pub fn container_requests(c: &Container) -> Resources {
-    let res = c.resources.as_ref();
-    let mut out = milli_map(res.and_then(|r| r.limits.as_ref()));
-    for (k, v) in milli_map(res.and_then(|r| r.requests.as_ref())) {
-        out.insert(k, v);
-    }
-    out
-}
-
-/// A container's limits.
-pub fn container_limits(c: &Container) -> Resources {
-    milli_map(c.resources.as_ref().and_then(|r| r.limits.as_ref()))
-}
-
-fn is_sidecar(c: &Container) -> bool {
-    c.restart_policy.as_deref() == Some("Always")
-}
-
-/// The effective request of a pod, as the scheduler counts it: `max(Σ containers (+ sidecars),
-/// max over init containers (+ sidecars started before them)) + overhead` (upstream
-/// `resourcehelper.PodRequests`).
-pub fn pod_requests(spec: &PodSpec) -> Resources {
-    pod_effective(spec, container_requests)
-}
-
-/// The effective limits of a pod, computed like [`pod_requests`].
-pub fn pod_limits(spec: &PodSpec) -> Resources {
-    pod_effective(spec, container_limits)
-}
-
-fn pod_effective(spec: &PodSpec, of: fn(&Container) -> Resources) -> Resources {
-    let mut reqs = Resources::new();
-    for c in &spec.containers {
-        add(&mut reqs, &of(c));
-    }
-    let mut sidecars = Resources::new();
-    let mut init_max = Resources::new();
-    for c in spec.init_containers.iter().flatten() {
-        let mut this = of(c);
-        if is_sidecar(c) {
-            add(&mut reqs, &this);
-            add(&mut sidecars, &this);
-            this = sidecars.clone();
-        } else {
-            add(&mut this, &sidecars);
-        }
-        max_into(&mut init_max, &this);
-    }
-    max_into(&mut reqs, &init_max);
-    add(&mut reqs, &milli_map(spec.overhead.as_ref()));
-    reqs.retain(|_, v| *v != 0);
-    reqs
-}
+use k8s_openapi::api::core::v1::{Node, Pod, PodSpec};
+use nave_resources::Resources;
 
 /// Whether a pod has finished (its resources are free again).
 pub fn is_terminal(pod: &Pod) -> bool {
@@ -101,8 +17,8 @@ pub fn is_terminal(pod: &Pod) -> bool {
 pub fn node_allocatable(node: &Node) -> Resources {
     let status = node.status.as_ref();
     match status.and_then(|s| s.allocatable.as_ref()) {
-        Some(a) => milli_map(Some(a)),
-        None => milli_map(status.and_then(|s| s.capacity.as_ref())),
+        Some(a) => Resources::from_list(Some(a)),
+        None => Resources::from_list(status.and_then(|s| s.capacity.as_ref())),
     }
 }
 
@@ -110,8 +26,8 @@ pub fn node_allocatable(node: &Node) -> Resources {
 pub fn node_capacity(node: &Node) -> Resources {
     let status = node.status.as_ref();
     match status.and_then(|s| s.capacity.as_ref()) {
-        Some(c) => milli_map(Some(c)),
-        None => milli_map(status.and_then(|s| s.allocatable.as_ref())),
+        Some(c) => Resources::from_list(Some(c)),
+        None => Resources::from_list(status.and_then(|s| s.allocatable.as_ref())),
     }
 }
 
@@ -125,10 +41,10 @@ pub fn qos_class(spec: &PodSpec) -> &'static str {
     let mut guaranteed = true;
     for c in containers {
         let res = c.resources.as_ref();
-        let requests = milli_map(res.and_then(|r| r.requests.as_ref()));
-        let limits = milli_map(res.and_then(|r| r.limits.as_ref()));
+        let requests = Resources::from_list(res.and_then(|r| r.requests.as_ref()));
+        let limits = Resources::from_list(res.and_then(|r| r.limits.as_ref()));
         for name in ["cpu", "memory"] {
-            let (r, l) = (requests.get(name).copied(), limits.get(name).copied());
+            let (r, l) = (requests.get(name), limits.get(name));
             if r.is_some_and(|v| v != 0) || l.is_some_and(|v| v != 0) {
                 any = true;
             }
@@ -150,11 +66,12 @@ pub fn qos_class(spec: &PodSpec) -> &'static str {
 
 #[cfg(test)]
 mod tests {
+    use k8s_openapi::api::core::v1::{Container, ResourceRequirements};
+    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+
     use super::*;
 
-    use k8s_openapi::api::core::v1::ResourceRequirements;
-
-    pub(crate) fn container(name: &str, requests: &[(&str, &str)]) -> Container {
+    fn container(name: &str, requests: &[(&str, &str)]) -> Container {
         Container {
             name: name.into(),
             image: Some("nginx".into()),
@@ -169,27 +86,6 @@ mod tests {
             }),
             ..Default::default()
         }
-    }
-
-    #[test]
-    fn pod_request_is_the_max_of_containers_and_init_containers_plus_overhead() {
-        let mut init = container("init", &[("cpu", "2")]);
-        init.restart_policy = None;
-        let mut sidecar = container("side", &[("cpu", "100m")]);
-        sidecar.restart_policy = Some("Always".into());
-        let spec = PodSpec {
-            containers: vec![
-                container("a", &[("cpu", "500m"), ("memory", "1Gi")]),
-                container("b", &[("cpu", "250m")]),
-            ],
-            init_containers: Some(vec![sidecar, init]),
-            overhead: Some([("cpu".to_string(), Quantity("10m".into()))].into()),
-            ..Default::default()
-        };
-        let r = pod_requests(&spec);
-        // init (2000) + sidecar started before it (100) beats containers (750) + sidecar (100).
-        assert_eq!(r.get("cpu"), Some(&2110));
-        assert_eq!(r.get("memory"), Some(&(1024 * 1024 * 1024 * 1000)));
     }
 
     #[test]

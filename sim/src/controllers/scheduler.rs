@@ -16,12 +16,13 @@ use k8s_openapi::api::core::v1::{Binding, ObjectReference, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
+use nave_resources::{Resources, pod_requests};
 use serde_json::json;
 
 use super::cache::key_of;
 use super::fit::{NodeSnapshot, schedule};
 use super::pods::{is_unschedulable, scheduled_message};
-use super::resources::{Resources, is_terminal, pod_requests};
+use super::resources::is_terminal;
 use super::{Ctx, MANAGER_SCHEDULER, events};
 
 /// Scheduler names this scheduler serves.

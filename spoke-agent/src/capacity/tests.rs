@@ -1,7 +1,8 @@
 //! Capacity model and pending pods from hand-built Nodes and Pods.
 
 use k8s_openapi::api::core::v1::{
-    Container, NodeCondition, NodeSpec, NodeStatus, PodCondition, PodSpec, PodStatus, Taint as KubeTaint,
+    Container, NodeCondition, NodeSpec, NodeStatus, PodCondition, PodSpec, PodStatus, ResourceRequirements,
+    Taint as KubeTaint,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kube::api::ObjectMeta;

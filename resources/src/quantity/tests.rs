@@ -134,3 +134,86 @@ fn formats_canonically_like_upstream() {
         assert_eq!(q.to_string(), want, "canonical form of {input:?}");
     }
 }
+
+#[test]
+fn the_documentations_equal_memory_quantities_agree() {
+    // "Resource Management for Pods and Containers": "the following represent roughly the same
+    // value: 128974848, 129e6, 129M, 128974848000m, 123Mi".
+    let bytes = |s: &str| Quantity::parse(s).unwrap_or_else(|e| panic!("{s}: {e}")).value();
+    assert_eq!(bytes("128974848"), 128_974_848);
+    assert_eq!(bytes("128974848000m"), 128_974_848);
+    assert_eq!(bytes("123Mi"), 128_974_848);
+    assert_eq!(bytes("129e6"), 129_000_000);
+    assert_eq!(bytes("129M"), 129_000_000);
+    // Same page: "400m of memory [...] is 0.4 bytes"; whole bytes round up.
+    assert_eq!(bytes("400m"), 1);
+    assert_eq!(milli("400m"), 400);
+    // Same page: "0.1" CPU is "100m".
+    assert_eq!(milli("0.1"), milli("100m"));
+}
+
+#[test]
+fn upstream_parse_examples() {
+    // From apimachinery's quantity_test.go (`TestQuantityParse`), as milli values.
+    for (input, want) in [
+        ("0n", 0),
+        ("0Ki", 0),
+        ("0E", 0),
+        ("-0", 0),
+        ("1m", 1),
+        ("1.1m", 2),
+        ("5Ki", 5_120_000),
+        ("5Mi", 5_242_880_000),
+        ("5Gi", 5_368_709_120_000),
+        ("5e3", 5_000_000),
+        ("5E3", 5_000_000),
+        ("0.5Mi", 524_288_000),
+        ("-5m", -5),
+        ("+5m", 5),
+        ("1.001", 1001),
+        ("1.0001", 1001),
+        ("100.035k", 100_035_000),
+        ("9.223372036854775807e18", 9_223_372_036_854_775_807_000),
+        ("12E+2", 1_200_000),
+        ("8E-1", 800),
+    ] {
+        assert_eq!(milli(input), want, "parse_milli({input:?})");
+    }
+    for input in [
+        "1.1.M", "1+1.0M", "0.1mi", "0.1am", "aoeu", ".5i", "1i", "-3.01i", "-3.01e-", " 1", "1 ", "lots",
+    ] {
+        assert_eq!(
+            Quantity::parse(input),
+            Err(QuantityError),
+            "{input:?} should fail"
+        );
+    }
+}
+
+#[test]
+fn value_rounds_up_from_the_exact_value_not_only_from_milli() {
+    // Upstream `Value()` of 1.0001 is 2: the fraction below a milli still rounds the unit up.
+    let value = |s: &str| Quantity::parse(s).unwrap_or_else(|e| panic!("{s}: {e}")).value();
+    assert_eq!(value("1.0001"), 2);
+    assert_eq!(value("1n"), 1);
+    assert_eq!(value("-1n"), -1);
+    assert_eq!(value("1Ki"), 1024);
+    assert_eq!(value("0"), 0);
+    assert_eq!(value("1e10000"), i128::MAX / 1000 + 1);
+}
+
+#[test]
+fn from_str_and_kubernetes_quantities_parse_alike() {
+    use k8s_openapi::apimachinery::pkg::api::resource::Quantity as KubeQuantity;
+    let q: Quantity = "250m".parse().unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(q.milli_value(), 250);
+    assert_eq!(q.format(), QuantityFormat::DecimalSI);
+    assert_eq!(
+        Quantity::try_from(&KubeQuantity("1Gi".into())).map(|q| q.value()),
+        Ok(1 << 30)
+    );
+    assert_eq!(
+        Quantity::try_from(&KubeQuantity("lots".into())),
+        Err(QuantityError)
+    );
+}

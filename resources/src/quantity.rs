@@ -1,22 +1,26 @@
-//! Kubernetes resource quantities (`100m`, `64Mi`, `1.5`, `2e3`) as numbers.
+//! Kubernetes resource quantities (`100m`, `64Mi`, `1.5`, `2e3`) as exact integers.
 //!
 //! Parsing follows `k8s.io/apimachinery/pkg/api/resource.ParseQuantity`: an optional sign, digits with
 //! at most one decimal point, then one suffix: a decimal SI suffix (`n u m "" k M G T P E`), a binary
 //! one (`Ki Mi Gi Ti Pi Ei`) or a decimal exponent (`e3`, `E-2`).  Values are kept exactly while parsing
-//! and rounded once, away from zero, to thousandths of the base unit (as upstream `MilliValue()` does).
+//! (integer arithmetic on the digits, never floating point) and rounded once, away from zero, to
+//! thousandths of the base unit, as upstream `MilliValue()` does.  Whole units ([`Quantity::value`])
+//! round up from there, which gives upstream `Value()` exactly: rounding up to a thousandth and then
+//! up to a unit is rounding up to a unit.
 
 use std::fmt;
+use std::str::FromStr;
 
 #[cfg(test)]
 mod tests;
 
 /// A quantity that could not be parsed.
-#[derive(Debug, thiserror::Error, PartialEq)]
+#[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
 #[error("quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'")]
 pub struct QuantityError;
 
 /// How a quantity was written, which decides how it is printed back (upstream `resource.Format`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum QuantityFormat {
     /// Powers of ten with SI suffixes: `100m`, `2`, `5k`, `3G`.
     DecimalSI,
@@ -26,17 +30,18 @@ pub enum QuantityFormat {
     DecimalExponent,
 }
 
-/// A parsed quantity, kept in thousandths of the base unit.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// A parsed quantity, kept in thousandths of the base unit (the precision every consumer of pod
+/// requests works in: the scheduler counts CPU in millicores, memory and pods in whole units).
+///
+/// Values beyond the `i128` range of thousandths saturate instead of wrapping.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Quantity {
-    /// The value in thousandths of the base unit, rounded away from zero.
-    pub milli: i128,
-    /// The notation the quantity was written in.
-    pub format: QuantityFormat,
+    milli: i128,
+    format: QuantityFormat,
 }
 
 impl Quantity {
-    /// Parses a quantity string.
+    /// Parses a quantity string (`"500m"`, `"1.5Gi"`, `"2e3"`).
     pub fn parse(s: &str) -> Result<Quantity, QuantityError> {
         let parsed = parse_parts(s)?;
         Ok(Quantity {
@@ -45,7 +50,19 @@ impl Quantity {
         })
     }
 
-    /// The value in whole base units, rounded away from zero (upstream `Value()`).
+    /// A quantity of `milli` thousandths of the base unit, printed in `format`.
+    pub fn from_milli(milli: i128, format: QuantityFormat) -> Quantity {
+        Quantity { milli, format }
+    }
+
+    /// The value in thousandths of the base unit, rounded away from zero (upstream `MilliValue()`):
+    /// `"100m"` -> 100, `"2"` -> 2000, `"1n"` -> 1.
+    pub fn milli_value(&self) -> i128 {
+        self.milli
+    }
+
+    /// The value in whole base units, rounded away from zero (upstream `Value()`): `"1500m"` -> 2,
+    /// `"64Mi"` -> 67108864.
     pub fn value(&self) -> i128 {
         let whole = self.milli / 1000;
         if self.milli % 1000 == 0 {
@@ -56,6 +73,29 @@ impl Quantity {
             whole - 1
         }
     }
+
+    /// The notation the quantity was written in.
+    pub fn format(&self) -> QuantityFormat {
+        self.format
+    }
+}
+
+impl FromStr for Quantity {
+    type Err = QuantityError;
+
+    fn from_str(s: &str) -> Result<Quantity, QuantityError> {
+        Quantity::parse(s)
+    }
+}
+
+impl TryFrom<&k8s_openapi::apimachinery::pkg::api::resource::Quantity> for Quantity {
+    type Error = QuantityError;
+
+    fn try_from(
+        q: &k8s_openapi::apimachinery::pkg::api::resource::Quantity,
+    ) -> Result<Quantity, QuantityError> {
+        Quantity::parse(&q.0)
+    }
 }
 
 impl fmt::Display for Quantity {
@@ -65,8 +105,8 @@ impl fmt::Display for Quantity {
     }
 }
 
-/// Parses a quantity into its value in base units, in thousandths (milli-units), rounded up as
-/// upstream rounds `MilliValue()`: `"100m"` -> 100, `"2"` -> 2000, `"64Mi"` -> 67108864000.
+/// Parses a quantity into its value in thousandths of the base unit, rounded away from zero
+/// ([`Quantity::milli_value`]): `"100m"` -> 100, `"2"` -> 2000, `"64Mi"` -> 67108864000.
 pub fn parse_milli(s: &str) -> Result<i128, QuantityError> {
     Quantity::parse(s).map(|q| q.milli)
 }
