@@ -119,7 +119,7 @@ impl std::fmt::Debug for Sources {
 }
 
 /// Everything a plan of one workload reads, owned; [`Gathered::inputs`] lends it to
-/// [`placement::plan`].
+/// [`crate::placement::plan`].
 #[derive(Debug)]
 pub struct Gathered {
     /// The fleet.

@@ -6,7 +6,7 @@
 //!  WorkloadCluster (CRDs)           register, heartbeat, status
 //!        │                                   │
 //!        ▼                                   ▼
-//!   controllers ──► scheduler (nave-policies) ◄── capacity models
+//!   controllers ──► placement (nave-policies) ◄── capacity models
 //!        │                 │
 //!        │                 ▼
 //!        │        placements + history ──► REST API (/api/v1)
@@ -15,26 +15,34 @@
 //!   CRD status     per-cluster work (object set @ revision) ──► agents pull and apply
 //! ```
 //!
-//! Inside the hub:
+//! Inside the hub, a pure core with IO at the edges:
 //!
 //! ```text
-//!  agent ──HTTP──► agent_api ──► store (clusters, heartbeats) + index (status reports)
-//!                      │  └────► WorkloadCluster objects (Joined, capacity; rate-limited)
-//!                      └──► ReconcileTrigger ──┐ (the workloads a report or capacity change concerns)
-//!  MCD watch ──────────────────────────────────┴─► controller::mcd::reconcile
-//!     validate ─► Fleet + Request + Ledger (index) ─► nave_policies::decide ─► store placement + history
-//!     render (render.rs) ─► merge into each cluster's work set ─► store put_work ─► WorkSignals
-//!     agents' status reports ─► MCD status (per cluster, totals, conditions) + Events
-//!  operator ──HTTP──► rest (/api/v1, bearer tokens) ──► fleet + store (clusters, placements, history)
-//!                        └─ simulate: validate ─► Fleet + Request + Ledger ─► decide (nothing written)
-//!  health loop: store heartbeats ─► WorkloadCluster Ready ─► failed-over clusters ─► trigger
-//!     (the MCD controller evacuates them: failover.rs)
-//!  prometheus refresher (--prometheus-url): PromQL per signal ─► UsageCache (TTL)
-//!     ─► fleet usage (scores, bursting threshold), /metrics, REST API, WorkloadCluster status
+//!  agent ──HTTP──► agent_api ──► store (write-through) + index (records, reports, Pending pods)
+//!                      │  └────► workload_clusters: WorkloadCluster objects (Joined, capacity)
+//!                      └──► signals::ReconcileTrigger ─┐ (the workloads a report concerns)
+//!  watch: reflectors of WorkloadClusters and MultiClusterServices ─┤
+//!  MCD watch ──────────────────────────────────────────────────────┴─► controller::mcd::reconcile
+//!     gather (fleet::Sources: memory only) ─► placement::plan (pure: failover, moves, decide)
+//!     ─► store placement + history ─► render ─► each cluster's work set ─► signals::WorkSignals
+//!     agents' reports ─► controller::mcd::status (per cluster, totals, conditions) + Events
+//!  operator ──HTTP──► rest (/api/v1, tokens) ──► fleet::Sources + store (clusters, placements)
+//!                        └─ simulate: gather ─► placement::plan (nothing written)
+//!  controller::heartbeats: cluster records ─► cluster_health (pure rules) ─► Ready, failover view
+//!  usage (--prometheus-url): PromQL per signal ─► UsageCache (TTL) ─► fleet usage, /metrics
 //! ```
 //!
-//! The controller and the REST API build the placement engine's inputs with the same code
-//! ([`fleet`]), so a simulation decides as an apply would.
+//! The modules form layers (a test checks that none uses one that uses it back):
+//!
+//! | layer | modules |
+//! |---|---|
+//! | pure core | [`placement`] (with `inputs`, `reports`, `stored`, `failover`, `moves`), [`cluster_health`], [`render`], [`network`] |
+//! | state | [`store`] (SQLite, Postgres), [`index`] (in memory, written through), [`fleet`] (what plans read), [`watch`] (reflectors), [`signals`] |
+//! | edges | [`controller`] (MultiClusterDeployments, heartbeats), [`agent_api`], [`rest`], [`api_error`], [`tokens`], [`metrics`], [`readiness`], [`usage`], [`workload_clusters`] |
+//! | start-up | [`cli`], [`settings`], `run` |
+//!
+//! The controller and the REST API gather the plan's inputs with the same code ([`fleet`]) and
+//! plan with the same function ([`placement::plan`]), so a simulation answers what an apply does.
 //!
 //! Everything the hub learns or decides that is not desired state lives in the [`store`]:
 //! clusters, agent credentials (hashed), heartbeats, placements with their history, and each
