@@ -27,6 +27,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::DeploymentSpec;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::runtime::events::EventType;
 use nave_api::MultiClusterDeployment;
 use nave_api::wire::WorkloadRef;
@@ -72,7 +73,21 @@ pub fn validate(mcd: &MultiClusterDeployment) -> Result<Valid, String> {
         ));
     }
     let deployment = mcd.spec.template.deployment_spec().map_err(|e| e.to_string())?;
-    let rescheduling = &mcd.spec.placement.rescheduling;
+    let placement = &mcd.spec.placement;
+    let selectors = [
+        (
+            "spec.placement.clusterSelector",
+            placement.cluster_selector.as_ref(),
+        ),
+        (
+            "spec.placement.bursting.targets",
+            placement.bursting.as_ref().and_then(|b| b.targets.as_ref()),
+        ),
+    ];
+    for (field, selector) in selectors {
+        check_selector(field, selector)?;
+    }
+    let rescheduling = &placement.rescheduling;
     let pending_timeout = rescheduling.pending_timeout().map_err(|e| e.to_string())?;
     let cooldown = rescheduling.cooldown().map_err(|e| e.to_string())?;
     for (index, over) in mcd.spec.overrides.iter().enumerate() {
@@ -84,6 +99,37 @@ pub fn validate(mcd: &MultiClusterDeployment) -> Result<Valid, String> {
         pending_timeout,
         cooldown,
     })
+}
+
+/// Refuses what a Kubernetes API server refuses in a label selector: an operator other than
+/// `In`, `NotIn`, `Exists` and `DoesNotExist` (the engine would otherwise read a typo such as
+/// `exists` as `DoesNotExist` and select the clusters *without* the label), values for `Exists`
+/// and `DoesNotExist`, none for `In` and `NotIn`.
+fn check_selector(field: &str, selector: Option<&LabelSelector>) -> Result<(), String> {
+    let requirements = selector.and_then(|s| s.match_expressions.as_ref());
+    for (i, requirement) in requirements.into_iter().flatten().enumerate() {
+        let at = format!("{field}.matchExpressions[{i}]");
+        let values = requirement.values.as_ref().map_or(0, Vec::len);
+        match requirement.operator.as_str() {
+            "In" | "NotIn" if values == 0 => {
+                return Err(format!(
+                    "{at}.values: Required value: must be specified when `operator` is 'In' or 'NotIn'"
+                ));
+            }
+            "Exists" | "DoesNotExist" if values > 0 => {
+                return Err(format!(
+                    "{at}.values: Forbidden: may not be specified when `operator` is 'Exists' or 'DoesNotExist'"
+                ));
+            }
+            "In" | "NotIn" | "Exists" | "DoesNotExist" => {}
+            other => {
+                return Err(format!(
+                    "{at}.operator: Unsupported value: {other:?}: supported values: \"In\", \"NotIn\", \"Exists\", \"DoesNotExist\""
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The stored placement a plan starts from: this incarnation's (same uid) decision.

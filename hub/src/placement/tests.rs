@@ -278,3 +278,30 @@ fn invalid_specs_are_refused_with_the_field_named() {
     let message = validate(&bad_timeout).unwrap_err();
     assert!(message.contains("pendingTimeout"), "{message}");
 }
+
+#[test]
+fn a_selector_operator_the_engine_does_not_know_is_refused_not_read_as_does_not_exist() {
+    let typo = mcd(
+        1,
+        json!({"clusterSelector": {"matchExpressions": [{"key": "tier", "operator": "exists"}]}}),
+    );
+    let message = validate(&typo).unwrap_err();
+    assert!(
+        message.starts_with("spec.placement.clusterSelector") && message.contains("exists"),
+        "{message}"
+    );
+    let burst_typo = mcd(
+        1,
+        json!({"bursting": {"threshold": 80, "targets": {"matchExpressions": [{"key": "tier", "operator": "in", "values": ["x"]}]}}}),
+    );
+    let message = validate(&burst_typo).unwrap_err();
+    assert!(
+        message.starts_with("spec.placement.bursting.targets"),
+        "{message}"
+    );
+    let fine = mcd(
+        1,
+        json!({"clusterSelector": {"matchExpressions": [{"key": "tier", "operator": "Exists"}]}}),
+    );
+    assert!(validate(&fine).is_ok());
+}
