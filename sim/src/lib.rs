@@ -16,10 +16,13 @@
 //!   ControlPlane (scheduler, controllers, kubelet) via an in-process kube::Client
 //! ```
 //!
-//! Entry points: [`SimCluster`] and [`SimFleet`] for tests and other crates; [`cli`] for the
-//! `nave-sim` binary; [`up`] for the playground (a management cluster, the hub, a fleet with its
-//! agents), [`scenario`] for evaluation runs on it, and [`prometheus`] for a real Prometheus
-//! scraping simulated clusters (the playground's and the end-to-end tests').
+//! Entry points: [`SimCluster`] and [`SimFleet`] for tests and other crates, configured by
+//! [`ClusterConfig`] and [`FleetConfig`] (YAML files too); [`cli`] for the `serve` and `fleet`
+//! subcommands a binary embeds.
+//!
+//! The emulator depends on no Nave crate: it is a Kubernetes API server, nothing more. Nave's
+//! playground (`nave-sim up`, scenarios, a Prometheus beside the clusters) is built on it in the
+//! `nave-playground` crate, which also builds the `nave-sim` binary.
 
 #![forbid(unsafe_code)]
 
@@ -29,10 +32,7 @@ pub mod config;
 pub mod controllers;
 pub mod kubectl;
 pub mod metrics;
-pub mod prometheus;
-pub mod scenario;
 pub mod server;
-pub mod up;
 
 pub use cluster::{Faults, ServeOptions, SimCluster, SimError, SimFleet, install_crypto_provider};
 pub use config::{ClusterConfig, FleetConfig, Link, NetworkConfig};

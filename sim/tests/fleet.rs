@@ -1,10 +1,9 @@
-//! Many clusters in one process, and the `nave-sim` binary: isolation between clusters, unique
-//! cluster identity, fleet-level stop/start over HTTP, `serve` and `fleet` subcommands.
+//! Many clusters in one process: isolation between clusters, unique cluster identity, fleet-level
+//! stop/start over HTTP.
 
 #[path = "support/helpers.rs"]
 mod helpers;
 
-use std::path::Path;
 use std::time::Duration;
 
 use helpers::wait_for;
@@ -114,60 +113,4 @@ async fn clusters_of_a_fleet_are_isolated_and_can_stop_each_other() {
     .await;
     assert_eq!(uid(s1.clone()).await, u1, "identity survives a restart");
     fleet.shutdown().await;
-}
-
-#[tokio::test]
-async fn the_fleet_command_writes_kubeconfigs_and_ready_json() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let config = dir.path().join("fleet.yaml");
-    std::fs::write(&config, "clusters:\n  - name: a\n    nodePools: [{name: n, count: 1}]\n  - name: b\n    nodePools: [{name: n, count: 1}]\n")
-        .expect("write");
-    let out = dir.path().join("out");
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_nave-sim"))
-        .args(["fleet", "--config"])
-        .arg(&config)
-        .arg("--out")
-        .arg(&out)
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("spawn nave-sim");
-    let ready_path = out.join("ready.json");
-    let ready: serde_json::Value = wait_for(Duration::from_secs(20), "ready.json", || async {
-        let text = std::fs::read_to_string(&ready_path).map_err(|e| e.to_string())?;
-        serde_json::from_str(&text).map_err(|e| e.to_string())
-    })
-    .await;
-    let clusters = ready["clusters"].as_array().cloned().unwrap_or_default();
-    assert_eq!(clusters.len(), 2, "ready.json: {ready}");
-    for c in &clusters {
-        assert!(
-            c["metricsUrl"].as_str().is_some_and(|u| u.ends_with("/metrics")),
-            "{c}"
-        );
-        let kubeconfig = c["kubeconfig"].as_str().expect("kubeconfig path");
-        assert!(Path::new(kubeconfig).is_file());
-        nave_sim::install_crypto_provider();
-        let kc = kube::config::Kubeconfig::read_from(kubeconfig).expect("kubeconfig");
-        let cfg = kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
-            .await
-            .expect("config");
-        let client = kube::Client::try_from(cfg).expect("client");
-        let nodes = wait_for(Duration::from_secs(10), "the configured node", || {
-            let client = client.clone();
-            async move {
-                let n = Api::<k8s_openapi::api::core::v1::Node>::all(client)
-                    .list(&Default::default())
-                    .await
-                    .map_err(|e| e.to_string())?
-                    .items
-                    .len();
-                if n == 1 { Ok(n) } else { Err(format!("{n} nodes")) }
-            }
-        })
-        .await;
-        assert_eq!(nodes, 1);
-    }
-    let _ = child.kill().await;
 }

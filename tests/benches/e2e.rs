@@ -208,7 +208,7 @@ async fn memory() -> anyhow::Result<()> {
     )
     .await?;
     let client = management.client().await?;
-    nave_sim::up::install_crds(&client).await?;
+    nave_playground::up::install_crds(&client).await?;
     let fleet_config = memory_fleet();
     let fleet = SimFleet::start(fleet_config.clone(), ServeOptions::default()).await?;
     let kubeconfig = dir.path().join("kubeconfig");

@@ -7,6 +7,9 @@
 //!   workload cluster <name> (nave-sim)  ◄── agent (run_agent), one per cluster
 //! ```
 //!
+//! The management cluster gets Nave's CRDs and the declared fleet as the playground
+//! (`nave-playground`) gives them, through its [`nave_playground::up`] functions.
+//!
 //! The hub and the agents are the library entry points the binaries call, so a test exercises
 //! the same code as `nave-hub run` and `nave-agent`, only without process boundaries. The
 //! benchmark (`benches/e2e.rs`) runs them as separate processes to measure their memory.
@@ -122,7 +125,7 @@ pub struct Env {
     postgres: Option<(String, String)>,
     /// Where each agent serves `/metrics`, `/healthz` and `/probe`.
     agent_metrics: BTreeMap<String, SocketAddr>,
-    prometheus: Option<nave_sim::prometheus::Prometheus>,
+    prometheus: Option<nave_playground::prometheus::Prometheus>,
 }
 
 impl std::fmt::Debug for Env {
@@ -139,7 +142,7 @@ impl std::fmt::Debug for Env {
 /// The default fleet of the end-to-end tests: `n` clusters of different sizes and regions, as
 /// the playground has.
 pub fn fleet(n: usize) -> FleetConfig {
-    nave_sim::up::default_fleet(n)
+    nave_playground::up::default_fleet(n)
 }
 
 impl Env {
@@ -158,16 +161,16 @@ impl Env {
         let dir = tempfile::tempdir().context("a temporary directory")?;
         let management = SimCluster::start(
             ClusterConfig {
-                name: nave_sim::up::MANAGEMENT_CLUSTER.to_owned(),
+                name: nave_playground::up::MANAGEMENT_CLUSTER.to_owned(),
                 ..ClusterConfig::default()
             },
             ServeOptions::default(),
         )
         .await?;
         let client = management.client().await?;
-        nave_sim::up::install_crds(&client).await?;
+        nave_playground::up::install_crds(&client).await?;
         let fleet = SimFleet::start(fleet_config.clone(), ServeOptions::default()).await?;
-        nave_sim::up::declare_clusters(&client, &fleet_config).await?;
+        nave_playground::up::declare_clusters(&client, &fleet_config).await?;
         let kubeconfig = dir.path().join("kubeconfig");
         management.write_kubeconfig(&kubeconfig)?;
         let token_file = dir.path().join("bootstrap-token");
@@ -197,7 +200,7 @@ impl Env {
         // The hub, Prometheus and each agent's metrics: distinct ports, chosen together. The hub
         // binds an address rather than taking a listener, and keeps it across restarts, as a
         // Service would.
-        let mut ports = nave_sim::prometheus::free_loopback_ports(2 + fleet.clusters.len())?;
+        let mut ports = nave_playground::prometheus::free_loopback_ports(2 + fleet.clusters.len())?;
         let agent_ports = ports.split_off(2);
         let (listen, prometheus_addr) = (ports[0], ports[1]);
         let hub_url = format!("http://{listen}");
@@ -212,8 +215,8 @@ impl Env {
         let mut prometheus = None;
         let mut hub_prometheus = options.hub_prometheus.clone();
         if let Some(binary) = &options.prometheus {
-            let targets = nave_sim::up::scrape_targets(&fleet, dir.path(), &hub_url, &agent_ports)?;
-            let server = nave_sim::prometheus::Prometheus::start_at(
+            let targets = nave_playground::up::scrape_targets(&fleet, dir.path(), &hub_url, &agent_ports)?;
+            let server = nave_playground::prometheus::Prometheus::start_at(
                 prometheus_addr,
                 binary,
                 &dir.path().join("prometheus"),
@@ -268,7 +271,7 @@ impl Env {
     }
 
     /// The Prometheus server, when the environment runs one.
-    pub fn prometheus(&self) -> Option<&nave_sim::prometheus::Prometheus> {
+    pub fn prometheus(&self) -> Option<&nave_playground::prometheus::Prometheus> {
         self.prometheus.as_ref()
     }
 
@@ -438,7 +441,7 @@ impl Env {
 
     /// Waits until every WorkloadCluster reports capacity (every agent has heartbeated).
     pub async fn wait_fleet_reporting(&self) -> anyhow::Result<()> {
-        nave_sim::up::wait_fleet_reporting(&self.client, &self.fleet_config, DEADLINE).await
+        nave_playground::up::wait_fleet_reporting(&self.client, &self.fleet_config, DEADLINE).await
     }
 
     /// The workload's Deployments in every workload cluster, found by the label the agent puts

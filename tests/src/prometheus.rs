@@ -1,8 +1,8 @@
 //! The real Prometheus of the end-to-end tests: found on `PATH` (Debian package `prometheus`),
 //! or the test prints a `skipped:` line and passes, unless [`REQUIRE_VAR`] is `1` (as `.ci/run`
 //! sets it), when a missing binary fails the test. The server itself (configuration, port,
-//! data directory, stop on drop) is [`nave_sim::prometheus::Prometheus`], which the playground
-//! runs too.
+//! data directory, stop on drop) is [`nave_playground::prometheus::Prometheus`], which the
+//! playground runs too.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -22,17 +22,17 @@ pub const SCRAPE_INTERVAL: Duration = Duration::from_secs(1);
 ///
 /// When the binary is missing and [`REQUIRE_VAR`] is `1`.
 pub fn binary_or_skip(case: &str) -> Option<PathBuf> {
-    match nave_sim::prometheus::find_binary() {
+    match nave_playground::prometheus::find_binary() {
         Some(binary) => Some(binary),
         None if std::env::var(REQUIRE_VAR).is_ok_and(|v| v == "1") => panic!(
             "{REQUIRE_VAR}=1 but `{}` is not on PATH ({case}); install the Debian package `prometheus`",
-            nave_sim::prometheus::BINARY
+            nave_playground::prometheus::BINARY
         ),
         None => {
             println!(
                 "skipped: `{}` is not on PATH ({case}); install the Debian package `prometheus`, \
                  or set {REQUIRE_VAR}=1 to make this a failure",
-                nave_sim::prometheus::BINARY
+                nave_playground::prometheus::BINARY
             );
             None
         }
@@ -42,7 +42,7 @@ pub fn binary_or_skip(case: &str) -> Option<PathBuf> {
 /// The series an instant query returns as `(labels, value)`, or why there are none (an error,
 /// or an answer that is not a vector).
 pub async fn query(
-    prometheus: &nave_sim::prometheus::Prometheus,
+    prometheus: &nave_playground::prometheus::Prometheus,
     expr: &str,
 ) -> Result<Vec<(std::collections::HashMap<String, String>, f64)>, String> {
     let answer = prometheus

@@ -9,7 +9,7 @@ use std::time::Duration;
 use helpers::wait_for;
 use kube::api::{Api, ListParams, PostParams};
 use nave_api::{MultiClusterDeployment, WorkloadCluster};
-use nave_sim::up::{Playground, UpOptions, default_fleet};
+use nave_playground::up::{Playground, UpOptions, default_fleet};
 
 #[tokio::test]
 async fn up_serves_a_management_cluster_with_the_crds_and_a_declared_fleet() {
@@ -131,7 +131,7 @@ async fn up_serves_a_management_cluster_with_the_crds_and_a_declared_fleet() {
     // Prometheus: started when its binary is on PATH, scraping every cluster, the hub and the
     // agents; the hub reads each cluster's usage from it.
     let required = std::env::var_os("NAVE_REQUIRE_PROMETHEUS").is_some_and(|v| v == "1");
-    match (&playground.prometheus, nave_sim::prometheus::find_binary()) {
+    match (&playground.prometheus, nave_playground::prometheus::find_binary()) {
         (None, None) if !required => {
             println!("skipped: prometheus is not on PATH (the playground's Prometheus part)");
             assert!(

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use nave_sim::scenario::{Options, Plan, RunKind, Shape, run};
+use nave_playground::scenario::{Options, Plan, RunKind, Shape, run};
 use serde_json::Value;
 
 fn number(run: &Value, key: &str) -> f64 {

@@ -17,6 +17,8 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use nave_api::{MultiClusterDeployment, PlacementPolicy};
+use nave_sim::cluster::{ServeOptions, SimCluster, SimFleet};
+use nave_sim::controllers::FOREIGN_LABEL;
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
@@ -26,8 +28,6 @@ use super::plan::{
     even_split, real, real_millis, tenant_pod_size,
 };
 use super::report::{HubCounters, Report, RunResult, moved_replicas};
-use crate::cluster::{ServeOptions, SimCluster, SimFleet};
-use crate::controllers::FOREIGN_LABEL;
 use crate::up::{Playground, PlaygroundClusters, UpOptions};
 
 /// The agents' heartbeat interval, in scenario time (production: 10 s of real time).

@@ -7,7 +7,7 @@ use clap::Parser;
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     nave_sim::cluster::install_crypto_provider();
-    let cli = nave_sim::cli::Cli::parse();
+    let cli = nave_playground::cli::Cli::parse();
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
@@ -15,5 +15,5 @@ async fn main() -> anyhow::Result<()> {
         )
         .with_writer(std::io::stderr)
         .init();
-    nave_sim::cli::run(cli).await
+    nave_playground::cli::run(cli).await
 }

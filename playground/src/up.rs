@@ -23,11 +23,10 @@ use std::time::Duration;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, PostParams};
 use nave_api::{WorkloadCluster, WorkloadClusterSpec};
-
+use nave_sim::cluster::{ServeOptions, SimCluster, SimFleet};
+use nave_sim::config::{ClusterConfig, Coordinates, FleetConfig, Link, NodePool};
 use tokio_util::sync::CancellationToken;
 
-use crate::cluster::{ServeOptions, SimCluster, SimFleet};
-use crate::config::{ClusterConfig, Coordinates, FleetConfig, Link, NodePool};
 use crate::prometheus::{self, CLUSTER_LABEL, Prometheus, ScrapeTarget};
 
 /// Name of the simulated management cluster.

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use crate::config::{ClusterConfig, Coordinates, FleetConfig, NodePool, Timing};
+use nave_sim::config::{ClusterConfig, Coordinates, FleetConfig, NodePool, Timing};
 
 /// Label of every pod of a scenario workload (its value is the workload's name); the monitor
 /// counts these pods and no others.
