@@ -767,6 +767,8 @@ async fn rest_api_serves_clusters_placements_history_and_simulations_as_document
     for query in [
         "limit=abc",
         "limit=0",
+        "limit=501",
+        "limit=2147483648",
         "limit=-1",
         "continue=not-a-token",
         "policy=fastest",

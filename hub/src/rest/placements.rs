@@ -16,7 +16,7 @@ use crate::store::{HistoryCursor, HistoryQuery, PlacementHistoryEntry, Placement
 
 /// Page size when `limit` is not given.
 pub(super) const DEFAULT_LIMIT: u32 = 50;
-/// Largest page; larger limits are treated as this.
+/// Largest page; a larger `limit` is refused, as the OpenAPI document says.
 pub(super) const MAX_LIMIT: u32 = 500;
 
 /// The placement policies, as `spec.placement.policy` spells them.
@@ -123,7 +123,8 @@ pub(super) struct ListQuery {
     cluster: Option<String>,
     /// Only placements of this policy: `worst-fit`, `best-fit`, `proximity` or `spread`.
     policy: Option<String>,
-    /// Page size, 1 to 500 (default 50; larger values are treated as 500).
+    /// Page size, 1 to 500 (default 50).
+    #[param(minimum = 1, maximum = 500)]
     limit: Option<u32>,
     /// The `continue` value of the previous page.
     #[serde(rename = "continue")]
@@ -136,7 +137,8 @@ pub(super) struct ListQuery {
 #[serde(deny_unknown_fields)]
 #[into_params(parameter_in = Query)]
 pub(super) struct HistoryParams {
-    /// Page size, 1 to 500 (default 50; larger values are treated as 500).
+    /// Page size, 1 to 500 (default 50).
+    #[param(minimum = 1, maximum = 500)]
     limit: Option<u32>,
     /// The `continue` value of the previous page.
     #[serde(rename = "continue")]
@@ -147,10 +149,10 @@ pub(super) struct HistoryParams {
 fn limit(limit: Option<u32>) -> Result<usize, ApiError> {
     match limit {
         None => Ok(DEFAULT_LIMIT as usize),
-        Some(0) => Err(ApiError::BadRequest(format!(
-            "limit must be between 1 and {MAX_LIMIT}, got 0"
+        Some(n @ 1..=MAX_LIMIT) => Ok(n as usize),
+        Some(n) => Err(ApiError::BadRequest(format!(
+            "limit must be between 1 and {MAX_LIMIT}, got {n}"
         ))),
-        Some(n) => Ok(n.min(MAX_LIMIT) as usize),
     }
 }
 
@@ -396,10 +398,11 @@ mod tests {
     }
 
     #[test]
-    fn limits_default_clamp_and_reject_zero() {
+    fn limits_default_and_refuse_what_the_document_does_not_allow() {
         assert_eq!(limit(None).unwrap(), 50);
         assert_eq!(limit(Some(7)).unwrap(), 7);
-        assert_eq!(limit(Some(100_000)).unwrap(), 500);
+        assert_eq!(limit(Some(500)).unwrap(), 500);
+        assert!(matches!(limit(Some(501)), Err(ApiError::BadRequest(_))));
         assert!(matches!(limit(Some(0)), Err(ApiError::BadRequest(_))));
     }
 }
