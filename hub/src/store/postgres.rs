@@ -1,8 +1,9 @@
 //! The Postgres store, for production and for several hub replicas sharing one database.
 //!
 //! Transactions run at READ COMMITTED. Where a write depends on what it read (placements, work
-//! revisions) the row is locked first (`FOR UPDATE`, or the row lock an `ON CONFLICT DO UPDATE`
-//! takes), so concurrent writers queue on it instead of both acting on the same old value.
+//! revisions, credential rotation) the row is locked first (`FOR UPDATE`, or the row lock an
+//! `ON CONFLICT DO UPDATE` takes), so concurrent writers queue on it instead of both acting on
+//! the same old value.
 
 use std::str::FromStr;
 use std::time::Duration;

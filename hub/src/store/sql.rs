@@ -238,6 +238,16 @@ where
             const OP: StoreOp = StoreOp::RotateCredential;
             let now = Timestamp::now();
             let mut tx = self.begin_write(OP).await?;
+            if DB::ROW_LOCKS {
+                // Rotations of one cluster queue on its row. Otherwise each one's UPDATE sees
+                // only committed credentials, misses the new one of a rotation still in flight,
+                // and both new credentials stay valid.
+                sqlx::query("SELECT name FROM clusters WHERE name = $1 FOR UPDATE")
+                    .bind(cluster)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(query_error(OP))?;
+            }
             let issued = insert_credential(&mut tx, OP, cluster, now).await?;
             sqlx::query(
                 "UPDATE agent_credentials SET revoked_at_ms = $1 \
