@@ -8,18 +8,19 @@
 //! what depends on them. Opening a pool and the migrations stay in `sqlite.rs` and `postgres.rs`.
 //!
 //! ```text
-//!   SqliteStore = SqlStore<Sqlite> ─┐                    ┌─ Dialect for Sqlite (BEGIN IMMEDIATE)
-//!                                   ├─ impl Store (here) ┤
-//!   PgStore     = SqlStore<Postgres>┘                    └─ Dialect for Postgres (FOR UPDATE)
+//!   SqliteStore = SqlStore<Sqlite>   ─┐                    ┌─ Dialect for Sqlite (BEGIN IMMEDIATE)
+//!                                     ├─ impl Store (here) ┤
+//!   PgStore     = SqlStore<Postgres> ─┘                    └─ Dialect for Postgres (FOR UPDATE)
 //! ```
 //!
 //! # Why generic over the database
 //! [`SqlStore`] is generic over sqlx's [`Database`], bounded by what its queries bind and read.
 //! The shared code is then ordinary Rust: rustfmt formats it, the compiler checks it once, and an
-//! error points at the line that is wrong. The price is one `where` clause that lists, type by
-//! type, what the SQL needs of a backend. A macro stamping the methods out per pool would need no
-//! bounds, but it would be checked once per backend, never formatted, and report errors inside
-//! the macro. `sqlx::Any` is no option: it has no JSON and no compile-time types.
+//! error points at the line that is wrong. The price is the `where` clause on the `Store` impl,
+//! which lists, type by type, what the SQL binds and reads. A macro stamping the methods out per
+//! pool would need no bounds, but it would be checked once per backend, never formatted, and
+//! report errors inside the macro. `sqlx::Any` is no option: it has no JSON and no compile-time
+//! types.
 
 use std::collections::BTreeMap;
 
