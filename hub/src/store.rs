@@ -12,7 +12,9 @@
 //!
 //! [`connect`] picks the backend from the URL (`sqlite://PATH` or `postgres://...`), applies the
 //! embedded migrations (`migrations/sqlite`, `migrations/postgres`) and returns the store as an
-//! `Arc<dyn Store>`. Each backend has its own SQL, written for it (runtime queries, no `sqlx::Any`).
+//! `Arc<dyn Store>`. Both backends run the same SQL (runtime queries, no `sqlx::Any`), written
+//! once in `store/sql.rs` over sqlx's `Database` trait; `sqlite.rs` and `postgres.rs` keep only
+//! what differs: opening the pool, the migrations, and how a write keeps concurrent writers apart.
 //!
 //! # Why boxed futures
 //! The hub holds the store as `Arc<dyn Store>` in its controller context and HTTP state, so that
@@ -21,31 +23,11 @@
 //! `async_trait`, and call sites stay `store.get_work(name).await?`. The allocation is noise next to
 //! a database round trip.
 
-// Column lists shared by both backends' queries, as macros so that `concat!` can splice them into
-// `&'static str` SQL (sqlx accepts only static strings as safe SQL). Defined before the backend
-// modules so that they can use them.
-macro_rules! cluster_columns {
-    () => {
-        "name, labels, region, zone, latitude, longitude, registered_at_ms, agent_version, \
-         kubernetes_version, last_heartbeat_at_ms, capacity, cordoned, burst_only"
-    };
-}
-macro_rules! placement_columns {
-    () => {
-        "namespace, name, uid, generation, decision, updated_at_ms"
-    };
-}
-macro_rules! history_columns {
-    () => {
-        "id, namespace, name, uid, at_ms, generation, trigger, reason, decision"
-    };
-}
-
 pub mod postgres;
+mod sql;
 pub mod sqlite;
 pub mod types;
 
-use std::collections::BTreeMap;
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
@@ -56,9 +38,9 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use jiff::Timestamp;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
-use sqlx::types::Json;
 
 pub use self::postgres::PgStore;
+pub use self::sql::{Dialect, SqlStore};
 pub use self::sqlite::SqliteStore;
 pub use self::types::*;
 
@@ -567,239 +549,6 @@ fn write_canonical(value: &Value, out: &mut String) {
             out.push(']');
         }
         scalar => out.push_str(&scalar.to_string()),
-    }
-}
-
-// Rows as both backends return them. The SQL differs per backend; the column names and the Rust
-// types they decode to do not, so the conversions live here once.
-
-#[derive(sqlx::FromRow)]
-struct ClusterRow {
-    name: String,
-    labels: Json<BTreeMap<String, String>>,
-    region: Option<String>,
-    zone: Option<String>,
-    latitude: Option<f64>,
-    longitude: Option<f64>,
-    registered_at_ms: i64,
-    agent_version: Option<String>,
-    kubernetes_version: Option<String>,
-    last_heartbeat_at_ms: Option<i64>,
-    capacity: Option<Json<Value>>,
-    cordoned: bool,
-    burst_only: bool,
-}
-
-impl ClusterRow {
-    fn into_record(self, op: StoreOp) -> Result<ClusterRecord, StoreError> {
-        Ok(ClusterRecord {
-            name: self.name,
-            labels: self.labels.0,
-            region: self.region,
-            zone: self.zone,
-            coordinates: match (self.latitude, self.longitude) {
-                (Some(latitude), Some(longitude)) => Some(Coordinates { latitude, longitude }),
-                _ => None,
-            },
-            registered_at: timestamp(op, "registered_at", self.registered_at_ms)?,
-            agent_version: self.agent_version,
-            kubernetes_version: self.kubernetes_version,
-            last_heartbeat_at: opt_timestamp(op, "last_heartbeat_at", self.last_heartbeat_at_ms)?,
-            capacity: self.capacity.map(|c| c.0),
-            cordoned: self.cordoned,
-            burst_only: self.burst_only,
-        })
-    }
-}
-
-#[derive(sqlx::FromRow)]
-struct CredentialRow {
-    id: i64,
-    cluster: String,
-    created_at_ms: i64,
-    revoked_at_ms: Option<i64>,
-}
-
-impl CredentialRow {
-    fn into_info(self, op: StoreOp) -> Result<CredentialInfo, StoreError> {
-        Ok(CredentialInfo {
-            id: self.id,
-            cluster: self.cluster,
-            created_at: timestamp(op, "created_at", self.created_at_ms)?,
-            revoked_at: opt_timestamp(op, "revoked_at", self.revoked_at_ms)?,
-        })
-    }
-}
-
-#[derive(sqlx::FromRow)]
-struct HeartbeatRow {
-    id: i64,
-    cluster: String,
-    received_at_ms: i64,
-    payload: Json<Value>,
-}
-
-impl HeartbeatRow {
-    fn into_record(self, op: StoreOp) -> Result<HeartbeatRecord, StoreError> {
-        Ok(HeartbeatRecord {
-            id: self.id,
-            cluster: self.cluster,
-            received_at: timestamp(op, "received_at", self.received_at_ms)?,
-            payload: self.payload.0,
-        })
-    }
-}
-
-#[derive(sqlx::FromRow)]
-struct PlacementRow {
-    namespace: String,
-    name: String,
-    uid: String,
-    generation: i64,
-    decision: Json<Value>,
-    updated_at_ms: i64,
-}
-
-impl PlacementRow {
-    fn into_record(self, op: StoreOp) -> Result<PlacementRecord, StoreError> {
-        Ok(PlacementRecord {
-            namespace: self.namespace,
-            name: self.name,
-            uid: self.uid,
-            generation: self.generation,
-            decision: self.decision.0,
-            updated_at: timestamp(op, "updated_at", self.updated_at_ms)?,
-        })
-    }
-}
-
-#[derive(sqlx::FromRow)]
-struct HistoryRow {
-    id: i64,
-    namespace: String,
-    name: String,
-    uid: String,
-    at_ms: i64,
-    generation: i64,
-    trigger: String,
-    reason: String,
-    decision: Json<Value>,
-}
-
-/// Builds the history query for either backend: the filters are plain comparisons, the page is a
-/// keyset on `(at_ms, id)`, newest first. Fetches one row more than the page to learn whether
-/// another page follows. Returns the builder and the page size.
-fn history_query<DB>(query: &HistoryQuery) -> (sqlx::QueryBuilder<DB>, i64)
-where
-    DB: sqlx::Database,
-    DB::Arguments: Default,
-    String: for<'q> sqlx::Encode<'q, DB> + sqlx::Type<DB>,
-    i64: for<'q> sqlx::Encode<'q, DB> + sqlx::Type<DB>,
-{
-    let limit = page_size(query.limit);
-    let mut sql = sqlx::QueryBuilder::new(concat!(
-        "SELECT ",
-        history_columns!(),
-        " FROM placement_history WHERE 1 = 1"
-    ));
-    let text_filters = [
-        ("namespace", &query.namespace),
-        ("name", &query.name),
-        ("uid", &query.uid),
-        ("trigger", &query.trigger),
-    ];
-    for (column, value) in text_filters {
-        if let Some(value) = value {
-            sql.push(format_args!(" AND {column} = "))
-                .push_bind(value.clone());
-        }
-    }
-    if let Some(since) = query.since {
-        sql.push(" AND at_ms >= ").push_bind(millis(since));
-    }
-    if let Some(until) = query.until {
-        sql.push(" AND at_ms < ").push_bind(millis(until));
-    }
-    if let Some(after) = query.after {
-        sql.push(" AND (at_ms < ")
-            .push_bind(after.at_ms)
-            .push(" OR (at_ms = ")
-            .push_bind(after.at_ms)
-            .push(" AND id < ")
-            .push_bind(after.id)
-            .push("))");
-    }
-    sql.push(" ORDER BY at_ms DESC, id DESC LIMIT ")
-        .push_bind(limit + 1);
-    (sql, limit)
-}
-
-/// Turns `limit + 1` fetched rows into a page: the extra row only says that another page exists.
-fn history_page(op: StoreOp, mut rows: Vec<HistoryRow>, limit: i64) -> Result<HistoryPage, StoreError> {
-    let more = rows.len() as i64 > limit;
-    rows.truncate(limit as usize);
-    let next = if more {
-        rows.last().map(|row| HistoryCursor {
-            at_ms: row.at_ms,
-            id: row.id,
-        })
-    } else {
-        None
-    };
-    let entries = rows
-        .into_iter()
-        .map(|row| {
-            Ok(PlacementHistoryEntry {
-                id: row.id,
-                namespace: row.namespace,
-                name: row.name,
-                uid: row.uid,
-                at: timestamp(op, "at", row.at_ms)?,
-                generation: row.generation,
-                trigger: row.trigger,
-                reason: row.reason,
-                decision: row.decision.0,
-            })
-        })
-        .collect::<Result<_, StoreError>>()?;
-    Ok(HistoryPage { entries, next })
-}
-
-#[derive(sqlx::FromRow)]
-struct WorkRow {
-    cluster: String,
-    revision: i64,
-    objects: Json<Vec<Value>>,
-    updated_at_ms: i64,
-}
-
-impl WorkRow {
-    fn into_set(self, op: StoreOp) -> Result<WorkSet, StoreError> {
-        Ok(WorkSet {
-            cluster: self.cluster,
-            revision: revision_out(op, "revision", self.revision)?,
-            objects: self.objects.0,
-            updated_at: timestamp(op, "updated_at", self.updated_at_ms)?,
-        })
-    }
-}
-
-#[derive(sqlx::FromRow)]
-struct WorkStatusRow {
-    cluster: String,
-    applied_revision: i64,
-    objects: Json<Value>,
-    reported_at_ms: i64,
-}
-
-impl WorkStatusRow {
-    fn into_status(self, op: StoreOp) -> Result<WorkStatus, StoreError> {
-        Ok(WorkStatus {
-            cluster: self.cluster,
-            applied_revision: revision_out(op, "applied_revision", self.applied_revision)?,
-            objects: self.objects.0,
-            reported_at: timestamp(op, "reported_at", self.reported_at_ms)?,
-        })
     }
 }
 

@@ -195,6 +195,7 @@ conformance!(
     work_revision_bumps_only_on_change_and_survives_reconnect,
     work_status_round_trips,
     concurrent_put_work_yields_distinct_increasing_revisions,
+    concurrent_rotations_leave_exactly_one_valid_credential,
     migrations_are_idempotent,
     connect_url_picks_the_backend,
 );
@@ -1018,6 +1019,58 @@ mod cases {
         assert_eq!(all, expected, "every put got its own revision, none skipped");
         let work = store.get_work("a").await.expect("get").expect("work of a");
         assert_eq!(work.revision, (TASKS * PUTS) as u64, "final revision");
+        store.close().await.expect("close");
+    }
+
+    pub async fn concurrent_rotations_leave_exactly_one_valid_credential(db: TestDb) {
+        const ROUNDS: usize = 10;
+        const TASKS: usize = 4;
+        let store = db.open().await;
+        register(&*store, &["a"]).await;
+        store.issue_credential("a").await.expect("issue");
+        for round in 0..ROUNDS {
+            let mut handles = Vec::new();
+            for _ in 0..TASKS {
+                let store = store.clone();
+                handles.push(tokio::spawn(async move {
+                    store.rotate_credential("a").await.expect("concurrent rotate")
+                }));
+            }
+            let mut rotated = Vec::new();
+            for handle in handles {
+                rotated.push(handle.await.expect("task finished"));
+            }
+            // Rotations of one cluster happen one after another, so the last one revoked all
+            // the others: whichever order they ran in, one credential is left.
+            let valid: Vec<i64> = store
+                .list_credentials("a")
+                .await
+                .expect("list")
+                .iter()
+                .filter(|c| c.revoked_at.is_none())
+                .map(|c| c.id)
+                .collect();
+            assert_eq!(
+                valid.len(),
+                1,
+                "round {round}: expected one valid credential, seen {valid:?}"
+            );
+            let mut resolving = Vec::new();
+            for issued in &rotated {
+                if store
+                    .authenticate_agent(issued.token.expose())
+                    .await
+                    .expect("lookup")
+                    .is_some()
+                {
+                    resolving.push(issued.id);
+                }
+            }
+            assert_eq!(
+                resolving, valid,
+                "round {round}: tokens of this round's rotations that still resolve"
+            );
+        }
         store.close().await.expect("close");
     }
 

@@ -1,0 +1,886 @@
+//! The store's SQL and row mapping, written once for both backends.
+//!
+//! The two backends run the same statements. sqlx numbers parameters `$1`, `$2`, ... for SQLite
+//! as for Postgres; `INSERT ... ON CONFLICT ... DO UPDATE` and `RETURNING` are spelled the same;
+//! JSON columns are bound and read through sqlx's [`Json`] (TEXT in SQLite, JSONB in Postgres);
+//! timestamps are integer milliseconds in both. What differs is small and named by [`Dialect`]:
+//! how a write transaction starts, and whether it must lock the rows it reads before writing
+//! what depends on them. Opening a pool and the migrations stay in `sqlite.rs` and `postgres.rs`.
+//!
+//! ```text
+//!   SqliteStore = SqlStore<Sqlite>   ─┐                    ┌─ Dialect for Sqlite (BEGIN IMMEDIATE)
+//!                                     ├─ impl Store (here) ┤
+//!   PgStore     = SqlStore<Postgres> ─┘                    └─ Dialect for Postgres (FOR UPDATE)
+//! ```
+//!
+//! # Why generic over the database
+//! [`SqlStore`] is generic over sqlx's [`Database`], bounded by what its queries bind and read.
+//! The shared code is then ordinary Rust: rustfmt formats it, the compiler checks it once, and an
+//! error points at the line that is wrong. The price is the `where` clause on the `Store` impl,
+//! which lists, type by type, what the SQL binds and reads. A macro stamping the methods out per
+//! pool would need no bounds, but it would be checked once per backend, never formatted, and
+//! report errors inside the macro. `sqlx::Any` is no option: it has no JSON and no compile-time
+//! types.
+
+use std::collections::BTreeMap;
+
+use jiff::Timestamp;
+use serde_json::Value;
+use sqlx::types::Json;
+use sqlx::{Database, Encode, Executor, FromRow, IntoArguments, Pool, Transaction, Type};
+
+use super::*;
+
+/// What differs between the backends' SQL. Implemented for [`sqlx::Sqlite`] and
+/// [`sqlx::Postgres`].
+pub trait Dialect: Database {
+    /// The backend, for [`Store::backend`] and error messages.
+    const BACKEND: Backend;
+
+    /// The statement that starts a write transaction.
+    const BEGIN_WRITE: &'static str;
+
+    /// Whether a write that depends on what it read must lock the rows it read
+    /// (`SELECT ... FOR UPDATE`), so that concurrent writers queue instead of both acting on the
+    /// same old value. `false` where [`BEGIN_WRITE`](Dialect::BEGIN_WRITE) already takes a lock
+    /// on the whole database.
+    const ROW_LOCKS: bool;
+
+    /// How many rows a statement changed (sqlx has no trait for it).
+    fn rows_affected(done: &Self::QueryResult) -> u64;
+}
+
+/// The store on a pool of either backend: [`SqliteStore`] or [`PgStore`].
+#[derive(Debug)]
+pub struct SqlStore<DB: Database> {
+    pub(super) pool: Pool<DB>,
+}
+
+impl<DB: Database> Clone for SqlStore<DB> {
+    fn clone(&self) -> Self {
+        SqlStore {
+            pool: self.pool.clone(),
+        }
+    }
+}
+
+impl<DB: Dialect> SqlStore<DB> {
+    /// The connection pool, for callers that need SQL of their own (tests, maintenance).
+    pub fn pool(&self) -> &Pool<DB> {
+        &self.pool
+    }
+
+    async fn begin_write(&self, op: StoreOp) -> Result<Transaction<'static, DB>, StoreError> {
+        self.pool
+            .begin_with(DB::BEGIN_WRITE)
+            .await
+            .map_err(query_error(op))
+    }
+}
+
+/// Maps an error opening a pool of `DB`.
+pub(super) fn connect_error<DB: Dialect>(source: sqlx::Error) -> StoreError {
+    StoreError::Connect {
+        backend: DB::BACKEND,
+        source,
+    }
+}
+
+/// Applies `migrator` to a freshly opened pool.
+pub(super) async fn migrate<DB: Dialect>(
+    migrator: &sqlx::migrate::Migrator,
+    pool: Pool<DB>,
+) -> Result<SqlStore<DB>, StoreError>
+where
+    DB::Connection: sqlx::migrate::Migrate,
+{
+    migrator.run(&pool).await.map_err(|source| StoreError::Migrate {
+        backend: DB::BACKEND,
+        source,
+    })?;
+    Ok(SqlStore { pool })
+}
+
+// Column lists, as macros so that `concat!` can splice them into `&'static str` SQL (sqlx accepts
+// only static strings as safe SQL).
+macro_rules! cluster_columns {
+    () => {
+        "name, labels, region, zone, latitude, longitude, registered_at_ms, agent_version, \
+         kubernetes_version, last_heartbeat_at_ms, capacity, cordoned, burst_only"
+    };
+}
+macro_rules! placement_columns {
+    () => {
+        "namespace, name, uid, generation, decision, updated_at_ms"
+    };
+}
+macro_rules! history_columns {
+    () => {
+        "id, namespace, name, uid, at_ms, generation, trigger, reason, decision"
+    };
+}
+
+impl<DB> Store for SqlStore<DB>
+where
+    DB: Dialect,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    DB::Arguments: IntoArguments<DB>,
+    // What the statements bind.
+    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
+    for<'q> Option<&'q str>: Encode<'q, DB>,
+    String: for<'q> Encode<'q, DB> + Type<DB>,
+    i64: for<'q> Encode<'q, DB> + Type<DB>,
+    Option<i64>: for<'q> Encode<'q, DB>,
+    Option<f64>: for<'q> Encode<'q, DB> + Type<DB>,
+    bool: for<'q> Encode<'q, DB> + Type<DB>,
+    for<'q> Json<&'q BTreeMap<String, String>>: Encode<'q, DB> + Type<DB>,
+    for<'q> Json<&'q Value>: Encode<'q, DB> + Type<DB>,
+    for<'q> Option<Json<&'q Value>>: Encode<'q, DB>,
+    for<'q> Json<&'q [Value]>: Encode<'q, DB> + Type<DB>,
+    // What they read.
+    (i64,): for<'r> FromRow<'r, DB::Row>,
+    (i64, String): for<'r> FromRow<'r, DB::Row>,
+    (String, String): for<'r> FromRow<'r, DB::Row>,
+    ClusterRow: for<'r> FromRow<'r, DB::Row>,
+    CredentialRow: for<'r> FromRow<'r, DB::Row>,
+    HeartbeatRow: for<'r> FromRow<'r, DB::Row>,
+    PlacementRow: for<'r> FromRow<'r, DB::Row>,
+    HistoryRow: for<'r> FromRow<'r, DB::Row>,
+    WorkRow: for<'r> FromRow<'r, DB::Row>,
+    WorkStatusRow: for<'r> FromRow<'r, DB::Row>,
+{
+    fn backend(&self) -> Backend {
+        DB::BACKEND
+    }
+
+    fn close(&self) -> StoreFuture<'_, ()> {
+        Box::pin(async move {
+            self.pool.close().await;
+            Ok(())
+        })
+    }
+
+    fn upsert_cluster<'a>(&'a self, cluster: &'a ClusterUpsert) -> StoreFuture<'a, ClusterRecord> {
+        Box::pin(async move {
+            const OP: StoreOp = StoreOp::UpsertCluster;
+            let row: ClusterRow = sqlx::query_as(concat!(
+                "INSERT INTO clusters (name, labels, region, zone, latitude, longitude, registered_at_ms, \
+                 agent_version, kubernetes_version, cordoned, burst_only) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) \
+                 ON CONFLICT (name) DO UPDATE SET labels = excluded.labels, region = excluded.region, \
+                 zone = excluded.zone, latitude = excluded.latitude, longitude = excluded.longitude, \
+                 agent_version = COALESCE(excluded.agent_version, clusters.agent_version), \
+                 kubernetes_version = COALESCE(excluded.kubernetes_version, clusters.kubernetes_version), \
+                 cordoned = excluded.cordoned, burst_only = excluded.burst_only \
+                 RETURNING ",
+                cluster_columns!()
+            ))
+            .bind(cluster.name.as_str())
+            .bind(Json(&cluster.labels))
+            .bind(cluster.region.as_deref())
+            .bind(cluster.zone.as_deref())
+            .bind(cluster.coordinates.map(|c| c.latitude))
+            .bind(cluster.coordinates.map(|c| c.longitude))
+            .bind(millis(Timestamp::now()))
+            .bind(cluster.agent_version.as_deref())
+            .bind(cluster.kubernetes_version.as_deref())
+            .bind(cluster.cordoned)
+            .bind(cluster.burst_only)
+            .fetch_one(&self.pool)
+            .await
+            .map_err(query_error(OP))?;
+            row.into_record(OP)
+        })
+    }
+
+    fn get_cluster<'a>(&'a self, name: &'a str) -> StoreFuture<'a, Option<ClusterRecord>> {
+        Box::pin(async move {
+            const OP: StoreOp = StoreOp::GetCluster;
+            let row: Option<ClusterRow> = sqlx::query_as(concat!(
+                "SELECT ",
+                cluster_columns!(),
+                " FROM clusters WHERE name = $1"
+            ))
+            .bind(name)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(query_error(OP))?;
+            row.map(|row| row.into_record(OP)).transpose()
+        })
+    }
+
+    fn list_clusters(&self) -> StoreFuture<'_, Vec<ClusterRecord>> {
+        Box::pin(async move {
+            const OP: StoreOp = StoreOp::ListClusters;
+            let rows: Vec<ClusterRow> = sqlx::query_as(concat!(
+                "SELECT ",
+                cluster_columns!(),
+                " FROM clusters ORDER BY name"
+            ))
+            .fetch_all(&self.pool)
+            .await
+            .map_err(query_error(OP))?;
+            rows.into_iter().map(|row| row.into_record(OP)).collect()
+        })
+    }
+
+    fn issue_credential<'a>(&'a self, cluster: &'a str) -> StoreFuture<'a, IssuedCredential> {
+        Box::pin(async move {
+            const OP: StoreOp = StoreOp::IssueCredential;
+            let mut tx = self.begin_write(OP).await?;
+            let issued = insert_credential(&mut tx, OP, cluster, Timestamp::now()).await?;
+            tx.commit().await.map_err(query_error(OP))?;
+            Ok(issued)
+        })
+    }
+
+    fn rotate_credential<'a>(&'a self, cluster: &'a str) -> StoreFuture<'a, IssuedCredential> {
+        Box::pin(async move {
+            const OP: StoreOp = StoreOp::RotateCredential;
+            let now = Timestamp::now();
+            let mut tx = self.begin_write(OP).await?;
+            if DB::ROW_LOCKS {
+                // Rotations of one cluster queue on its row. Otherwise each one's UPDATE sees
+                // only committed credentials, misses the new one of a rotation still in flight,
+                // and both new credentials stay valid.
+                sqlx::query("SELECT name FROM clusters WHERE name = $1 FOR UPDATE")
+                    .bind(cluster)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(query_error(OP))?;
+            }
+            let issued = insert_credential(&mut tx, OP, cluster, now).await?;
+            sqlx::query(
+                "UPDATE agent_credentials SET revoked_at_ms = $1 \
+                 WHERE cluster = $2 AND revoked_at_ms IS NULL AND id <> $3",
+            )
+            .bind(millis(now))
+            .bind(cluster)
+            .bind(issued.id)
+            .execute(&mut *tx)
+            .await
+            .map_err(query_error(OP))?;
+            tx.commit().await.map_err(query_error(OP))?;
+            Ok(issued)
+        })
+    }
+
+    fn revoke_credential(&self, id: i64) -> StoreFuture<'_, bool> {
+        Box::pin(async move {
+            const OP: StoreOp = StoreOp::RevokeCredential;
+            let done = sqlx::query(
+                "UPDATE agent_credentials SET revoked_at_ms = $1 WHERE id = $2 AND revoked_at_ms IS NULL",
+            )
+            .bind(millis(Timestamp::now()))
+            .bind(id)
+            .execute(&self.pool)
+            .await
+            .map_err(query_error(OP))?;
+            Ok(DB::rows_affected(&done) == 1)
+        })
+    }
+
+    fn authenticate_agent<'a>(&'a self, token: &'a str) -> StoreFuture<'a, Option<AgentIdentity>> {
+        Box::pin(async move {
+            const OP: StoreOp = StoreOp::AuthenticateAgent;
+            let row: Option<(i64, String)> = sqlx::query_as(
+                "SELECT id, cluster FROM agent_credentials WHERE token_sha256 = $1 AND revoked_at_ms IS NULL",
+            )
+            .bind(token_hash(token))
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(query_error(OP))?;
+            Ok(row.map(|(credential_id, cluster)| AgentIdentity {
+                credential_id,
+                cluster,
+            }))
+        })
+    }
+
+    fn list_credentials<'a>(&'a self, cluster: &'a str) -> StoreFuture<'a, Vec<CredentialInfo>> {
+        Box::pin(async move {
+            const OP: StoreOp = StoreOp::ListCredentials;
+            let rows: Vec<CredentialRow> = sqlx::query_as(
+                "SELECT id, cluster, created_at_ms, revoked_at_ms FROM agent_credentials \
+                 WHERE cluster = $1 ORDER BY id",
+            )
+            .bind(cluster)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(query_error(OP))?;
+            rows.into_iter().map(|row| row.into_info(OP)).collect()
+        })
+    }
+
+    fn record_heartbeat<'a>(&'a self, heartbeat: &'a NewHeartbeat) -> StoreFuture<'a, i64> {
+        Box::pin(async move {
+            const OP: StoreOp = StoreOp::RecordHeartbeat;
+            let received_at = millis(heartbeat.received_at);
+            let mut tx = self.begin_write(OP).await?;
+            let id: i64 = sqlx::query_scalar(
+                "INSERT INTO heartbeats (cluster, received_at_ms, payload) VALUES ($1, $2, $3) RETURNING id",
+            )
+            .bind(heartbeat.cluster.as_str())
+            .bind(received_at)
+            .bind(Json(&heartbeat.payload))
+            .fetch_one(&mut *tx)
+            .await
+            .map_err(cluster_write_error(OP, &heartbeat.cluster))?;
+            // A heartbeat that arrives after a newer one (a retried request) goes into the history
+            // but does not roll the cluster's latest state back.
+            sqlx::query(
+                "UPDATE clusters SET last_heartbeat_at_ms = $2, capacity = COALESCE($3, capacity), \
+                 agent_version = COALESCE($4, agent_version), \
+                 kubernetes_version = COALESCE($5, kubernetes_version) \
+                 WHERE name = $1 AND (last_heartbeat_at_ms IS NULL OR last_heartbeat_at_ms <= $2)",
+            )
+            .bind(heartbeat.cluster.as_str())
+            .bind(received_at)
+            .bind(heartbeat.capacity.as_ref().map(Json))
+            .bind(heartbeat.agent_version.as_deref())
+            .bind(heartbeat.kubernetes_version.as_deref())
+            .execute(&mut *tx)
+            .await
+            .map_err(query_error(OP))?;
+            tx.commit().await.map_err(query_error(OP))?;
+            Ok(id)
+        })
+    }
+
+    fn list_heartbeats<'a>(&'a self, cluster: &'a str, limit: u32) -> StoreFuture<'a, Vec<HeartbeatRecord>> {
+        Box::pin(async move {
+            const OP: StoreOp = StoreOp::ListHeartbeats;
+            let rows: Vec<HeartbeatRow> = sqlx::query_as(
+                "SELECT id, cluster, received_at_ms, payload FROM heartbeats WHERE cluster = $1 \
+                 ORDER BY received_at_ms DESC, id DESC LIMIT $2",
+            )
+            .bind(cluster)
+            .bind(page_size(limit))
+            .fetch_all(&self.pool)
+            .await
+            .map_err(query_error(OP))?;
+            rows.into_iter().map(|row| row.into_record(OP)).collect()
+        })
+    }
+
+    fn prune_heartbeats(&self, retention: HeartbeatRetention) -> StoreFuture<'_, u64> {
+        Box::pin(async move {
+            const OP: StoreOp = StoreOp::PruneHeartbeats;
+            let done = sqlx::query(
+                "DELETE FROM heartbeats WHERE id IN ( \
+                   SELECT id FROM ( \
+                     SELECT id, received_at_ms, ROW_NUMBER() OVER ( \
+                       PARTITION BY cluster ORDER BY received_at_ms DESC, id DESC) AS newest \
+                     FROM heartbeats) AS ranked \
+                   WHERE newest > $1 AND ($2 IS NULL OR received_at_ms < $2))",
+            )
+            .bind(i64::from(retention.keep_last))
+            .bind(retention.keep_newer_than.map(millis))
+            .execute(&self.pool)
+            .await
+            .map_err(query_error(OP))?;
+            Ok(DB::rows_affected(&done))
+        })
+    }
+
+    fn put_placement<'a>(&'a self, placement: &'a PlacementUpdate) -> StoreFuture<'a, PlacementWrite> {
+        Box::pin(async move {
+            const OP: StoreOp = StoreOp::PutPlacement;
+            let hash = decision_hash(&placement.decision);
+            let at = millis(placement.at);
+            let mut tx = self.begin_write(OP).await?;
+            // Insert if new; otherwise read (and, with row locks, lock) the stored row before
+            // comparing, so that two writers of the same MCD cannot both see the old decision and
+            // both record a change.
+            let inserted = sqlx::query(
+                "INSERT INTO placements (namespace, name, uid, generation, decision, decision_sha256, \
+                 updated_at_ms) VALUES ($1, $2, $3, $4, $5, $6, $7) \
+                 ON CONFLICT (namespace, name) DO NOTHING",
+            )
+            .bind(placement.namespace.as_str())
+            .bind(placement.name.as_str())
+            .bind(placement.uid.as_str())
+            .bind(placement.generation)
+            .bind(Json(&placement.decision))
+            .bind(hash.as_str())
+            .bind(at)
+            .execute(&mut *tx)
+            .await
+            .map_err(query_error(OP))?;
+            let changed = if DB::rows_affected(&inserted) == 1 {
+                true
+            } else {
+                let (uid, stored): (String, String) = sqlx::query_as(if DB::ROW_LOCKS {
+                    "SELECT uid, decision_sha256 FROM placements WHERE namespace = $1 AND name = $2 \
+                     FOR UPDATE"
+                } else {
+                    "SELECT uid, decision_sha256 FROM placements WHERE namespace = $1 AND name = $2"
+                })
+                .bind(placement.namespace.as_str())
+                .bind(placement.name.as_str())
+                .fetch_one(&mut *tx)
+                .await
+                .map_err(query_error(OP))?;
+                sqlx::query(
+                    "UPDATE placements SET uid = $3, generation = $4, decision = $5, \
+                     decision_sha256 = $6, updated_at_ms = $7 WHERE namespace = $1 AND name = $2",
+                )
+                .bind(placement.namespace.as_str())
+                .bind(placement.name.as_str())
+                .bind(placement.uid.as_str())
+                .bind(placement.generation)
+                .bind(Json(&placement.decision))
+                .bind(hash.as_str())
+                .bind(at)
+                .execute(&mut *tx)
+                .await
+                .map_err(query_error(OP))?;
+                uid != placement.uid || stored != hash
+            };
+            let history_id = if changed {
+                let id: i64 = sqlx::query_scalar(
+                    "INSERT INTO placement_history (namespace, name, uid, at_ms, generation, trigger, \
+                     reason, decision) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING id",
+                )
+                .bind(placement.namespace.as_str())
+                .bind(placement.name.as_str())
+                .bind(placement.uid.as_str())
+                .bind(at)
+                .bind(placement.generation)
+                .bind(placement.trigger.as_str())
+                .bind(placement.reason.as_str())
+                .bind(Json(&placement.decision))
+                .fetch_one(&mut *tx)
+                .await
+                .map_err(query_error(OP))?;
+                Some(id)
+            } else {
+                None
+            };
+            tx.commit().await.map_err(query_error(OP))?;
+            Ok(PlacementWrite { changed, history_id })
+        })
+    }
+
+    fn get_placement<'a>(
+        &'a self,
+        namespace: &'a str,
+        name: &'a str,
+    ) -> StoreFuture<'a, Option<PlacementRecord>> {
+        Box::pin(async move {
+            const OP: StoreOp = StoreOp::GetPlacement;
+            let row: Option<PlacementRow> = sqlx::query_as(concat!(
+                "SELECT ",
+                placement_columns!(),
+                " FROM placements WHERE namespace = $1 AND name = $2"
+            ))
+            .bind(namespace)
+            .bind(name)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(query_error(OP))?;
+            row.map(|row| row.into_record(OP)).transpose()
+        })
+    }
+
+    fn list_placements<'a>(&'a self, namespace: Option<&'a str>) -> StoreFuture<'a, Vec<PlacementRecord>> {
+        Box::pin(async move {
+            const OP: StoreOp = StoreOp::ListPlacements;
+            let rows: Vec<PlacementRow> = sqlx::query_as(concat!(
+                "SELECT ",
+                placement_columns!(),
+                " FROM placements WHERE ($1 IS NULL OR namespace = $1) ORDER BY namespace, name"
+            ))
+            .bind(namespace)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(query_error(OP))?;
+            rows.into_iter().map(|row| row.into_record(OP)).collect()
+        })
+    }
+
+    fn delete_placement<'a>(&'a self, namespace: &'a str, name: &'a str) -> StoreFuture<'a, bool> {
+        Box::pin(async move {
+            const OP: StoreOp = StoreOp::DeletePlacement;
+            let done = sqlx::query("DELETE FROM placements WHERE namespace = $1 AND name = $2")
+                .bind(namespace)
+                .bind(name)
+                .execute(&self.pool)
+                .await
+                .map_err(query_error(OP))?;
+            Ok(DB::rows_affected(&done) == 1)
+        })
+    }
+
+    fn placement_history<'a>(&'a self, query: &'a HistoryQuery) -> StoreFuture<'a, HistoryPage> {
+        Box::pin(async move {
+            const OP: StoreOp = StoreOp::PlacementHistory;
+            let (mut sql, limit) = history_query::<DB>(query);
+            let rows: Vec<HistoryRow> = sql
+                .build_query_as()
+                .fetch_all(&self.pool)
+                .await
+                .map_err(query_error(OP))?;
+            history_page(OP, rows, limit)
+        })
+    }
+
+    fn put_work<'a>(&'a self, cluster: &'a str, objects: &'a [Value]) -> StoreFuture<'a, WorkWrite> {
+        Box::pin(async move {
+            const OP: StoreOp = StoreOp::PutWork;
+            let mut tx = self.begin_write(OP).await?;
+            // The conditional upsert bumps the revision only when the content hash differs and
+            // returns no row when it changed nothing. On Postgres it locks the row until commit
+            // either way (ON CONFLICT DO UPDATE locks rows its WHERE rejects), so concurrent
+            // writers bump one after another from the latest committed revision.
+            let bumped: Option<i64> = sqlx::query_scalar(
+                "INSERT INTO work (cluster, revision, content_sha256, objects, updated_at_ms) \
+                 VALUES ($1, 1, $2, $3, $4) \
+                 ON CONFLICT (cluster) DO UPDATE SET revision = work.revision + 1, \
+                 content_sha256 = excluded.content_sha256, objects = excluded.objects, \
+                 updated_at_ms = excluded.updated_at_ms \
+                 WHERE work.content_sha256 <> excluded.content_sha256 \
+                 RETURNING revision",
+            )
+            .bind(cluster)
+            .bind(object_set_hash(objects))
+            .bind(Json(objects))
+            .bind(millis(Timestamp::now()))
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(cluster_write_error(OP, cluster))?;
+            let (revision, changed) = match bumped {
+                Some(revision) => (revision, true),
+                None => {
+                    let revision: i64 = sqlx::query_scalar("SELECT revision FROM work WHERE cluster = $1")
+                        .bind(cluster)
+                        .fetch_one(&mut *tx)
+                        .await
+                        .map_err(query_error(OP))?;
+                    (revision, false)
+                }
+            };
+            tx.commit().await.map_err(query_error(OP))?;
+            Ok(WorkWrite {
+                revision: revision_out(OP, "revision", revision)?,
+                changed,
+            })
+        })
+    }
+
+    fn get_work<'a>(&'a self, cluster: &'a str) -> StoreFuture<'a, Option<WorkSet>> {
+        Box::pin(async move {
+            const OP: StoreOp = StoreOp::GetWork;
+            let row: Option<WorkRow> = sqlx::query_as(
+                "SELECT cluster, revision, objects, updated_at_ms FROM work WHERE cluster = $1",
+            )
+            .bind(cluster)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(query_error(OP))?;
+            row.map(|row| row.into_set(OP)).transpose()
+        })
+    }
+
+    fn put_work_status<'a>(&'a self, status: &'a WorkStatus) -> StoreFuture<'a, ()> {
+        Box::pin(async move {
+            const OP: StoreOp = StoreOp::PutWorkStatus;
+            sqlx::query(
+                "INSERT INTO work_status (cluster, applied_revision, objects, reported_at_ms) \
+                 VALUES ($1, $2, $3, $4) \
+                 ON CONFLICT (cluster) DO UPDATE SET applied_revision = excluded.applied_revision, \
+                 objects = excluded.objects, reported_at_ms = excluded.reported_at_ms",
+            )
+            .bind(status.cluster.as_str())
+            .bind(revision_in(OP, "applied revision", status.applied_revision)?)
+            .bind(Json(&status.objects))
+            .bind(millis(status.reported_at))
+            .execute(&self.pool)
+            .await
+            .map_err(cluster_write_error(OP, &status.cluster))?;
+            Ok(())
+        })
+    }
+
+    fn get_work_status<'a>(&'a self, cluster: &'a str) -> StoreFuture<'a, Option<WorkStatus>> {
+        Box::pin(async move {
+            const OP: StoreOp = StoreOp::GetWorkStatus;
+            let row: Option<WorkStatusRow> = sqlx::query_as(
+                "SELECT cluster, applied_revision, objects, reported_at_ms FROM work_status WHERE cluster = $1",
+            )
+            .bind(cluster)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(query_error(OP))?;
+            row.map(|row| row.into_status(OP)).transpose()
+        })
+    }
+}
+
+/// Issues a credential for `cluster` inside a write transaction: [`Store::issue_credential`]
+/// alone, [`Store::rotate_credential`] before revoking the others.
+async fn insert_credential<DB>(
+    tx: &mut Transaction<'static, DB>,
+    op: StoreOp,
+    cluster: &str,
+    now: Timestamp,
+) -> Result<IssuedCredential, StoreError>
+where
+    DB: Database,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    DB::Arguments: IntoArguments<DB>,
+    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
+    String: for<'q> Encode<'q, DB> + Type<DB>,
+    i64: for<'q> Encode<'q, DB> + Type<DB>,
+    (i64,): for<'r> FromRow<'r, DB::Row>,
+{
+    let token = new_token(op)?;
+    let id: i64 = sqlx::query_scalar(
+        "INSERT INTO agent_credentials (cluster, token_sha256, created_at_ms) VALUES ($1, $2, $3) \
+         RETURNING id",
+    )
+    .bind(cluster)
+    .bind(token_hash(token.expose()))
+    .bind(millis(now))
+    .fetch_one(&mut **tx)
+    .await
+    .map_err(cluster_write_error(op, cluster))?;
+    Ok(IssuedCredential {
+        id,
+        cluster: cluster.to_owned(),
+        token,
+        // `now` as it reads back from the database (millisecond precision).
+        created_at: Timestamp::from_millisecond(millis(now)).unwrap_or(now),
+    })
+}
+
+/// Builds the history query: the filters are plain comparisons, the page is a keyset on
+/// `(at_ms, id)`, newest first. Fetches one row more than the page to learn whether another page
+/// follows. Returns the builder and the page size.
+fn history_query<DB>(query: &HistoryQuery) -> (sqlx::QueryBuilder<DB>, i64)
+where
+    DB: Database,
+    String: for<'q> Encode<'q, DB> + Type<DB>,
+    i64: for<'q> Encode<'q, DB> + Type<DB>,
+{
+    let limit = page_size(query.limit);
+    let mut sql = sqlx::QueryBuilder::new(concat!(
+        "SELECT ",
+        history_columns!(),
+        " FROM placement_history WHERE 1 = 1"
+    ));
+    let text_filters = [
+        ("namespace", &query.namespace),
+        ("name", &query.name),
+        ("uid", &query.uid),
+        ("trigger", &query.trigger),
+    ];
+    for (column, value) in text_filters {
+        if let Some(value) = value {
+            sql.push(format_args!(" AND {column} = "))
+                .push_bind(value.clone());
+        }
+    }
+    if let Some(since) = query.since {
+        sql.push(" AND at_ms >= ").push_bind(millis(since));
+    }
+    if let Some(until) = query.until {
+        sql.push(" AND at_ms < ").push_bind(millis(until));
+    }
+    if let Some(after) = query.after {
+        sql.push(" AND (at_ms < ")
+            .push_bind(after.at_ms)
+            .push(" OR (at_ms = ")
+            .push_bind(after.at_ms)
+            .push(" AND id < ")
+            .push_bind(after.id)
+            .push("))");
+    }
+    sql.push(" ORDER BY at_ms DESC, id DESC LIMIT ")
+        .push_bind(limit + 1);
+    (sql, limit)
+}
+
+/// Turns `limit + 1` fetched rows into a page: the extra row only says that another page exists.
+fn history_page(op: StoreOp, mut rows: Vec<HistoryRow>, limit: i64) -> Result<HistoryPage, StoreError> {
+    let more = rows.len() as i64 > limit;
+    rows.truncate(limit as usize);
+    let next = if more {
+        rows.last().map(|row| HistoryCursor {
+            at_ms: row.at_ms,
+            id: row.id,
+        })
+    } else {
+        None
+    };
+    let entries = rows
+        .into_iter()
+        .map(|row| {
+            Ok(PlacementHistoryEntry {
+                id: row.id,
+                namespace: row.namespace,
+                name: row.name,
+                uid: row.uid,
+                at: timestamp(op, "at", row.at_ms)?,
+                generation: row.generation,
+                trigger: row.trigger,
+                reason: row.reason,
+                decision: row.decision.0,
+            })
+        })
+        .collect::<Result<_, StoreError>>()?;
+    Ok(HistoryPage { entries, next })
+}
+
+// Rows as both backends return them, and their conversion to the store's types.
+
+#[derive(sqlx::FromRow)]
+struct ClusterRow {
+    name: String,
+    labels: Json<BTreeMap<String, String>>,
+    region: Option<String>,
+    zone: Option<String>,
+    latitude: Option<f64>,
+    longitude: Option<f64>,
+    registered_at_ms: i64,
+    agent_version: Option<String>,
+    kubernetes_version: Option<String>,
+    last_heartbeat_at_ms: Option<i64>,
+    capacity: Option<Json<Value>>,
+    cordoned: bool,
+    burst_only: bool,
+}
+
+impl ClusterRow {
+    fn into_record(self, op: StoreOp) -> Result<ClusterRecord, StoreError> {
+        Ok(ClusterRecord {
+            name: self.name,
+            labels: self.labels.0,
+            region: self.region,
+            zone: self.zone,
+            coordinates: match (self.latitude, self.longitude) {
+                (Some(latitude), Some(longitude)) => Some(Coordinates { latitude, longitude }),
+                _ => None,
+            },
+            registered_at: timestamp(op, "registered_at", self.registered_at_ms)?,
+            agent_version: self.agent_version,
+            kubernetes_version: self.kubernetes_version,
+            last_heartbeat_at: opt_timestamp(op, "last_heartbeat_at", self.last_heartbeat_at_ms)?,
+            capacity: self.capacity.map(|c| c.0),
+            cordoned: self.cordoned,
+            burst_only: self.burst_only,
+        })
+    }
+}
+
+#[derive(sqlx::FromRow)]
+struct CredentialRow {
+    id: i64,
+    cluster: String,
+    created_at_ms: i64,
+    revoked_at_ms: Option<i64>,
+}
+
+impl CredentialRow {
+    fn into_info(self, op: StoreOp) -> Result<CredentialInfo, StoreError> {
+        Ok(CredentialInfo {
+            id: self.id,
+            cluster: self.cluster,
+            created_at: timestamp(op, "created_at", self.created_at_ms)?,
+            revoked_at: opt_timestamp(op, "revoked_at", self.revoked_at_ms)?,
+        })
+    }
+}
+
+#[derive(sqlx::FromRow)]
+struct HeartbeatRow {
+    id: i64,
+    cluster: String,
+    received_at_ms: i64,
+    payload: Json<Value>,
+}
+
+impl HeartbeatRow {
+    fn into_record(self, op: StoreOp) -> Result<HeartbeatRecord, StoreError> {
+        Ok(HeartbeatRecord {
+            id: self.id,
+            cluster: self.cluster,
+            received_at: timestamp(op, "received_at", self.received_at_ms)?,
+            payload: self.payload.0,
+        })
+    }
+}
+
+#[derive(sqlx::FromRow)]
+struct PlacementRow {
+    namespace: String,
+    name: String,
+    uid: String,
+    generation: i64,
+    decision: Json<Value>,
+    updated_at_ms: i64,
+}
+
+impl PlacementRow {
+    fn into_record(self, op: StoreOp) -> Result<PlacementRecord, StoreError> {
+        Ok(PlacementRecord {
+            namespace: self.namespace,
+            name: self.name,
+            uid: self.uid,
+            generation: self.generation,
+            decision: self.decision.0,
+            updated_at: timestamp(op, "updated_at", self.updated_at_ms)?,
+        })
+    }
+}
+
+#[derive(sqlx::FromRow)]
+struct HistoryRow {
+    id: i64,
+    namespace: String,
+    name: String,
+    uid: String,
+    at_ms: i64,
+    generation: i64,
+    trigger: String,
+    reason: String,
+    decision: Json<Value>,
+}
+
+#[derive(sqlx::FromRow)]
+struct WorkRow {
+    cluster: String,
+    revision: i64,
+    objects: Json<Vec<Value>>,
+    updated_at_ms: i64,
+}
+
+impl WorkRow {
+    fn into_set(self, op: StoreOp) -> Result<WorkSet, StoreError> {
+        Ok(WorkSet {
+            cluster: self.cluster,
+            revision: revision_out(op, "revision", self.revision)?,
+            objects: self.objects.0,
+            updated_at: timestamp(op, "updated_at", self.updated_at_ms)?,
+        })
+    }
+}
+
+#[derive(sqlx::FromRow)]
+struct WorkStatusRow {
+    cluster: String,
+    applied_revision: i64,
+    objects: Json<Value>,
+    reported_at_ms: i64,
+}
+
+impl WorkStatusRow {
+    fn into_status(self, op: StoreOp) -> Result<WorkStatus, StoreError> {
+        Ok(WorkStatus {
+            cluster: self.cluster,
+            applied_revision: revision_out(op, "applied_revision", self.applied_revision)?,
+            objects: self.objects.0,
+            reported_at: timestamp(op, "reported_at", self.reported_at_ms)?,
+        })
+    }
+}
