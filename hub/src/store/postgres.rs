@@ -11,8 +11,8 @@ use std::time::Duration;
 use sqlx::Postgres;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions, PgQueryResult};
 
+use super::contract::{Backend, StoreError};
 use super::sql::{Dialect, SqlStore, connect_error, migrate};
-use super::{Backend, StoreError};
 
 /// The embedded migrations of `migrations/postgres`.
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/postgres");

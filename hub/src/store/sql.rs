@@ -29,7 +29,8 @@ use serde_json::Value;
 use sqlx::types::Json;
 use sqlx::{Database, Encode, Executor, FromRow, IntoArguments, Pool, Transaction, Type};
 
-use super::*;
+use super::contract::*;
+use super::types::*;
 
 /// What differs between the backends' SQL. Implemented for [`sqlx::Sqlite`] and
 /// [`sqlx::Postgres`].

@@ -12,8 +12,8 @@ use std::time::Duration;
 use sqlx::Sqlite;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteQueryResult};
 
+use super::contract::{Backend, StoreError};
 use super::sql::{Dialect, SqlStore, connect_error, migrate};
-use super::{Backend, StoreError};
 
 /// The embedded migrations of `migrations/sqlite`.
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/sqlite");
