@@ -47,7 +47,7 @@ use hooks::{Faults, LoggedRequest, RequestLog};
 use resources::Registry;
 use store::Store;
 
-/// How clients authenticate (R-T-6).
+/// How clients authenticate.
 #[derive(Debug, Clone, Default)]
 pub enum Auth {
     /// Any bearer token (or none) is accepted.
@@ -147,7 +147,7 @@ impl ClusterState {
         *self.registry.write().unwrap_or_else(|e| e.into_inner()) = Registry::new();
     }
 
-    /// Creates the system namespaces (R-T-2).
+    /// Creates the system namespaces every cluster has.
     pub fn bootstrap(&self) -> Result<(), ApiError> {
         let rt = self
             .registry
@@ -252,7 +252,8 @@ pub fn full_router(state: Arc<ClusterState>, admin: axum::Router) -> axum::Route
 
 async fn cache_control(req: Request, next: Next) -> Response {
     let mut resp = next.run(req).await;
-    // The kubectl dispatcher caches `/version` otherwise (R-V-2).
+    // The real API server's default. Without it the kubectl version dispatcher caches `/version`
+    // and keeps running the kubectl of a server that has since changed its minor version.
     resp.headers_mut().insert(
         header::CACHE_CONTROL,
         HeaderValue::from_static("no-cache, private"),

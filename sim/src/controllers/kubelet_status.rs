@@ -171,7 +171,7 @@ fn container_id(pod_uid: &str, name: &str, restarts: i32) -> String {
     format!("sim://{pod_uid}/{name}/{restarts}")
 }
 
-/// The status the kubelet writes for a started pod (R-P-7); `restarts` counts crash-loop
+/// The status the kubelet writes for a started pod ; `restarts` counts crash-loop
 /// restarts so far. Existing PodScheduled and unchanged conditions keep their transition times.
 pub fn started_status(
     pod: &Pod,

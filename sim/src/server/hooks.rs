@@ -180,7 +180,7 @@ impl Faults {
     }
 }
 
-/// One logged request (R-H-6).
+/// One logged request, as the request log hook returns it.
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct LoggedRequest {

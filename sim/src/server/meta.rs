@@ -238,7 +238,8 @@ pub fn normalize_data_maps(rt: &ResourceType, obj: &mut Value) {
     }
 }
 
-/// Zero-valued integer status fields of workloads are `omitempty` in Go (R-M-6).
+/// Zero-valued integer status fields of workloads are `omitempty` in Go, so a real server
+/// never returns them.
 pub fn normalize_workload_status(rt: &ResourceType, obj: &mut Value) {
     if rt.group != "apps" || !matches!(rt.plural.as_str(), "deployments" | "replicasets" | "statefulsets") {
         return;
@@ -261,7 +262,7 @@ pub fn normalize_workload_status(rt: &ResourceType, obj: &mut Value) {
 }
 
 /// Everything but `metadata.resourceVersion` and `metadata.managedFields[].time`: two objects
-/// that compare equal here make a write a no-op (R-M-2).
+/// that compare equal here make a write a no-op: no new resourceVersion, no watch event.
 pub fn same_content(a: &Value, b: &Value) -> bool {
     fn strip(v: &Value) -> Value {
         let mut v = v.clone();

@@ -1,6 +1,6 @@
-//! The resource types a cluster serves: the built-in set (R-D-5) plus one entry per served version of
+//! The resource types a cluster serves: the built-in set plus one entry per served version of
 //! every established CRD.  Discovery, OpenAPI, routing and storage all read this registry, so a CRD
-//! becomes (and stops being) servable in the same write that stores it (R-D-3).
+//! becomes (and stops being) servable in the same write that stores it.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -388,7 +388,7 @@ pub fn builtins() -> Vec<Arc<ResourceType>> {
     builtin_table()
         .into_iter()
         .map(|b| {
-            // Both Event views share the core store (R-R-3).
+            // Both Event views share the core store, as in a real cluster: one object, two APIs.
             let table: Arc<str> = if b.special == Special::EventsV1 {
                 Arc::from("/events")
             } else {

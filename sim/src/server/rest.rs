@@ -22,7 +22,7 @@ use super::table::{self, Include};
 use super::watch::{self, WatchParams};
 use super::write::{self, DeleteOpts, Deleted, FieldValidation, WriteOpts, Written};
 
-/// Largest accepted request body (R-A-8).
+/// Largest accepted request body: the API server's 3 MiB limit, answered with 413.
 pub const MAX_BODY: usize = 3 * 1024 * 1024;
 
 /// The response representation negotiated from `Accept`.
@@ -36,7 +36,7 @@ pub enum Format {
     Partial,
 }
 
-/// Picks the first acceptable representation from an `Accept` header (R-A-4).
+/// Picks the first acceptable representation from an `Accept` header.
 pub fn negotiate(accept: Option<&str>, include: Include) -> ApiResult<Format> {
     let Some(accept) = accept.filter(|a| !a.trim().is_empty()) else {
         return Ok(Format::Json);

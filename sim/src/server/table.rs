@@ -1,4 +1,4 @@
-//! `meta.k8s.io/v1` Table rendering (R-L-7, R-C-7): the column sets kubectl users expect for the
+//! `meta.k8s.io/v1` Table rendering: the column sets kubectl users expect for the
 //! common built-ins (after kubernetes `pkg/printers/internalversion/printers.go`), CRD
 //! `additionalPrinterColumns`, and the default `Name, Created At` for everything else.
 
