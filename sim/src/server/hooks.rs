@@ -1,4 +1,4 @@
-//! Test hooks under `/_sim/v1` (R-H): dump, reset, compact, drop-watches, fault injection
+//! Test hooks under `/_sim/v1`: dump, reset, compact, drop-watches, fault injection
 //! (latency, error rules with counts or rates, 429 with `Retry-After`), stop/start of the listener,
 //! and the request log.
 

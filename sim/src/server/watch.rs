@@ -1,4 +1,4 @@
-//! Watch streams (R-WA): one compact JSON event per line, in resourceVersion order, resumable
+//! Watch streams: one compact JSON event per line, in resourceVersion order, resumable
 //! from the retained event log, with synthetic `ADDED`s, streaming-list bookmarks, server-side
 //! timeouts and the in-stream `410 Expired` error that makes kube-rs relist.
 //!
