@@ -19,6 +19,7 @@ pub mod hooks;
 pub mod kubeconfig;
 pub mod meta;
 pub mod openapi;
+pub mod podspec;
 pub mod proto;
 pub mod resources;
 pub mod rest;

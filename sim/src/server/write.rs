@@ -17,7 +17,7 @@ use super::error::{ApiError, ApiResult, Cause};
 use super::meta::{self, meta_mut, meta_str};
 use super::resources::{ResourceType, Special};
 use super::store::{CommitError, ObjKey};
-use super::{crd, defaults};
+use super::{crd, defaults, podspec};
 
 /// `fieldValidation` query parameter.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -202,6 +202,8 @@ impl ClusterState {
                 return Err(ApiError::invalid(rt, &name, &causes));
             }
         } else if !rt.is_custom() {
+            podspec::check_quantities(rt, obj)?;
+            podspec::fold_string_data(rt, obj);
             defaults::apply(rt, obj);
             meta::strip_nulls(obj);
         }
@@ -821,7 +823,7 @@ fn is_finished_deleting(rt: &ResourceType, obj: &Value) -> bool {
 
 /// Kind-specific validation of built-ins (immutable fields, obvious range checks).
 fn validate_builtin(rt: &ResourceType, obj: &Value, old: Option<&Value>) -> Vec<Cause> {
-    let mut causes = Vec::new();
+    let mut causes = podspec::validate_containers(rt, obj);
     if rt.is_custom() {
         return causes;
     }
