@@ -52,9 +52,10 @@ impl Kubectl {
 
     fn command(&self, args: &[&str]) -> tokio::process::Command {
         let mut c = tokio::process::Command::new(&self.bin);
-        c.args(args)
-            .arg("--cache-dir")
+        // The cache flag goes first: whatever follows a `--` belongs to the container command.
+        c.arg("--cache-dir")
             .arg(self.dir.path().join("cache"))
+            .args(args)
             .env("KUBECONFIG", &self.kubeconfig)
             .env("HOME", self.dir.path())
             .kill_on_drop(true);
@@ -905,5 +906,135 @@ async fn kubectl_explain_shows_the_nave_crds_builtins_and_crd_updates() {
         serde_json::json!([{"group": "example.com", "kind": "Gadget", "version": "v1"}]),
         "the kind's schema is named and tagged as the API server does"
     );
+    sim.shutdown().await;
+}
+
+/// Every `kubectl create <kind>` form that sends a typed object (as protobuf), and what of it
+/// must have arrived.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_create_sends_protobuf_for_every_typed_kind() {
+    let Some(bin) = kubectl_or_skip("kubectl_create_sends_protobuf_for_every_typed_kind") else {
+        return;
+    };
+    let sim = cluster("kcreate", false).await;
+    let k = Kubectl::new(bin, &sim);
+    let cases: &[(&[&str], &str, &str, &str)] = &[
+        (
+            &["deployment", "web", "--image=nginx:1.25", "--replicas=2", "--port=80"],
+            "deploy/web",
+            "{.spec.replicas} {.spec.template.spec.containers[0].image} {.spec.template.spec.containers[0].ports[0].containerPort} {.spec.selector.matchLabels.app}",
+            "2 nginx:1.25 80 web",
+        ),
+        (
+            &["deployment", "idle", "--image=nginx", "--replicas=0"],
+            "deploy/idle",
+            "{.spec.replicas}",
+            "0",
+        ),
+        (
+            &["service", "clusterip", "cip", "--tcp=80:8080"],
+            "svc/cip",
+            "{.spec.type} {.spec.ports[0].port} {.spec.ports[0].targetPort} {.spec.selector.app}",
+            "ClusterIP 80 8080 cip",
+        ),
+        (
+            &["service", "nodeport", "np", "--tcp=80:8080", "--node-port=30080"],
+            "svc/np",
+            "{.spec.type} {.spec.ports[0].nodePort}",
+            "NodePort 30080",
+        ),
+        (
+            &["service", "loadbalancer", "lb", "--tcp=443:https"],
+            "svc/lb",
+            "{.spec.type} {.spec.ports[0].targetPort}",
+            "LoadBalancer https",
+        ),
+        (
+            &["service", "externalname", "ext", "--external-name=db.example.com"],
+            "svc/ext",
+            "{.spec.type} {.spec.externalName}",
+            "ExternalName db.example.com",
+        ),
+        (
+            &["job", "once", "--image=busybox", "--", "echo", "hi"],
+            "job/once",
+            "{.spec.template.spec.restartPolicy} {.spec.template.spec.containers[0].command}",
+            "Never [\"echo\",\"hi\"]",
+        ),
+        (
+            &["cronjob", "tick", "--image=busybox", "--schedule=*/5 * * * *"],
+            "cronjob/tick",
+            "{.spec.schedule} {.spec.jobTemplate.spec.template.spec.containers[0].image}",
+            "*/5 * * * * busybox",
+        ),
+        (
+            &["role", "reader", "--verb=get,list", "--resource=pods"],
+            "role/reader",
+            "{.rules[0].verbs} {.rules[0].resources}",
+            "[\"get\",\"list\"] [\"pods\"]",
+        ),
+        (
+            &["clusterrole", "creader", "--verb=get", "--resource=deployments.apps"],
+            "clusterrole/creader",
+            "{.rules[0].apiGroups} {.rules[0].resources}",
+            "[\"apps\"] [\"deployments\"]",
+        ),
+        (
+            &["rolebinding", "rb", "--role=reader", "--user=alice"],
+            "rolebinding/rb",
+            "{.roleRef.kind} {.roleRef.name} {.subjects[0].kind} {.subjects[0].name}",
+            "Role reader User alice",
+        ),
+        (
+            &["clusterrolebinding", "crb", "--clusterrole=creader", "--serviceaccount=default:default"],
+            "clusterrolebinding/crb",
+            "{.roleRef.apiGroup} {.subjects[0].kind} {.subjects[0].namespace}",
+            "rbac.authorization.k8s.io ServiceAccount default",
+        ),
+        (
+            &["quota", "q", "--hard=pods=4,requests.cpu=2"],
+            "quota/q",
+            "{.spec.hard.pods} {.spec.hard.requests\\.cpu}",
+            "4 2",
+        ),
+        (
+            &["priorityclass", "high", "--value=1000", "--description=urgent"],
+            "priorityclass/high",
+            "{.value} {.description} {.preemptionPolicy}",
+            "1000 urgent PreemptLowerPriority",
+        ),
+        (
+            &["poddisruptionbudget", "pdb", "--selector=app=web", "--min-available=50%"],
+            "pdb/pdb",
+            "{.spec.minAvailable} {.spec.selector.matchLabels.app}",
+            "50% web",
+        ),
+        (
+            &["ingress", "ing", "--rule=web.example.com/=web:80"],
+            "ingress/ing",
+            "{.spec.rules[0].host} {.spec.rules[0].http.paths[0].backend.service.name} {.spec.rules[0].http.paths[0].backend.service.port.number}",
+            "web.example.com web 80",
+        ),
+        (
+            &["secret", "generic", "creds", "--from-literal=user=admin"],
+            "secret/creds",
+            "{.data.user}",
+            "YWRtaW4=",
+        ),
+        (
+            &["configmap", "conf", "--from-literal=mode=fast"],
+            "configmap/conf",
+            "{.data.mode}",
+            "fast",
+        ),
+    ];
+    for (args, target, jsonpath, want) in cases {
+        let mut create = vec!["create"];
+        create.extend_from_slice(args);
+        k.ok(&create).await;
+        let got = k.ok(&["get", target, "-o", &format!("jsonpath={jsonpath}")]).await;
+        assert_eq!(&got, want, "kubectl create {args:?}");
+    }
+    k.ok(&["create", "serviceaccount", "robot"]).await;
     sim.shutdown().await;
 }
