@@ -24,6 +24,7 @@ pub mod proto;
 pub mod resources;
 pub mod rest;
 pub mod store;
+pub mod subresources;
 pub mod table;
 pub mod tls;
 pub mod watch;

@@ -1036,5 +1036,39 @@ async fn kubectl_create_sends_protobuf_for_every_typed_kind() {
         assert_eq!(&got, want, "kubectl create {args:?}");
     }
     k.ok(&["create", "serviceaccount", "robot"]).await;
+    let token = k.ok(&["create", "token", "robot", "--duration=10m"]).await;
+    assert!(!token.trim().is_empty(), "kubectl create token printed nothing");
+    sim.shutdown().await;
+}
+
+/// `kubectl logs` answers as a simulated container; `exec`, `attach` and `port-forward` say why
+/// they cannot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_logs_and_exec_on_a_simulated_pod() {
+    let Some(bin) = kubectl_or_skip("kubectl_logs_and_exec_on_a_simulated_pod") else {
+        return;
+    };
+    let sim = cluster("klogs", true).await;
+    let k = Kubectl::new(bin, &sim);
+    k.ok(&["run", "web", "--image=nginx:1.25"]).await;
+    k.ok(&["wait", "--for=condition=Ready", "pod/web", "--timeout=30s"]).await;
+    let logs = k.ok(&["logs", "web"]).await;
+    assert!(
+        contains_all(&logs, &["simulated container \"web\"", "image nginx:1.25", "started at"]),
+        "logs: {logs}"
+    );
+    let last = k.ok(&["logs", "web", "--tail=1"]).await;
+    assert_eq!(last.lines().count(), 1, "tail: {last}");
+    let err = k.fails(&["logs", "web", "-c", "sidecar"]).await;
+    assert!(err.contains("container sidecar is not valid for pod web"), "{err}");
+    let err = k.fails(&["logs", "web", "--previous"]).await;
+    assert!(err.contains("previous terminated container \"web\" in pod \"web\" not found"), "{err}");
+    let err = k.fails(&["exec", "web", "--", "ls"]).await;
+    assert!(
+        err.contains("pod web runs in a simulated cluster: there is no container process to exec into"),
+        "exec: {err}"
+    );
+    let err = k.fails(&["logs", "nope"]).await;
+    assert!(err.contains("pods \"nope\" not found"), "{err}");
     sim.shutdown().await;
 }

@@ -172,6 +172,19 @@ impl ResourceType {
                     vec!["create"],
                 )),
                 "log" => out.push(("log", ("".into(), "v1".into(), "Pod".into()), vec!["get"])),
+                "exec" | "attach" | "portforward" => {
+                    let kind = match *s {
+                        "exec" => "PodExecOptions",
+                        "attach" => "PodAttachOptions",
+                        _ => "PodPortForwardOptions",
+                    };
+                    out.push((*s, ("".into(), "v1".into(), kind.into()), vec!["create", "get"]));
+                }
+                "token" => out.push((
+                    "token",
+                    ("authentication.k8s.io".into(), "v1".into(), "TokenRequest".into()),
+                    vec!["create"],
+                )),
                 "finalize" => out.push(("finalize", own.clone(), vec!["update"])),
                 "approval" => out.push(("approval", own.clone(), gpu.clone())),
                 _ => {}
@@ -261,7 +274,7 @@ fn builtin_table() -> Vec<B> {
             .short(&["po"])
             .all()
             .status()
-            .extra(&["binding", "eviction", "log"])
+            .extra(&["attach", "binding", "eviction", "exec", "log", "portforward"])
             .special(Special::Pod),
         b("", "v1", "nodes", "Node")
             .cluster()
@@ -271,7 +284,9 @@ fn builtin_table() -> Vec<B> {
         b("", "v1", "configmaps", "ConfigMap").short(&["cm"]),
         b("", "v1", "secrets", "Secret"),
         b("", "v1", "services", "Service").short(&["svc"]).all().status(),
-        b("", "v1", "serviceaccounts", "ServiceAccount").short(&["sa"]),
+        b("", "v1", "serviceaccounts", "ServiceAccount")
+            .short(&["sa"])
+            .extra(&["token"]),
         b("", "v1", "events", "Event").short(&["ev"]),
         b("", "v1", "endpoints", "Endpoints").short(&["ep"]),
         b("", "v1", "replicationcontrollers", "ReplicationController")
