@@ -1072,3 +1072,34 @@ async fn kubectl_logs_and_exec_on_a_simulated_pod() {
     assert!(err.contains("pods \"nope\" not found"), "{err}");
     sim.shutdown().await;
 }
+
+/// The objects every real cluster has: the `kubernetes` Service and the APIServices.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_sees_the_kubernetes_service_and_the_api_services() {
+    let Some(bin) = kubectl_or_skip("kubectl_sees_the_kubernetes_service_and_the_api_services") else {
+        return;
+    };
+    let sim = cluster("ksys", false).await;
+    let k = Kubectl::new(bin, &sim);
+    let svc = k
+        .ok(&["get", "svc", "kubernetes", "-o", "jsonpath={.spec.type} {.spec.clusterIP} {.spec.ports[0].name} {.spec.ports[0].port}"])
+        .await;
+    assert_eq!(svc, "ClusterIP 10.96.0.1 https 443");
+    k.ok(&["get", "endpoints", "kubernetes"]).await;
+    k.ok(&["get", "endpointslices", "kubernetes"]).await;
+    let services = k.ok(&["get", "apiservices", "-o", "name"]).await;
+    assert!(
+        contains_all(
+            &services,
+            &["apiservice.apiregistration.k8s.io/v1.\n", "apiservice.apiregistration.k8s.io/v1.apps\n"]
+        ),
+        "{services}"
+    );
+    let cond = k
+        .ok(&["get", "apiservice", "v1.apps", "-o", "jsonpath={.status.conditions[0].type}={.status.conditions[0].status}"])
+        .await;
+    assert_eq!(cond, "Available=True");
+    let err = k.fails(&["delete", "apiservice", "v1.apps"]).await;
+    assert!(err.contains("MethodNotAllowed") || err.contains("not allow"), "{err}");
+    sim.shutdown().await;
+}

@@ -73,6 +73,8 @@ pub enum Special {
     EventsV1,
     /// Create-only review resources (`selfsubjectaccessreviews`).
     Review,
+    /// `apiregistration.k8s.io` APIServices: read-only, kept in step with the served groups.
+    ApiService,
 }
 
 /// One servable resource at one group/version.
@@ -131,6 +133,9 @@ impl ResourceType {
     pub fn verbs(&self) -> Vec<&'static str> {
         if self.special == Special::Review {
             return vec!["create"];
+        }
+        if self.special == Special::ApiService {
+            return vec!["get", "list", "watch"];
         }
         vec![
             "create",
@@ -370,6 +375,10 @@ fn builtin_table() -> Vec<B> {
             .short(&["ing"])
             .status()
             .gen_(),
+        b("apiregistration.k8s.io", "v1", "apiservices", "APIService")
+            .cluster()
+            .status()
+            .special(Special::ApiService),
         b("scheduling.k8s.io", "v1", "priorityclasses", "PriorityClass")
             .cluster()
             .short(&["pc"]),

@@ -407,6 +407,9 @@ async fn handle_inner(state: Arc<ClusterState>, req: Request) -> ApiResult<Respo
     };
     let format = negotiate(accept.as_deref(), include)?;
     let Target { rt, ns, name, sub } = target;
+    if rt.special == Special::ApiService && parts.method != Method::GET {
+        return Err(ApiError::method_not_allowed(parts.method.as_str(), Some(&rt)));
+    }
     let ns_str = ns.clone().unwrap_or_default();
     let method = parts.method.clone();
     match (method.clone(), name, sub.as_deref()) {

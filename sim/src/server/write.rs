@@ -291,7 +291,7 @@ impl ClusterState {
                     obj["status"] = json!({"phase": "Pending", "qosClass": qos});
                 }
                 (Special::Namespace, _) => obj["status"] = json!({"phase": "Active"}),
-                (Special::Crd, _) => {}
+                (Special::Crd | Special::ApiService, _) => {}
                 _ => {
                     if let Some(m) = obj.as_object_mut() {
                         m.remove("status");
@@ -609,6 +609,7 @@ impl ClusterState {
     fn after_commit(&self, rt: &ResourceType, obj: &Value, deleted: bool) {
         if rt.special == Special::Crd {
             crd::sync_registry(self, obj, deleted);
+            self.sync_api_services();
         }
     }
 
