@@ -1041,6 +1041,53 @@ async fn kubectl_create_sends_protobuf_for_every_typed_kind() {
     sim.shutdown().await;
 }
 
+/// A kubectl that cached discovery before a CRD existed still finds it by short name, plural,
+/// singular and kind, as against a real API server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_with_a_stale_discovery_cache_finds_a_new_crd_by_short_name() {
+    let Some(bin) = kubectl_or_skip("kubectl_with_a_stale_discovery_cache_finds_a_new_crd_by_short_name")
+    else {
+        return;
+    };
+    let sim = cluster("kstale", false).await;
+    let k = Kubectl::new(bin, &sim);
+    k.ok(&["get", "pods"]).await;
+    k.ok(&["api-resources"]).await;
+    let crd = k.file(
+        "gadget.yaml",
+        "apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: gadgets.example.com
+spec:
+  group: example.com
+  scope: Namespaced
+  names: {plural: gadgets, singular: gadget, kind: Gadget, shortNames: [gdg]}
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    schema: {openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}}
+",
+    );
+    k.ok(&["create", "-f", &crd]).await;
+    for name in ["gdg", "gadgets", "gadget", "Gadget", "gadgets.example.com"] {
+        let out = k.run(&["get", name]).await;
+        assert!(out.ok, "kubectl get {name} failed:\n{}", out.stderr);
+        assert!(out.stderr.contains("No resources found"), "kubectl get {name}: {}", out.stderr);
+    }
+    // A second CRD in the group the cache now holds, created by another client, and an object
+    // of it applied by kind.
+    let other = Kubectl::new(k.bin.clone(), &sim);
+    let gizmo = other.file("gizmo.yaml", &std::fs::read_to_string(&crd).expect("crd").replace("adget", "izmo").replace("gdg", "gzm"));
+    other.ok(&["create", "-f", &gizmo]).await;
+    let obj = k.file("g1.yaml", "apiVersion: example.com/v1\nkind: Gizmo\nmetadata: {name: g1}\n");
+    k.ok(&["apply", "-f", &obj]).await;
+    let got = k.ok(&["get", "gzm", "-o", "name"]).await;
+    assert_eq!(got.trim(), "gizmo.example.com/g1");
+    sim.shutdown().await;
+}
+
 /// `kubectl logs` answers as a simulated container; `exec`, `attach` and `port-forward` say why
 /// they cannot.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
