@@ -313,7 +313,10 @@ async fn secret_string_data_is_folded_into_data_on_create_update_and_apply() {
     assert_eq!(s, StatusCode::CREATED, "{b}");
     let created: Value = serde_json::from_str(&b).expect("json");
     assert_eq!(created["data"], json!({"a": "eA==", "b": "aGVsbG8="}));
-    assert!(created.get("stringData").is_none(), "create returned stringData: {b}");
+    assert!(
+        created.get("stringData").is_none(),
+        "create returned stringData: {b}"
+    );
 
     let (_, _, b) = call(&r, get(&format!("{path}/s"))).await;
     let stored: Value = serde_json::from_str(&b).expect("json");
@@ -325,7 +328,10 @@ async fn secret_string_data_is_folded_into_data_on_create_update_and_apply() {
     assert_eq!(s, StatusCode::OK, "{b}");
     let updated: Value = serde_json::from_str(&b).expect("json");
     assert_eq!(updated["data"]["a"], "bmV3");
-    assert!(updated.get("stringData").is_none(), "update returned stringData: {b}");
+    assert!(
+        updated.get("stringData").is_none(),
+        "update returned stringData: {b}"
+    );
 
     let applied = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "t"},
         "stringData": {"token": "abc"}});
@@ -342,7 +348,10 @@ async fn secret_string_data_is_folded_into_data_on_create_update_and_apply() {
     assert_eq!(s, StatusCode::CREATED, "{b}");
     let applied: Value = serde_json::from_str(&b).expect("json");
     assert_eq!(applied["data"], json!({"token": "YWJj"}));
-    assert!(applied.get("stringData").is_none(), "apply returned stringData: {b}");
+    assert!(
+        applied.get("stringData").is_none(),
+        "apply returned stringData: {b}"
+    );
     sim.shutdown().await;
 }
 
@@ -355,18 +364,33 @@ fn template(resources: Value, image: &str) -> Value {
 fn workloads(tpl: &Value) -> Vec<(&'static str, Value)> {
     let sel = json!({"matchLabels": {"app": "x"}});
     vec![
-        ("/apis/apps/v1/namespaces/default/deployments", json!({"apiVersion": "apps/v1",
-            "kind": "Deployment", "metadata": {"name": "x"}, "spec": {"selector": sel, "template": tpl}})),
-        ("/apis/apps/v1/namespaces/default/replicasets", json!({"apiVersion": "apps/v1",
-            "kind": "ReplicaSet", "metadata": {"name": "x"}, "spec": {"selector": sel, "template": tpl}})),
-        ("/apis/apps/v1/namespaces/default/statefulsets", json!({"apiVersion": "apps/v1",
+        (
+            "/apis/apps/v1/namespaces/default/deployments",
+            json!({"apiVersion": "apps/v1",
+            "kind": "Deployment", "metadata": {"name": "x"}, "spec": {"selector": sel, "template": tpl}}),
+        ),
+        (
+            "/apis/apps/v1/namespaces/default/replicasets",
+            json!({"apiVersion": "apps/v1",
+            "kind": "ReplicaSet", "metadata": {"name": "x"}, "spec": {"selector": sel, "template": tpl}}),
+        ),
+        (
+            "/apis/apps/v1/namespaces/default/statefulsets",
+            json!({"apiVersion": "apps/v1",
             "kind": "StatefulSet", "metadata": {"name": "x"},
-            "spec": {"selector": sel, "serviceName": "x", "template": tpl}})),
-        ("/apis/apps/v1/namespaces/default/daemonsets", json!({"apiVersion": "apps/v1",
-            "kind": "DaemonSet", "metadata": {"name": "x"}, "spec": {"selector": sel, "template": tpl}})),
-        ("/apis/batch/v1/namespaces/default/jobs", json!({"apiVersion": "batch/v1", "kind": "Job",
+            "spec": {"selector": sel, "serviceName": "x", "template": tpl}}),
+        ),
+        (
+            "/apis/apps/v1/namespaces/default/daemonsets",
+            json!({"apiVersion": "apps/v1",
+            "kind": "DaemonSet", "metadata": {"name": "x"}, "spec": {"selector": sel, "template": tpl}}),
+        ),
+        (
+            "/apis/batch/v1/namespaces/default/jobs",
+            json!({"apiVersion": "batch/v1", "kind": "Job",
             "metadata": {"name": "x"}, "spec": {"template": {"metadata": tpl["metadata"],
-            "spec": {"restartPolicy": "Never", "containers": tpl["spec"]["containers"]}}}})),
+            "spec": {"restartPolicy": "Never", "containers": tpl["spec"]["containers"]}}}}),
+        ),
     ]
 }
 
@@ -425,13 +449,31 @@ async fn a_missing_image_is_invalid_with_its_field_path() {
     }
     let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
         "spec": {"containers": [{"name": "c", "image": "nginx "}]}});
-    let (s, _, b) = call(&r, send("POST", "/api/v1/namespaces/default/pods", "application/json", &pod)).await;
+    let (s, _, b) = call(
+        &r,
+        send(
+            "POST",
+            "/api/v1/namespaces/default/pods",
+            "application/json",
+            &pod,
+        ),
+    )
+    .await;
     assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{b}");
     assert!(b.contains("spec.containers[0].image: Invalid value: \\\"nginx \\\": must not have leading or trailing whitespace"), "{b}");
     // The API server does not parse image references: the kubelet reports them.
     let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "q"},
         "spec": {"containers": [{"name": "c", "image": "Nginx!"}]}});
-    let (s, _, b) = call(&r, send("POST", "/api/v1/namespaces/default/pods", "application/json", &pod)).await;
+    let (s, _, b) = call(
+        &r,
+        send(
+            "POST",
+            "/api/v1/namespaces/default/pods",
+            "application/json",
+            &pod,
+        ),
+    )
+    .await;
     assert_eq!(s, StatusCode::CREATED, "{b}");
     sim.shutdown().await;
 }

@@ -920,7 +920,13 @@ async fn kubectl_create_sends_protobuf_for_every_typed_kind() {
     let k = Kubectl::new(bin, &sim);
     let cases: &[(&[&str], &str, &str, &str)] = &[
         (
-            &["deployment", "web", "--image=nginx:1.25", "--replicas=2", "--port=80"],
+            &[
+                "deployment",
+                "web",
+                "--image=nginx:1.25",
+                "--replicas=2",
+                "--port=80",
+            ],
             "deploy/web",
             "{.spec.replicas} {.spec.template.spec.containers[0].image} {.spec.template.spec.containers[0].ports[0].containerPort} {.spec.selector.matchLabels.app}",
             "2 nginx:1.25 80 web",
@@ -974,7 +980,12 @@ async fn kubectl_create_sends_protobuf_for_every_typed_kind() {
             "[\"get\",\"list\"] [\"pods\"]",
         ),
         (
-            &["clusterrole", "creader", "--verb=get", "--resource=deployments.apps"],
+            &[
+                "clusterrole",
+                "creader",
+                "--verb=get",
+                "--resource=deployments.apps",
+            ],
             "clusterrole/creader",
             "{.rules[0].apiGroups} {.rules[0].resources}",
             "[\"apps\"] [\"deployments\"]",
@@ -986,7 +997,12 @@ async fn kubectl_create_sends_protobuf_for_every_typed_kind() {
             "Role reader User alice",
         ),
         (
-            &["clusterrolebinding", "crb", "--clusterrole=creader", "--serviceaccount=default:default"],
+            &[
+                "clusterrolebinding",
+                "crb",
+                "--clusterrole=creader",
+                "--serviceaccount=default:default",
+            ],
             "clusterrolebinding/crb",
             "{.roleRef.apiGroup} {.subjects[0].kind} {.subjects[0].namespace}",
             "rbac.authorization.k8s.io ServiceAccount default",
@@ -1004,7 +1020,12 @@ async fn kubectl_create_sends_protobuf_for_every_typed_kind() {
             "1000 urgent PreemptLowerPriority",
         ),
         (
-            &["poddisruptionbudget", "pdb", "--selector=app=web", "--min-available=50%"],
+            &[
+                "poddisruptionbudget",
+                "pdb",
+                "--selector=app=web",
+                "--min-available=50%",
+            ],
             "pdb/pdb",
             "{.spec.minAvailable} {.spec.selector.matchLabels.app}",
             "50% web",
@@ -1032,7 +1053,9 @@ async fn kubectl_create_sends_protobuf_for_every_typed_kind() {
         let mut create = vec!["create"];
         create.extend_from_slice(args);
         k.ok(&create).await;
-        let got = k.ok(&["get", target, "-o", &format!("jsonpath={jsonpath}")]).await;
+        let got = k
+            .ok(&["get", target, "-o", &format!("jsonpath={jsonpath}")])
+            .await;
         assert_eq!(&got, want, "kubectl create {args:?}");
     }
     k.ok(&["create", "serviceaccount", "robot"]).await;
@@ -1074,14 +1097,27 @@ spec:
     for name in ["gdg", "gadgets", "gadget", "Gadget", "gadgets.example.com"] {
         let out = k.run(&["get", name]).await;
         assert!(out.ok, "kubectl get {name} failed:\n{}", out.stderr);
-        assert!(out.stderr.contains("No resources found"), "kubectl get {name}: {}", out.stderr);
+        assert!(
+            out.stderr.contains("No resources found"),
+            "kubectl get {name}: {}",
+            out.stderr
+        );
     }
     // A second CRD in the group the cache now holds, created by another client, and an object
     // of it applied by kind.
     let other = Kubectl::new(k.bin.clone(), &sim);
-    let gizmo = other.file("gizmo.yaml", &std::fs::read_to_string(&crd).expect("crd").replace("adget", "izmo").replace("gdg", "gzm"));
+    let gizmo = other.file(
+        "gizmo.yaml",
+        &std::fs::read_to_string(&crd)
+            .expect("crd")
+            .replace("adget", "izmo")
+            .replace("gdg", "gzm"),
+    );
     other.ok(&["create", "-f", &gizmo]).await;
-    let obj = k.file("g1.yaml", "apiVersion: example.com/v1\nkind: Gizmo\nmetadata: {name: g1}\n");
+    let obj = k.file(
+        "g1.yaml",
+        "apiVersion: example.com/v1\nkind: Gizmo\nmetadata: {name: g1}\n",
+    );
     k.ok(&["apply", "-f", &obj]).await;
     let got = k.ok(&["get", "gzm", "-o", "name"]).await;
     assert_eq!(got.trim(), "gizmo.example.com/g1");
@@ -1098,18 +1134,28 @@ async fn kubectl_logs_and_exec_on_a_simulated_pod() {
     let sim = cluster("klogs", true).await;
     let k = Kubectl::new(bin, &sim);
     k.ok(&["run", "web", "--image=nginx:1.25"]).await;
-    k.ok(&["wait", "--for=condition=Ready", "pod/web", "--timeout=30s"]).await;
+    k.ok(&["wait", "--for=condition=Ready", "pod/web", "--timeout=30s"])
+        .await;
     let logs = k.ok(&["logs", "web"]).await;
     assert!(
-        contains_all(&logs, &["simulated container \"web\"", "image nginx:1.25", "started at"]),
+        contains_all(
+            &logs,
+            &["simulated container \"web\"", "image nginx:1.25", "started at"]
+        ),
         "logs: {logs}"
     );
     let last = k.ok(&["logs", "web", "--tail=1"]).await;
     assert_eq!(last.lines().count(), 1, "tail: {last}");
     let err = k.fails(&["logs", "web", "-c", "sidecar"]).await;
-    assert!(err.contains("container sidecar is not valid for pod web"), "{err}");
+    assert!(
+        err.contains("container sidecar is not valid for pod web"),
+        "{err}"
+    );
     let err = k.fails(&["logs", "web", "--previous"]).await;
-    assert!(err.contains("previous terminated container \"web\" in pod \"web\" not found"), "{err}");
+    assert!(
+        err.contains("previous terminated container \"web\" in pod \"web\" not found"),
+        "{err}"
+    );
     let err = k.fails(&["exec", "web", "--", "ls"]).await;
     assert!(
         err.contains("pod web runs in a simulated cluster: there is no container process to exec into"),
@@ -1129,7 +1175,13 @@ async fn kubectl_sees_the_kubernetes_service_and_the_api_services() {
     let sim = cluster("ksys", false).await;
     let k = Kubectl::new(bin, &sim);
     let svc = k
-        .ok(&["get", "svc", "kubernetes", "-o", "jsonpath={.spec.type} {.spec.clusterIP} {.spec.ports[0].name} {.spec.ports[0].port}"])
+        .ok(&[
+            "get",
+            "svc",
+            "kubernetes",
+            "-o",
+            "jsonpath={.spec.type} {.spec.clusterIP} {.spec.ports[0].name} {.spec.ports[0].port}",
+        ])
         .await;
     assert_eq!(svc, "ClusterIP 10.96.0.1 https 443");
     k.ok(&["get", "endpoints", "kubernetes"]).await;
@@ -1138,15 +1190,27 @@ async fn kubectl_sees_the_kubernetes_service_and_the_api_services() {
     assert!(
         contains_all(
             &services,
-            &["apiservice.apiregistration.k8s.io/v1.\n", "apiservice.apiregistration.k8s.io/v1.apps\n"]
+            &[
+                "apiservice.apiregistration.k8s.io/v1.\n",
+                "apiservice.apiregistration.k8s.io/v1.apps\n"
+            ]
         ),
         "{services}"
     );
     let cond = k
-        .ok(&["get", "apiservice", "v1.apps", "-o", "jsonpath={.status.conditions[0].type}={.status.conditions[0].status}"])
+        .ok(&[
+            "get",
+            "apiservice",
+            "v1.apps",
+            "-o",
+            "jsonpath={.status.conditions[0].type}={.status.conditions[0].status}",
+        ])
         .await;
     assert_eq!(cond, "Available=True");
     let err = k.fails(&["delete", "apiservice", "v1.apps"]).await;
-    assert!(err.contains("MethodNotAllowed") || err.contains("not allow"), "{err}");
+    assert!(
+        err.contains("MethodNotAllowed") || err.contains("not allow"),
+        "{err}"
+    );
     sim.shutdown().await;
 }

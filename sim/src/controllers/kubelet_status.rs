@@ -49,8 +49,10 @@ pub fn is_image_reference(image: &str) -> bool {
         let path = r"[a-z0-9]+(?:(?:[_.]|__|-+)[a-z0-9]+)*";
         let tag = r"[\w][\w.-]{0,127}";
         let digest = r"[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,}";
-        Regex::new(&format!("^(?:{domain}/)?{path}(?:/{path})*(?::{tag})?(?:@{digest})?$"))
-            .expect("the image reference grammar is a valid regex")
+        Regex::new(&format!(
+            "^(?:{domain}/)?{path}(?:/{path})*(?::{tag})?(?:@{digest})?$"
+        ))
+        .expect("the image reference grammar is a valid regex")
     });
     image.len() <= 255 && REFERENCE.is_match(image)
 }
@@ -484,7 +486,9 @@ mod tests {
         ] {
             assert!(is_image_reference(ok), "{ok} should parse");
         }
-        for bad in ["Nginx", "nginx!", "nginx:", "ngi nx", ":latest", "nginx:-1", "a//b"] {
+        for bad in [
+            "Nginx", "nginx!", "nginx:", "ngi nx", ":latest", "nginx:-1", "a//b",
+        ] {
             assert!(!is_image_reference(bad), "{bad} should not parse");
         }
     }
@@ -498,7 +502,10 @@ mod tests {
         assert_eq!(behaviour(&p), Behaviour::InvalidImage);
         let st = started_status(&p, Behaviour::InvalidImage, 0, "10.0.0.1", "", Timestamp::now());
         assert_eq!(st["phase"], "Pending");
-        assert_eq!(st["containerStatuses"][0]["state"]["waiting"]["reason"], "InvalidImageName");
+        assert_eq!(
+            st["containerStatuses"][0]["state"]["waiting"]["reason"],
+            "InvalidImageName"
+        );
     }
 
     #[test]

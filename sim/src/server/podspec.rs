@@ -111,7 +111,10 @@ pub fn validate_containers(rt: &ResourceType, obj: &Value) -> Vec<Cause> {
     };
     let is_pod = rt.group.is_empty() && rt.plural == "pods";
     for list in CONTAINER_LISTS {
-        let Some(containers) = obj.pointer(&format!("{pointer}/{list}")).and_then(Value::as_array) else {
+        let Some(containers) = obj
+            .pointer(&format!("{pointer}/{list}"))
+            .and_then(Value::as_array)
+        else {
             continue;
         };
         for (i, c) in containers.iter().enumerate() {

@@ -177,14 +177,19 @@ impl<'a> Reader<'a> {
         let field = match key & 7 {
             0 => Field::Varint(self.varint()?),
             1 => Field::Fixed64(u64::from_le_bytes(
-                self.take(8)?.try_into().map_err(|_| ProtoError("truncated field".into()))?,
+                self.take(8)?
+                    .try_into()
+                    .map_err(|_| ProtoError("truncated field".into()))?,
             )),
             2 => {
-                let len = usize::try_from(self.varint()?).map_err(|_| ProtoError("length overflow".into()))?;
+                let len =
+                    usize::try_from(self.varint()?).map_err(|_| ProtoError("length overflow".into()))?;
                 Field::Bytes(self.take(len)?)
             }
             5 => Field::Fixed32(u32::from_le_bytes(
-                self.take(4)?.try_into().map_err(|_| ProtoError("truncated field".into()))?,
+                self.take(4)?
+                    .try_into()
+                    .map_err(|_| ProtoError("truncated field".into()))?,
             )),
             t => return Err(ProtoError(format!("unsupported wire type {t}"))),
         };
@@ -332,7 +337,9 @@ fn decode_message(message: &str, buf: &[u8]) -> Result<Map<String, Value>, Proto
             },
             Shape::Repeated => {
                 let items = obj.entry(def.name).or_insert_with(|| json!([]));
-                let Some(items) = items.as_array_mut() else { continue };
+                let Some(items) = items.as_array_mut() else {
+                    continue;
+                };
                 match (&def.ty, f) {
                     // A packed repeated scalar.
                     (Ty::Int | Ty::Bool, Field::Bytes(d)) => {
@@ -456,11 +463,20 @@ mod tests {
         for (message, fields) in TABLE.iter() {
             for def in fields.values() {
                 if let Ty::Msg(m) = def.ty {
-                    assert!(TABLE.contains_key(m), "{message}.{} refers to missing {m}", def.name);
+                    assert!(
+                        TABLE.contains_key(m),
+                        "{message}.{} refers to missing {m}",
+                        def.name
+                    );
                 }
             }
         }
-        for kind in ["apps.v1.Deployment", "batch.v1.CronJob", "rbac.v1.ClusterRole", "core.v1.Service"] {
+        for kind in [
+            "apps.v1.Deployment",
+            "batch.v1.CronJob",
+            "rbac.v1.ClusterRole",
+            "core.v1.Service",
+        ] {
             assert!(TABLE.contains_key(kind), "{kind}");
         }
     }
@@ -481,10 +497,21 @@ mod tests {
     fn decodes_a_deployment_with_zero_replicas_and_drops_other_zero_values() {
         let container = [ld(1, b"nginx"), ld(2, b"nginx"), ld(8, &[])].concat();
         let pod_spec = ld(2, &container);
-        let template = [ld(1, &ld(11, &[ld(1, b"app"), ld(2, b"web")].concat())), ld(2, &pod_spec)].concat();
+        let template = [
+            ld(1, &ld(11, &[ld(1, b"app"), ld(2, b"web")].concat())),
+            ld(2, &pod_spec),
+        ]
+        .concat();
         let selector = ld(1, &[ld(1, b"app"), ld(2, b"web")].concat());
         // replicas 0 (a pointer), minReadySeconds 0 and paused false (plain values).
-        let spec = [varint(1, 0), ld(2, &selector), ld(3, &template), varint(5, 0), varint(7, 0)].concat();
+        let spec = [
+            varint(1, 0),
+            ld(2, &selector),
+            ld(3, &template),
+            varint(5, 0),
+            varint(7, 0),
+        ]
+        .concat();
         let dep = [ld(1, &[ld(1, b"web"), ld(3, b"")].concat()), ld(2, &spec)].concat();
         let v = decode(&envelope(b"apps/v1", b"Deployment", &dep)).expect("decodes");
         assert_eq!(v["metadata"], json!({"name": "web"}));
@@ -508,7 +535,11 @@ mod tests {
 
         let neg = [4 << 3, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01];
         let quota = [ld(1, b"cpu"), ld(2, &ld(1, b"2"))].concat();
-        let pod = [ld(1, &ld(1, b"p")), ld(2, &[neg.to_vec(), ld(32, &quota)].concat())].concat();
+        let pod = [
+            ld(1, &ld(1, b"p")),
+            ld(2, &[neg.to_vec(), ld(32, &quota)].concat()),
+        ]
+        .concat();
         let v = decode(&envelope(b"v1", b"Pod", &pod)).expect("decodes");
         assert_eq!(v["spec"]["terminationGracePeriodSeconds"], -1);
         assert_eq!(v["spec"]["overhead"]["cpu"], "2");

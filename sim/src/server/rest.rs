@@ -463,7 +463,12 @@ async fn handle_inner(state: Arc<ClusterState>, req: Request) -> ApiResult<Respo
             let bytes = read_body(body).await?;
             let request = parse_json(&bytes)?;
             let answer = subresources::token(&sa, request);
-            Ok(json_response(StatusCode::CREATED, &answer, "application/json", &[]))
+            Ok(json_response(
+                StatusCode::CREATED,
+                &answer,
+                "application/json",
+                &[],
+            ))
         }
         (Method::POST, None, None) => {
             let bytes = read_body(body).await?;

@@ -35,7 +35,9 @@ pub fn log(pod: &Value, q: &Query) -> ApiResult<String> {
     let container = match q.get("container").filter(|c| !c.is_empty()) {
         Some(c) if all.contains(&c) => c,
         Some(c) => {
-            return Err(ApiError::bad_request(format!("container {c} is not valid for pod {name}")));
+            return Err(ApiError::bad_request(format!(
+                "container {c} is not valid for pod {name}"
+            )));
         }
         None => match pod["spec"]["containers"].as_array().map(Vec::as_slice) {
             Some([only]) => only["name"].as_str().unwrap_or_default(),
@@ -137,9 +139,7 @@ pub fn token(sa: &Value, mut request: Value) -> Value {
     let name = sa["metadata"]["name"].as_str().unwrap_or_default();
     let ns = sa["metadata"]["namespace"].as_str().unwrap_or_default();
     let seconds = request["spec"]["expirationSeconds"].as_i64().unwrap_or(3600);
-    let expires = jiff::Timestamp::now()
-        .as_second()
-        .saturating_add(seconds);
+    let expires = jiff::Timestamp::now().as_second().saturating_add(seconds);
     let expires = jiff::Timestamp::from_second(expires)
         .map(|t| t.to_string())
         .unwrap_or_default();
@@ -174,7 +174,10 @@ mod tests {
     #[test]
     fn a_running_container_logs_who_it_is_and_tail_lines_keeps_the_last() {
         let text = log(&pod(0), &q("")).unwrap();
-        assert!(text.starts_with("nave-sim: simulated container \"nginx\" of pod default/web"), "{text}");
+        assert!(
+            text.starts_with("nave-sim: simulated container \"nginx\" of pod default/web"),
+            "{text}"
+        );
         assert!(text.contains("image nginx:1.25"), "{text}");
         assert_eq!(text.lines().count(), 3);
         let last = log(&pod(0), &q("tailLines=1")).unwrap();
@@ -185,7 +188,10 @@ mod tests {
     #[test]
     fn unknown_containers_and_missing_previous_instances_are_bad_requests() {
         let e = log(&pod(0), &q("container=db")).unwrap_err();
-        assert_eq!((e.code, e.message.as_str()), (400, "container db is not valid for pod web"));
+        assert_eq!(
+            (e.code, e.message.as_str()),
+            (400, "container db is not valid for pod web")
+        );
         let e = log(&pod(0), &q("previous=true")).unwrap_err();
         assert_eq!(
             e.message,

@@ -128,7 +128,11 @@ mod tests {
     fn every_served_group_version_has_an_api_service_named_version_dot_group() {
         let services = api_services(&Registry::new());
         for name in ["v1.", "v1.apps", "v1.batch", "v1.apiregistration.k8s.io"] {
-            assert!(services.contains_key(name), "{name} missing from {:?}", services.keys());
+            assert!(
+                services.contains_key(name),
+                "{name} missing from {:?}",
+                services.keys()
+            );
         }
         assert_eq!(services["v1.apps"]["spec"]["group"], "apps");
         assert_eq!(services["v1.apps"]["status"]["conditions"][0]["reason"], "Local");

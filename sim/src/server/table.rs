@@ -105,7 +105,12 @@ fn builtin_columns(rt: &ResourceType) -> Option<Vec<Col>> {
         ("", "secrets") => vec![c("Name", s, 0), c("Type", s, 0), c("Data", i, 0), c("Age", s, 0)],
         ("", "serviceaccounts") => vec![c("Name", s, 0), c("Secrets", i, 0), c("Age", s, 0)],
         ("apiregistration.k8s.io", "apiservices") => {
-            vec![c("Name", s, 0), c("Service", s, 0), c("Available", s, 0), c("Age", s, 0)]
+            vec![
+                c("Name", s, 0),
+                c("Service", s, 0),
+                c("Available", s, 0),
+                c("Age", s, 0),
+            ]
         }
         ("", "services") => vec![
             c("Name", s, 0),
