@@ -1059,6 +1059,11 @@ async fn kubectl_create_sends_protobuf_for_every_typed_kind() {
         assert_eq!(&got, want, "kubectl create {args:?}");
     }
     k.ok(&["create", "serviceaccount", "robot"]).await;
+    let default = k.ok(&["create", "token", "default"]).await;
+    assert!(
+        !default.trim().is_empty(),
+        "no token for the default ServiceAccount"
+    );
     let token = k.ok(&["create", "token", "robot", "--duration=10m"]).await;
     assert!(!token.trim().is_empty(), "kubectl create token printed nothing");
     sim.shutdown().await;
@@ -1185,6 +1190,10 @@ async fn kubectl_sees_the_kubernetes_service_and_the_api_services() {
         .await;
     assert_eq!(svc, "ClusterIP 10.96.0.1 https 443");
     k.ok(&["get", "endpoints", "kubernetes"]).await;
+    k.ok(&["create", "namespace", "team-a"]).await;
+    k.ok(&["get", "serviceaccount", "default", "-n", "team-a"]).await;
+    k.ok(&["get", "serviceaccount", "default", "-n", "kube-system"])
+        .await;
     k.ok(&["get", "endpointslices", "kubernetes"]).await;
     let services = k.ok(&["get", "apiservices", "-o", "name"]).await;
     assert!(

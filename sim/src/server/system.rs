@@ -1,5 +1,6 @@
-//! Objects every real cluster has and tests may look for: the system namespaces, the `kubernetes`
-//! Service in `default` with its Endpoints and EndpointSlice, and one `apiregistration.k8s.io/v1`
+//! Objects every real cluster has and tests may look for: the system namespaces, a `default`
+//! ServiceAccount in every namespace, the `kubernetes` Service in `default` with its Endpoints
+//! and EndpointSlice, and one `apiregistration.k8s.io/v1`
 //! APIService per served group-version (custom resource groups included, as the API server's
 //! CRD auto-registration adds them).  All are written with the API server's field manager.
 
@@ -42,6 +43,10 @@ impl ClusterState {
             let obj = json!({"apiVersion": "v1", "kind": "Namespace",
                 "metadata": {"name": ns, "labels": {"kubernetes.io/metadata.name": ns}}});
             self.create_if_missing("", "namespaces", "", obj)?;
+            // A namespace that survived a reset lost its ServiceAccount.
+            if let Some(stored) = self.store.get("/namespaces", "", ns) {
+                self.ensure_default_service_account(&stored);
+            }
         }
         let labels = json!({"component": "apiserver", "provider": "kubernetes"});
         let svc = json!({"apiVersion": "v1", "kind": "Service",
@@ -65,6 +70,22 @@ impl ClusterState {
         self.create_if_missing("discovery.k8s.io", "endpointslices", "default", slice)?;
         self.sync_api_services();
         Ok(())
+    }
+
+    /// Creates the `default` ServiceAccount of a namespace that is not being deleted, as the
+    /// ServiceAccount controller of a real cluster does (again, if it was deleted).
+    pub fn ensure_default_service_account(&self, namespace: &Value) {
+        let ns = meta::meta_str(namespace, "name").unwrap_or_default();
+        if ns.is_empty()
+            || namespace.pointer("/metadata/deletionTimestamp").is_some()
+            || self.store.get("/serviceaccounts", ns, "default").is_some()
+        {
+            return;
+        }
+        let sa = json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "default"}});
+        if let Err(e) = self.create_if_missing("", "serviceaccounts", ns, sa) {
+            tracing::warn!(namespace = ns, error = %e.message, "creating the default ServiceAccount failed");
+        }
     }
 
     /// Makes the stored APIServices match the served group-versions: adds the new, deletes the

@@ -605,11 +605,15 @@ impl ClusterState {
         Ok(Some(new))
     }
 
-    /// Hooks run after a committed write (registry updates for CRDs).
+    /// Hooks run after a committed write (registry updates for CRDs, a namespace's `default`
+    /// ServiceAccount).
     fn after_commit(&self, rt: &ResourceType, obj: &Value, deleted: bool) {
         if rt.special == Special::Crd {
             crd::sync_registry(self, obj, deleted);
             self.sync_api_services();
+        }
+        if rt.special == Special::Namespace && !deleted {
+            self.ensure_default_service_account(obj);
         }
     }
 
