@@ -69,7 +69,7 @@ pub struct ServeOptions {
     pub tls: bool,
     /// The bearer token written into the kubeconfig.
     pub token: String,
-    /// Accept only these tokens (token → user); `None` accepts any token (R-T-6).
+    /// Accept only these tokens (token → user); `None` accepts any token.
     pub strict_tokens: Option<BTreeMap<String, String>>,
     /// Start the simulated control plane (nodes, scheduler, controllers, kubelet).
     pub control_plane: bool,
@@ -253,7 +253,7 @@ impl SimCluster {
     }
 }
 
-/// Fault injection and watch control of one cluster (R-H-3, R-H-4).
+/// Fault injection and watch control of one cluster.
 #[derive(Debug, Clone)]
 pub struct Faults {
     state: Arc<ClusterState>,

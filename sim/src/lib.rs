@@ -1,7 +1,8 @@
 //! nave-sim: a Kubernetes API emulator with simulated nodes and pods, good enough that the real
 //! `kubectl` (1.32) and kube-rs (watchers, reflectors, controllers, server-side apply) work
 //! against it.  Many virtual clusters can run in one process, each with its own listener, store,
-//! resourceVersion counter, CRDs and control plane.
+//! resourceVersion counter, CRDs and control plane.  `docs/simulator.md` says what it emulates,
+//! what it does not, and the fidelity rule it is held to.
 //!
 //! ```text
 //!   kubectl / kube-rs ──HTTP(S)──► ListenerCtl ──► middleware (auth, faults, log, Cache-Control)

@@ -1,4 +1,4 @@
-//! The Prometheus exposition of a simulated cluster (R-MX): kube-state-metrics series with KSM's
+//! The Prometheus exposition of a simulated cluster: kube-state-metrics series with KSM's
 //! names, labels and units, kube-scheduler's `kube_pod_resource_request`/`_limit`, and cAdvisor /
 //! node-exporter shaped usage series from the usage model.
 //!

@@ -19,10 +19,13 @@ pub mod hooks;
 pub mod kubeconfig;
 pub mod meta;
 pub mod openapi;
+pub mod podspec;
 pub mod proto;
 pub mod resources;
 pub mod rest;
 pub mod store;
+pub mod subresources;
+pub mod system;
 pub mod table;
 pub mod tls;
 pub mod watch;
@@ -47,7 +50,7 @@ use hooks::{Faults, LoggedRequest, RequestLog};
 use resources::Registry;
 use store::Store;
 
-/// How clients authenticate (R-T-6).
+/// How clients authenticate.
 #[derive(Debug, Clone, Default)]
 pub enum Auth {
     /// Any bearer token (or none) is accepted.
@@ -132,7 +135,8 @@ impl ClusterState {
         *self.listener.lock().unwrap_or_else(|e| e.into_inner()) = Some(l);
     }
 
-    /// Removes every object except the system namespaces, nodes and node leases (the reset hook).
+    /// Removes every object except the system namespaces, nodes and node leases (the reset hook),
+    /// then recreates the other objects every cluster has.
     pub fn reset(&self) {
         for (table, obj) in self.store.all_objects() {
             let key = (
@@ -145,25 +149,10 @@ impl ClusterState {
             let _ = self.store.commit(&table, &key, Some(&obj), None);
         }
         *self.registry.write().unwrap_or_else(|e| e.into_inner()) = Registry::new();
-    }
-
-    /// Creates the system namespaces (R-T-2).
-    pub fn bootstrap(&self) -> Result<(), ApiError> {
-        let rt = self
-            .registry
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .get("", "v1", "namespaces")
-            .ok_or_else(|| ApiError::internal("namespaces are not registered"))?;
-        for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
-            let obj = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns, "labels": {"kubernetes.io/metadata.name": ns}}});
-            match self.create(&rt, "", obj, &write::WriteOpts::internal("kube-apiserver"), false) {
-                Ok(_) => {}
-                Err(e) if e.code == 409 => {}
-                Err(e) => return Err(e),
-            }
+        // What every cluster has comes back at once, as a real API server recreates it.
+        if let Err(e) = self.bootstrap() {
+            tracing::warn!(error = %e.message, "recreating the system objects after a reset failed");
         }
-        Ok(())
     }
 }
 
@@ -252,7 +241,8 @@ pub fn full_router(state: Arc<ClusterState>, admin: axum::Router) -> axum::Route
 
 async fn cache_control(req: Request, next: Next) -> Response {
     let mut resp = next.run(req).await;
-    // The kubectl dispatcher caches `/version` otherwise (R-V-2).
+    // The real API server's default. Without it the kubectl version dispatcher caches `/version`
+    // and keeps running the kubectl of a server that has since changed its minor version.
     resp.headers_mut().insert(
         header::CACHE_CONTROL,
         HeaderValue::from_static("no-cache, private"),

@@ -292,3 +292,188 @@ async fn hooks_dump_reset_request_log_and_many_watches() {
     );
     sim.shutdown().await;
 }
+
+fn send(method: &str, path: &str, content_type: &str, body: &Value) -> Request<Body> {
+    Request::builder()
+        .method(method)
+        .uri(path)
+        .header(header::CONTENT_TYPE, content_type)
+        .body(Body::from(body.to_string()))
+        .expect("request")
+}
+
+#[tokio::test]
+async fn secret_string_data_is_folded_into_data_on_create_update_and_apply() {
+    let sim = helpers::cluster("http-secret", false).await;
+    let r = sim.router();
+    let path = "/api/v1/namespaces/default/secrets";
+    let secret = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s"},
+        "data": {"a": "eA=="}, "stringData": {"b": "hello"}});
+    let (s, _, b) = call(&r, send("POST", path, "application/json", &secret)).await;
+    assert_eq!(s, StatusCode::CREATED, "{b}");
+    let created: Value = serde_json::from_str(&b).expect("json");
+    assert_eq!(created["data"], json!({"a": "eA==", "b": "aGVsbG8="}));
+    assert!(
+        created.get("stringData").is_none(),
+        "create returned stringData: {b}"
+    );
+
+    let (_, _, b) = call(&r, get(&format!("{path}/s"))).await;
+    let stored: Value = serde_json::from_str(&b).expect("json");
+    assert!(stored.get("stringData").is_none(), "stringData was stored: {b}");
+
+    let mut put = stored.clone();
+    put["stringData"] = json!({"a": "new"});
+    let (s, _, b) = call(&r, send("PUT", &format!("{path}/s"), "application/json", &put)).await;
+    assert_eq!(s, StatusCode::OK, "{b}");
+    let updated: Value = serde_json::from_str(&b).expect("json");
+    assert_eq!(updated["data"]["a"], "bmV3");
+    assert!(
+        updated.get("stringData").is_none(),
+        "update returned stringData: {b}"
+    );
+
+    let applied = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "t"},
+        "stringData": {"token": "abc"}});
+    let (s, _, b) = call(
+        &r,
+        send(
+            "PATCH",
+            &format!("{path}/t?fieldManager=test"),
+            "application/apply-patch+yaml",
+            &applied,
+        ),
+    )
+    .await;
+    assert_eq!(s, StatusCode::CREATED, "{b}");
+    let applied: Value = serde_json::from_str(&b).expect("json");
+    assert_eq!(applied["data"], json!({"token": "YWJj"}));
+    assert!(
+        applied.get("stringData").is_none(),
+        "apply returned stringData: {b}"
+    );
+    sim.shutdown().await;
+}
+
+fn template(resources: Value, image: &str) -> Value {
+    json!({"metadata": {"labels": {"app": "x"}},
+        "spec": {"containers": [{"name": "c", "image": image, "resources": resources}]}})
+}
+
+/// One object of each kind that carries a pod template, with `tpl` as its template.
+fn workloads(tpl: &Value) -> Vec<(&'static str, Value)> {
+    let sel = json!({"matchLabels": {"app": "x"}});
+    vec![
+        (
+            "/apis/apps/v1/namespaces/default/deployments",
+            json!({"apiVersion": "apps/v1",
+            "kind": "Deployment", "metadata": {"name": "x"}, "spec": {"selector": sel, "template": tpl}}),
+        ),
+        (
+            "/apis/apps/v1/namespaces/default/replicasets",
+            json!({"apiVersion": "apps/v1",
+            "kind": "ReplicaSet", "metadata": {"name": "x"}, "spec": {"selector": sel, "template": tpl}}),
+        ),
+        (
+            "/apis/apps/v1/namespaces/default/statefulsets",
+            json!({"apiVersion": "apps/v1",
+            "kind": "StatefulSet", "metadata": {"name": "x"},
+            "spec": {"selector": sel, "serviceName": "x", "template": tpl}}),
+        ),
+        (
+            "/apis/apps/v1/namespaces/default/daemonsets",
+            json!({"apiVersion": "apps/v1",
+            "kind": "DaemonSet", "metadata": {"name": "x"}, "spec": {"selector": sel, "template": tpl}}),
+        ),
+        (
+            "/apis/batch/v1/namespaces/default/jobs",
+            json!({"apiVersion": "batch/v1", "kind": "Job",
+            "metadata": {"name": "x"}, "spec": {"template": {"metadata": tpl["metadata"],
+            "spec": {"restartPolicy": "Never", "containers": tpl["spec"]["containers"]}}}}),
+        ),
+    ]
+}
+
+#[tokio::test]
+async fn an_unparsable_quantity_is_a_bad_request_for_pods_and_every_pod_template() {
+    let sim = helpers::cluster("http-quantity", false).await;
+    let r = sim.router();
+    let bad = json!({"requests": {"cpu": "lots"}});
+    let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "x"},
+        "spec": template(json!({"limits": {"memory": "1 GB"}}), "nginx")["spec"]});
+    let mut cases = workloads(&template(bad, "nginx"));
+    cases.push(("/api/v1/namespaces/default/pods", pod));
+    for (path, obj) in cases {
+        let kind = obj["kind"].as_str().unwrap_or_default().to_owned();
+        let (s, _, b) = call(&r, send("POST", path, "application/json", &obj)).await;
+        assert_eq!(s, StatusCode::BAD_REQUEST, "{kind}: {b}");
+        let status: Value = serde_json::from_str(&b).expect("status");
+        let message = status["message"].as_str().unwrap_or_default();
+        assert!(
+            message.starts_with(&format!(
+                "{kind} in version \"v1\" cannot be handled as a {kind}: quantities must match the regular expression"
+            )),
+            "{kind}: {message}"
+        );
+    }
+
+    // An update that breaks a quantity is refused the same way.
+    let good = template(json!({"requests": {"cpu": "100m"}}), "nginx");
+    let (path, mut dep) = workloads(&good).remove(0);
+    let (s, _, b) = call(&r, send("POST", path, "application/json", &dep)).await;
+    assert_eq!(s, StatusCode::CREATED, "{b}");
+    dep["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"]["cpu"] = json!("lots");
+    let (s, _, b) = call(&r, send("PUT", &format!("{path}/x"), "application/json", &dep)).await;
+    assert_eq!(s, StatusCode::BAD_REQUEST, "{b}");
+    sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_missing_image_is_invalid_with_its_field_path() {
+    let sim = helpers::cluster("http-image", false).await;
+    let r = sim.router();
+    for (path, obj) in workloads(&template(json!({}), "")) {
+        let (s, _, b) = call(&r, send("POST", path, "application/json", &obj)).await;
+        assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{b}");
+        let status: Value = serde_json::from_str(&b).expect("status");
+        assert_eq!(
+            status["details"]["causes"][0]["field"], "spec.template.spec.containers[0].image",
+            "{b}"
+        );
+        assert!(
+            status["message"]
+                .as_str()
+                .is_some_and(|m| m.ends_with("spec.template.spec.containers[0].image: Required value")),
+            "{b}"
+        );
+    }
+    let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
+        "spec": {"containers": [{"name": "c", "image": "nginx "}]}});
+    let (s, _, b) = call(
+        &r,
+        send(
+            "POST",
+            "/api/v1/namespaces/default/pods",
+            "application/json",
+            &pod,
+        ),
+    )
+    .await;
+    assert_eq!(s, StatusCode::UNPROCESSABLE_ENTITY, "{b}");
+    assert!(b.contains("spec.containers[0].image: Invalid value: \\\"nginx \\\": must not have leading or trailing whitespace"), "{b}");
+    // The API server does not parse image references: the kubelet reports them.
+    let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "q"},
+        "spec": {"containers": [{"name": "c", "image": "Nginx!"}]}});
+    let (s, _, b) = call(
+        &r,
+        send(
+            "POST",
+            "/api/v1/namespaces/default/pods",
+            "application/json",
+            &pod,
+        ),
+    )
+    .await;
+    assert_eq!(s, StatusCode::CREATED, "{b}");
+    sim.shutdown().await;
+}

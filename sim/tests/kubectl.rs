@@ -52,9 +52,10 @@ impl Kubectl {
 
     fn command(&self, args: &[&str]) -> tokio::process::Command {
         let mut c = tokio::process::Command::new(&self.bin);
-        c.args(args)
-            .arg("--cache-dir")
+        // The cache flag goes first: whatever follows a `--` belongs to the container command.
+        c.arg("--cache-dir")
             .arg(self.dir.path().join("cache"))
+            .args(args)
             .env("KUBECONFIG", &self.kubeconfig)
             .env("HOME", self.dir.path())
             .kill_on_drop(true);
@@ -904,6 +905,321 @@ async fn kubectl_explain_shows_the_nave_crds_builtins_and_crd_updates() {
         doc["components"]["schemas"]["com.example.v1.Gadget"]["x-kubernetes-group-version-kind"],
         serde_json::json!([{"group": "example.com", "kind": "Gadget", "version": "v1"}]),
         "the kind's schema is named and tagged as the API server does"
+    );
+    sim.shutdown().await;
+}
+
+/// Every `kubectl create <kind>` form that sends a typed object (as protobuf), and what of it
+/// must have arrived.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_create_sends_protobuf_for_every_typed_kind() {
+    let Some(bin) = kubectl_or_skip("kubectl_create_sends_protobuf_for_every_typed_kind") else {
+        return;
+    };
+    let sim = cluster("kcreate", false).await;
+    let k = Kubectl::new(bin, &sim);
+    let cases: &[(&[&str], &str, &str, &str)] = &[
+        (
+            &[
+                "deployment",
+                "web",
+                "--image=nginx:1.25",
+                "--replicas=2",
+                "--port=80",
+            ],
+            "deploy/web",
+            "{.spec.replicas} {.spec.template.spec.containers[0].image} {.spec.template.spec.containers[0].ports[0].containerPort} {.spec.selector.matchLabels.app}",
+            "2 nginx:1.25 80 web",
+        ),
+        (
+            &["deployment", "idle", "--image=nginx", "--replicas=0"],
+            "deploy/idle",
+            "{.spec.replicas}",
+            "0",
+        ),
+        (
+            &["service", "clusterip", "cip", "--tcp=80:8080"],
+            "svc/cip",
+            "{.spec.type} {.spec.ports[0].port} {.spec.ports[0].targetPort} {.spec.selector.app}",
+            "ClusterIP 80 8080 cip",
+        ),
+        (
+            &["service", "nodeport", "np", "--tcp=80:8080", "--node-port=30080"],
+            "svc/np",
+            "{.spec.type} {.spec.ports[0].nodePort}",
+            "NodePort 30080",
+        ),
+        (
+            &["service", "loadbalancer", "lb", "--tcp=443:https"],
+            "svc/lb",
+            "{.spec.type} {.spec.ports[0].targetPort}",
+            "LoadBalancer https",
+        ),
+        (
+            &["service", "externalname", "ext", "--external-name=db.example.com"],
+            "svc/ext",
+            "{.spec.type} {.spec.externalName}",
+            "ExternalName db.example.com",
+        ),
+        (
+            &["job", "once", "--image=busybox", "--", "echo", "hi"],
+            "job/once",
+            "{.spec.template.spec.restartPolicy} {.spec.template.spec.containers[0].command}",
+            "Never [\"echo\",\"hi\"]",
+        ),
+        (
+            &["cronjob", "tick", "--image=busybox", "--schedule=*/5 * * * *"],
+            "cronjob/tick",
+            "{.spec.schedule} {.spec.jobTemplate.spec.template.spec.containers[0].image}",
+            "*/5 * * * * busybox",
+        ),
+        (
+            &["role", "reader", "--verb=get,list", "--resource=pods"],
+            "role/reader",
+            "{.rules[0].verbs} {.rules[0].resources}",
+            "[\"get\",\"list\"] [\"pods\"]",
+        ),
+        (
+            &[
+                "clusterrole",
+                "creader",
+                "--verb=get",
+                "--resource=deployments.apps",
+            ],
+            "clusterrole/creader",
+            "{.rules[0].apiGroups} {.rules[0].resources}",
+            "[\"apps\"] [\"deployments\"]",
+        ),
+        (
+            &["rolebinding", "rb", "--role=reader", "--user=alice"],
+            "rolebinding/rb",
+            "{.roleRef.kind} {.roleRef.name} {.subjects[0].kind} {.subjects[0].name}",
+            "Role reader User alice",
+        ),
+        (
+            &[
+                "clusterrolebinding",
+                "crb",
+                "--clusterrole=creader",
+                "--serviceaccount=default:default",
+            ],
+            "clusterrolebinding/crb",
+            "{.roleRef.apiGroup} {.subjects[0].kind} {.subjects[0].namespace}",
+            "rbac.authorization.k8s.io ServiceAccount default",
+        ),
+        (
+            &["quota", "q", "--hard=pods=4,requests.cpu=2"],
+            "quota/q",
+            "{.spec.hard.pods} {.spec.hard.requests\\.cpu}",
+            "4 2",
+        ),
+        (
+            &["priorityclass", "high", "--value=1000", "--description=urgent"],
+            "priorityclass/high",
+            "{.value} {.description} {.preemptionPolicy}",
+            "1000 urgent PreemptLowerPriority",
+        ),
+        (
+            &[
+                "poddisruptionbudget",
+                "pdb",
+                "--selector=app=web",
+                "--min-available=50%",
+            ],
+            "pdb/pdb",
+            "{.spec.minAvailable} {.spec.selector.matchLabels.app}",
+            "50% web",
+        ),
+        (
+            &["ingress", "ing", "--rule=web.example.com/=web:80"],
+            "ingress/ing",
+            "{.spec.rules[0].host} {.spec.rules[0].http.paths[0].backend.service.name} {.spec.rules[0].http.paths[0].backend.service.port.number}",
+            "web.example.com web 80",
+        ),
+        (
+            &["secret", "generic", "creds", "--from-literal=user=admin"],
+            "secret/creds",
+            "{.data.user}",
+            "YWRtaW4=",
+        ),
+        (
+            &["configmap", "conf", "--from-literal=mode=fast"],
+            "configmap/conf",
+            "{.data.mode}",
+            "fast",
+        ),
+    ];
+    for (args, target, jsonpath, want) in cases {
+        let mut create = vec!["create"];
+        create.extend_from_slice(args);
+        k.ok(&create).await;
+        let got = k
+            .ok(&["get", target, "-o", &format!("jsonpath={jsonpath}")])
+            .await;
+        assert_eq!(&got, want, "kubectl create {args:?}");
+    }
+    k.ok(&["create", "serviceaccount", "robot"]).await;
+    let default = k.ok(&["create", "token", "default"]).await;
+    assert!(
+        !default.trim().is_empty(),
+        "no token for the default ServiceAccount"
+    );
+    let token = k.ok(&["create", "token", "robot", "--duration=10m"]).await;
+    assert!(!token.trim().is_empty(), "kubectl create token printed nothing");
+    sim.shutdown().await;
+}
+
+/// A kubectl that cached discovery before a CRD existed still finds it by short name, plural,
+/// singular and kind, as against a real API server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_with_a_stale_discovery_cache_finds_a_new_crd_by_short_name() {
+    let Some(bin) = kubectl_or_skip("kubectl_with_a_stale_discovery_cache_finds_a_new_crd_by_short_name")
+    else {
+        return;
+    };
+    let sim = cluster("kstale", false).await;
+    let k = Kubectl::new(bin, &sim);
+    k.ok(&["get", "pods"]).await;
+    k.ok(&["api-resources"]).await;
+    let crd = k.file(
+        "gadget.yaml",
+        "apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: gadgets.example.com
+spec:
+  group: example.com
+  scope: Namespaced
+  names: {plural: gadgets, singular: gadget, kind: Gadget, shortNames: [gdg]}
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    schema: {openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}}
+",
+    );
+    k.ok(&["create", "-f", &crd]).await;
+    for name in ["gdg", "gadgets", "gadget", "Gadget", "gadgets.example.com"] {
+        let out = k.run(&["get", name]).await;
+        assert!(out.ok, "kubectl get {name} failed:\n{}", out.stderr);
+        assert!(
+            out.stderr.contains("No resources found"),
+            "kubectl get {name}: {}",
+            out.stderr
+        );
+    }
+    // A second CRD in the group the cache now holds, created by another client, and an object
+    // of it applied by kind.
+    let other = Kubectl::new(k.bin.clone(), &sim);
+    let gizmo = other.file(
+        "gizmo.yaml",
+        &std::fs::read_to_string(&crd)
+            .expect("crd")
+            .replace("adget", "izmo")
+            .replace("gdg", "gzm"),
+    );
+    other.ok(&["create", "-f", &gizmo]).await;
+    let obj = k.file(
+        "g1.yaml",
+        "apiVersion: example.com/v1\nkind: Gizmo\nmetadata: {name: g1}\n",
+    );
+    k.ok(&["apply", "-f", &obj]).await;
+    let got = k.ok(&["get", "gzm", "-o", "name"]).await;
+    assert_eq!(got.trim(), "gizmo.example.com/g1");
+    sim.shutdown().await;
+}
+
+/// `kubectl logs` answers as a simulated container; `exec`, `attach` and `port-forward` say why
+/// they cannot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_logs_and_exec_on_a_simulated_pod() {
+    let Some(bin) = kubectl_or_skip("kubectl_logs_and_exec_on_a_simulated_pod") else {
+        return;
+    };
+    let sim = cluster("klogs", true).await;
+    let k = Kubectl::new(bin, &sim);
+    k.ok(&["run", "web", "--image=nginx:1.25"]).await;
+    k.ok(&["wait", "--for=condition=Ready", "pod/web", "--timeout=30s"])
+        .await;
+    let logs = k.ok(&["logs", "web"]).await;
+    assert!(
+        contains_all(
+            &logs,
+            &["simulated container \"web\"", "image nginx:1.25", "started at"]
+        ),
+        "logs: {logs}"
+    );
+    let last = k.ok(&["logs", "web", "--tail=1"]).await;
+    assert_eq!(last.lines().count(), 1, "tail: {last}");
+    let err = k.fails(&["logs", "web", "-c", "sidecar"]).await;
+    assert!(
+        err.contains("container sidecar is not valid for pod web"),
+        "{err}"
+    );
+    let err = k.fails(&["logs", "web", "--previous"]).await;
+    assert!(
+        err.contains("previous terminated container \"web\" in pod \"web\" not found"),
+        "{err}"
+    );
+    let err = k.fails(&["exec", "web", "--", "ls"]).await;
+    assert!(
+        err.contains("pod web runs in a simulated cluster: there is no container process to exec into"),
+        "exec: {err}"
+    );
+    let err = k.fails(&["logs", "nope"]).await;
+    assert!(err.contains("pods \"nope\" not found"), "{err}");
+    sim.shutdown().await;
+}
+
+/// The objects every real cluster has: the `kubernetes` Service and the APIServices.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_sees_the_kubernetes_service_and_the_api_services() {
+    let Some(bin) = kubectl_or_skip("kubectl_sees_the_kubernetes_service_and_the_api_services") else {
+        return;
+    };
+    let sim = cluster("ksys", false).await;
+    let k = Kubectl::new(bin, &sim);
+    let svc = k
+        .ok(&[
+            "get",
+            "svc",
+            "kubernetes",
+            "-o",
+            "jsonpath={.spec.type} {.spec.clusterIP} {.spec.ports[0].name} {.spec.ports[0].port}",
+        ])
+        .await;
+    assert_eq!(svc, "ClusterIP 10.96.0.1 https 443");
+    k.ok(&["get", "endpoints", "kubernetes"]).await;
+    k.ok(&["create", "namespace", "team-a"]).await;
+    k.ok(&["get", "serviceaccount", "default", "-n", "team-a"]).await;
+    k.ok(&["get", "serviceaccount", "default", "-n", "kube-system"])
+        .await;
+    k.ok(&["get", "endpointslices", "kubernetes"]).await;
+    let services = k.ok(&["get", "apiservices", "-o", "name"]).await;
+    assert!(
+        contains_all(
+            &services,
+            &[
+                "apiservice.apiregistration.k8s.io/v1.\n",
+                "apiservice.apiregistration.k8s.io/v1.apps\n"
+            ]
+        ),
+        "{services}"
+    );
+    let cond = k
+        .ok(&[
+            "get",
+            "apiservice",
+            "v1.apps",
+            "-o",
+            "jsonpath={.status.conditions[0].type}={.status.conditions[0].status}",
+        ])
+        .await;
+    assert_eq!(cond, "Available=True");
+    let err = k.fails(&["delete", "apiservice", "v1.apps"]).await;
+    assert!(
+        err.contains("MethodNotAllowed") || err.contains("not allow"),
+        "{err}"
     );
     sim.shutdown().await;
 }

@@ -82,7 +82,7 @@ pub trait ListTypes: Send + Sync {
     }
 }
 
-/// List types of a built-in kind (Appendix C of KUBE-SIM.md), keyed by API group and kind.
+/// List types of a built-in kind (the `listType`/`listMapKeys` markers of its Go types), keyed by API group and kind.
 /// Unknown kinds get an implementation under which every list is atomic (except the `metadata`
 /// lists every kind shares: `finalizers` set, `ownerReferences` map by `uid`).
 pub fn builtin(group: &str, kind: &str) -> Box<dyn ListTypes> {

@@ -29,7 +29,7 @@
 //!   `metadata.managedFields must be nil`).  On the result the server sets
 //!   `resourceVersion`/`generation`/`uid`/`creationTimestamp` as for any write, defaults,
 //!   normalises (`omitempty`, nulls) and validates, then compares with the stored object: equal
-//!   (managedFields included) means no write, same resourceVersion, no event (R-M-2).  Applying
+//!   (managedFields included) means no write, same resourceVersion, no event.  Applying
 //!   the same configuration again returns the live object unchanged, managedFields times
 //!   included.
 //! * **Other writes** (create, update, merge/JSON/strategic patch, `…/status`, `…/scale`): the

@@ -1,4 +1,4 @@
-//! The Deployment controller (R-P-2): runs [`super::rollout::plan`] and writes its outcome.
+//! The Deployment controller: runs [`super::rollout::plan`] and writes its outcome.
 
 use std::sync::Arc;
 use std::time::Duration;

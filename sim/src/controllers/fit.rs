@@ -1,4 +1,4 @@
-//! The scheduler's decision, as plain functions over node snapshots: the filters of R-P-3 in
+//! The scheduler's decision, as plain functions over node snapshots: kube-scheduler's filters in
 //! upstream order with upstream reason strings, least-allocated scoring with a name tie-break, and
 //! the `0/<N> nodes are available: ...` message.
 

@@ -1,4 +1,4 @@
-//! The simulated kubelet of every node (R-P-7, R-P-8): starts bound pods after their start delay,
+//! The simulated kubelet of every node: starts bound pods after their start delay,
 //! plays injected failures, and finishes deleted pods. Pods on nodes that are not Ready are left
 //! alone, as a stopped kubelet would.
 

@@ -2,10 +2,12 @@
 //! injection, start delays, and pod IP allocation from per-node CIDRs. Plain functions.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::LazyLock;
 use std::time::Duration;
 
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Container, Pod};
+use regex::Regex;
 use serde_json::{Value, json};
 
 use super::resources::qos_class;
@@ -29,14 +31,42 @@ pub enum Behaviour {
     CrashLoop,
     /// The image cannot be pulled: stays Pending.
     ImagePull,
+    /// An image is not a valid reference (`Nginx!`): stays Pending with `InvalidImageName`, as
+    /// the API server accepts any non-empty image and leaves the parsing to the kubelet.
+    InvalidImage,
     /// The pod fails (phase Failed).
     Failed,
     /// The pod runs to completion (phase Succeeded); the default for Job pods.
     Succeeded,
 }
 
-/// The behaviour a pod asks for (annotation, or Succeeded for pods owned by a Job).
+/// Whether `image` parses as a container image reference (`[domain[:port]/]path[:tag][@digest]`,
+/// after the `distribution/reference` grammar the kubelet applies).
+pub fn is_image_reference(image: &str) -> bool {
+    static REFERENCE: LazyLock<Regex> = LazyLock::new(|| {
+        let component = r"(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])";
+        let domain = format!(r"{component}(?:\.{component})*(?::[0-9]+)?");
+        let path = r"[a-z0-9]+(?:(?:[_.]|__|-+)[a-z0-9]+)*";
+        let tag = r"[\w][\w.-]{0,127}";
+        let digest = r"[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,}";
+        Regex::new(&format!(
+            "^(?:{domain}/)?{path}(?:/{path})*(?::{tag})?(?:@{digest})?$"
+        ))
+        .expect("the image reference grammar is a valid regex")
+    });
+    image.len() <= 255 && REFERENCE.is_match(image)
+}
+
+/// The behaviour a pod asks for (annotation, or Succeeded for pods owned by a Job); an image the
+/// kubelet cannot parse comes first, as no container can be created then.
 pub fn behaviour(pod: &Pod) -> Behaviour {
+    let containers = pod.spec.iter().flat_map(|s| s.containers.iter());
+    if containers
+        .filter_map(|c| c.image.as_deref())
+        .any(|i| !is_image_reference(i))
+    {
+        return Behaviour::InvalidImage;
+    }
     let fault = pod
         .metadata
         .annotations
@@ -171,7 +201,7 @@ fn container_id(pod_uid: &str, name: &str, restarts: i32) -> String {
     format!("sim://{pod_uid}/{name}/{restarts}")
 }
 
-/// The status the kubelet writes for a started pod (R-P-7); `restarts` counts crash-loop
+/// The status the kubelet writes for a started pod ; `restarts` counts crash-loop
 /// restarts so far. Existing PodScheduled and unchanged conditions keep their transition times.
 pub fn started_status(
     pod: &Pod,
@@ -195,7 +225,7 @@ pub fn started_status(
     let (phase, ready) = match behaviour {
         Behaviour::Ready => ("Running", true),
         Behaviour::NeverReady | Behaviour::CrashLoop => ("Running", false),
-        Behaviour::ImagePull => ("Pending", false),
+        Behaviour::ImagePull | Behaviour::InvalidImage => ("Pending", false),
         Behaviour::Failed => ("Failed", false),
         Behaviour::Succeeded => ("Succeeded", false),
     };
@@ -212,6 +242,13 @@ pub fn started_status(
             Behaviour::CrashLoop => json!({"waiting": {"reason": "CrashLoopBackOff", "message": format!(
                 "back-off {}s restarting failed container={} pod={}_{}({})",
                 crash_backoff(restarts).as_secs().max(10), c.name, name, ns, uid)}}),
+            Behaviour::InvalidImage if !is_image_reference(&image) => {
+                s["imageID"] = json!("");
+                s.as_object_mut().map(|o| o.remove("containerID"));
+                json!({"waiting": {"reason": "InvalidImageName", "message": format!(
+                    "Failed to apply default image tag \"{image}\": couldn't parse image name \"{image}\": invalid reference format")}})
+            }
+            Behaviour::InvalidImage => json!({"running": {"startedAt": started_at}}),
             Behaviour::ImagePull => {
                 s["imageID"] = json!("");
                 s.as_object_mut().map(|o| o.remove("containerID"));
@@ -326,7 +363,7 @@ pub fn started_status(
         "qosClass": qos_class(&spec),
         "containerStatuses": spec.containers.iter().map(container_status).collect::<Vec<_>>(),
     });
-    if behaviour != Behaviour::ImagePull || !pod_ip.is_empty() {
+    if !matches!(behaviour, Behaviour::ImagePull | Behaviour::InvalidImage) || !pod_ip.is_empty() {
         status["podIP"] = json!(pod_ip);
         status["podIPs"] = json!([{"ip": pod_ip}]);
     }
@@ -436,6 +473,39 @@ mod tests {
             ..Default::default()
         });
         p
+    }
+
+    #[test]
+    fn image_references_parse_as_the_kubelet_parses_them() {
+        for ok in [
+            "nginx",
+            "nginx:1.25",
+            "registry.k8s.io/pause:3.10",
+            "localhost:5000/team/app_x-1:v1.0",
+            "busybox@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
+        ] {
+            assert!(is_image_reference(ok), "{ok} should parse");
+        }
+        for bad in [
+            "Nginx", "nginx!", "nginx:", "ngi nx", ":latest", "nginx:-1", "a//b",
+        ] {
+            assert!(!is_image_reference(bad), "{bad} should not parse");
+        }
+    }
+
+    #[test]
+    fn an_unparsable_image_leaves_the_pod_pending_with_invalid_image_name() {
+        let mut p = pod();
+        if let Some(s) = p.spec.as_mut() {
+            s.containers[0].image = Some("Nginx!".into());
+        }
+        assert_eq!(behaviour(&p), Behaviour::InvalidImage);
+        let st = started_status(&p, Behaviour::InvalidImage, 0, "10.0.0.1", "", Timestamp::now());
+        assert_eq!(st["phase"], "Pending");
+        assert_eq!(
+            st["containerStatuses"][0]["state"]["waiting"]["reason"],
+            "InvalidImageName"
+        );
     }
 
     #[test]

@@ -1,4 +1,4 @@
-//! Simulated Node objects (R-P-4) and the node-lifecycle rules (R-P-6) as plain functions: the
+//! Simulated Node objects and the node-lifecycle rules as plain functions: the
 //! node a pool config describes, the node-initialize status, and the taints a node's conditions
 //! call for.
 

@@ -1,4 +1,4 @@
-//! The ReplicaSet controller (R-P-1): keeps `spec.replicas` active pods, adopting matching
+//! The ReplicaSet controller: keeps `spec.replicas` active pods, adopting matching
 //! orphans, and writes the status.
 
 use std::collections::BTreeMap;

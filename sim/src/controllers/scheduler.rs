@@ -1,4 +1,4 @@
-//! The scheduler (R-P-3): places pending pods of `default-scheduler` with [`super::fit`], binds
+//! The scheduler: places pending pods of `default-scheduler` with [`super::fit`], binds
 //! them through `pods/binding`, and marks the others `PodScheduled=False/Unschedulable`.
 //!
 //! It works in rounds: a round takes every pending pod, builds one snapshot of node usage, and

@@ -298,7 +298,7 @@ fn ksm_series_have_upstream_names_labels_and_units() {
         &[("resource", "memory"), ("unit", "byte")],
     );
     assert_eq!(mem[0].value, 17_179_869_184.0);
-    // Accept of R-MX-2: Σ cpu requests on n1 = 0.2.
+    // Σ cpu requests on n1 = 0.2.
     let cpu: f64 = find(
         &samples,
         "kube_pod_container_resource_requests",

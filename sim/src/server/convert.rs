@@ -1,5 +1,5 @@
 //! Representations of a stored object on the wire: the served version of a custom resource, the
-//! `events.k8s.io/v1` view of core Events (R-R-3), `PartialObjectMetadata`, and `autoscaling/v1`
+//! `events.k8s.io/v1` view of core Events, `PartialObjectMetadata`, and `autoscaling/v1`
 //! `Scale`.
 
 use std::borrow::Cow;
@@ -151,7 +151,7 @@ pub fn set_path(obj: &mut Value, path: &str, v: Value) {
     }
 }
 
-/// The `autoscaling/v1` Scale of an object (R-W-4).
+/// The `autoscaling/v1` Scale of an object.
 pub fn scale_of(rt: &ResourceType, obj: &Value) -> Value {
     let Some(paths) = &rt.scale else {
         return Value::Null;

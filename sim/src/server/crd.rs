@@ -1,6 +1,6 @@
 //! CustomResourceDefinitions: validation and defaulting of the CRD object, its status conditions
 //! (`NamesAccepted`, `Established`, `Terminating`), and keeping the resource registry in step with
-//! the stored CRDs so that discovery and routing change in the same write (R-C-1, R-D-3).
+//! the stored CRDs so that discovery and routing change in the same write.
 
 use serde_json::{Value, json};
 
@@ -9,7 +9,7 @@ use super::error::Cause;
 use super::meta::{self, meta_str};
 use super::resources::{Registry, types_from_crd};
 
-/// Finalizer that holds a deleted CRD until its custom resources are gone (R-C-8).
+/// Finalizer that holds a deleted CRD until its custom resources are gone.
 pub const CLEANUP_FINALIZER: &str = "customresourcecleanup.apiextensions.k8s.io";
 
 fn default_names(obj: &mut Value) {

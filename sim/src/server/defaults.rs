@@ -1,4 +1,4 @@
-//! Defaulting of the built-in kinds whose defaults controllers read back (R-M-10), after
+//! Defaulting of the built-in kinds whose defaults controllers read back, after
 //! kubernetes `pkg/apis/{core,apps}/v1/defaults.go`.  Every function is idempotent, so defaulting
 //! an already-defaulted object changes nothing (no-op writes stay no-ops).
 

@@ -1,4 +1,4 @@
-//! Discovery (R-D): aggregated `apidiscovery.k8s.io/v2` documents on `/api` and `/apis` when the
+//! Discovery: aggregated `apidiscovery.k8s.io/v2` documents on `/api` and `/apis` when the
 //! client asks for them (client-go picks the decoder from the response Content-Type only), and the
 //! legacy `APIVersions` / `APIGroupList` / `APIGroup` / `APIResourceList` otherwise (kube-rs
 //! `Discovery::run` sends no Accept).  Both are computed from the live registry.

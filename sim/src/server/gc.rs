@@ -1,5 +1,4 @@
-//! The garbage collector, namespace controller and CRD cleanup of one cluster (R-X-3, R-X-5,
-//! R-C-8), driven by the store's event log: owner references are matched by uid through the
+//! The garbage collector, namespace controller and CRD cleanup of one cluster, driven by the store's event log: owner references are matched by uid through the
 //! store's owner index, so a deletion costs O(dependents), not O(objects).
 
 use std::sync::Arc;

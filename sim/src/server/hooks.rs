@@ -1,4 +1,4 @@
-//! Test hooks under `/_sim/v1` (R-H): dump, reset, compact, drop-watches, fault injection
+//! Test hooks under `/_sim/v1`: dump, reset, compact, drop-watches, fault injection
 //! (latency, error rules with counts or rates, 429 with `Retry-After`), stop/start of the listener,
 //! and the request log.
 
@@ -180,7 +180,7 @@ impl Faults {
     }
 }
 
-/// One logged request (R-H-6).
+/// One logged request, as the request log hook returns it.
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct LoggedRequest {

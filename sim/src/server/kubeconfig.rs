@@ -1,4 +1,4 @@
-//! Kubeconfig emission (R-T-3): one cluster, one user with a bearer token, one context with
+//! Kubeconfig emission: one cluster, one user with a bearer token, one context with
 //! namespace `default`, `current-context` set, and the CA (not the leaf) when serving TLS.
 
 use base64::Engine;

@@ -4,7 +4,7 @@
 use serde_json::{Map, Value};
 
 use super::error::Cause;
-use super::resources::ResourceType;
+use super::resources::{ResourceType, Special};
 
 /// Now as RFC 3339 with second precision (`2025-01-01T00:00:00Z`), the apiserver's `metav1.Time`.
 pub fn now_rfc3339() -> String {
@@ -107,6 +107,10 @@ fn is_dns_subdomain(s: &str) -> bool {
 /// DNS-1123 subdomain otherwise; a loose check for names that may contain `:` (RBAC).
 pub fn validate_name(rt: &ResourceType, name: &str) -> Option<Cause> {
     let label = matches!(rt.plural.as_str(), "namespaces" | "services");
+    // APIServices are named `<version>.<group>`, so the core group's is `v1.`.
+    if rt.special == Special::ApiService {
+        return None;
+    }
     let rbac = rt.group == "rbac.authorization.k8s.io";
     if rbac {
         return (name.is_empty() || name.contains('/') || name == "." || name == "..").then(|| {
@@ -238,7 +242,8 @@ pub fn normalize_data_maps(rt: &ResourceType, obj: &mut Value) {
     }
 }
 
-/// Zero-valued integer status fields of workloads are `omitempty` in Go (R-M-6).
+/// Zero-valued integer status fields of workloads are `omitempty` in Go, so a real server
+/// never returns them.
 pub fn normalize_workload_status(rt: &ResourceType, obj: &mut Value) {
     if rt.group != "apps" || !matches!(rt.plural.as_str(), "deployments" | "replicasets" | "statefulsets") {
         return;
@@ -261,7 +266,7 @@ pub fn normalize_workload_status(rt: &ResourceType, obj: &mut Value) {
 }
 
 /// Everything but `metadata.resourceVersion` and `metadata.managedFields[].time`: two objects
-/// that compare equal here make a write a no-op (R-M-2).
+/// that compare equal here make a write a no-op: no new resourceVersion, no watch event.
 pub fn same_content(a: &Value, b: &Value) -> bool {
     fn strip(v: &Value) -> Value {
         let mut v = v.clone();

@@ -1,6 +1,7 @@
-//! OpenAPI v3 (R-O-1, R-O-3): one document per served group-version, listed in `/openapi/v3`
+//! OpenAPI v3: one document per served group-version, listed in `/openapi/v3`
 //! with a hash of its content, so that clients re-fetch a document exactly when it changed (a CRD
-//! was added, updated or removed).  `/openapi/v2` answers 404 (R-O-2).
+//! was added, updated or removed).  `/openapi/v2` answers 404, so that kubectl
+//! uses v3 only.
 //!
 //! A document has, for every resource, its collection, item and status paths, each operation
 //! carrying `x-kubernetes-group-version-kind` (`kubectl explain` finds the kind through them); the

@@ -1,6 +1,6 @@
-//! The resource types a cluster serves: the built-in set (R-D-5) plus one entry per served version of
+//! The resource types a cluster serves: the built-in set plus one entry per served version of
 //! every established CRD.  Discovery, OpenAPI, routing and storage all read this registry, so a CRD
-//! becomes (and stops being) servable in the same write that stores it (R-D-3).
+//! becomes (and stops being) servable in the same write that stores it.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -73,6 +73,8 @@ pub enum Special {
     EventsV1,
     /// Create-only review resources (`selfsubjectaccessreviews`).
     Review,
+    /// `apiregistration.k8s.io` APIServices: read-only, kept in step with the served groups.
+    ApiService,
 }
 
 /// One servable resource at one group/version.
@@ -132,6 +134,9 @@ impl ResourceType {
         if self.special == Special::Review {
             return vec!["create"];
         }
+        if self.special == Special::ApiService {
+            return vec!["get", "list", "watch"];
+        }
         vec![
             "create",
             "delete",
@@ -172,6 +177,19 @@ impl ResourceType {
                     vec!["create"],
                 )),
                 "log" => out.push(("log", ("".into(), "v1".into(), "Pod".into()), vec!["get"])),
+                "exec" | "attach" | "portforward" => {
+                    let kind = match *s {
+                        "exec" => "PodExecOptions",
+                        "attach" => "PodAttachOptions",
+                        _ => "PodPortForwardOptions",
+                    };
+                    out.push((*s, ("".into(), "v1".into(), kind.into()), vec!["create", "get"]));
+                }
+                "token" => out.push((
+                    "token",
+                    ("authentication.k8s.io".into(), "v1".into(), "TokenRequest".into()),
+                    vec!["create"],
+                )),
                 "finalize" => out.push(("finalize", own.clone(), vec!["update"])),
                 "approval" => out.push(("approval", own.clone(), gpu.clone())),
                 _ => {}
@@ -261,7 +279,7 @@ fn builtin_table() -> Vec<B> {
             .short(&["po"])
             .all()
             .status()
-            .extra(&["binding", "eviction", "log"])
+            .extra(&["attach", "binding", "eviction", "exec", "log", "portforward"])
             .special(Special::Pod),
         b("", "v1", "nodes", "Node")
             .cluster()
@@ -271,7 +289,9 @@ fn builtin_table() -> Vec<B> {
         b("", "v1", "configmaps", "ConfigMap").short(&["cm"]),
         b("", "v1", "secrets", "Secret"),
         b("", "v1", "services", "Service").short(&["svc"]).all().status(),
-        b("", "v1", "serviceaccounts", "ServiceAccount").short(&["sa"]),
+        b("", "v1", "serviceaccounts", "ServiceAccount")
+            .short(&["sa"])
+            .extra(&["token"]),
         b("", "v1", "events", "Event").short(&["ev"]),
         b("", "v1", "endpoints", "Endpoints").short(&["ep"]),
         b("", "v1", "replicationcontrollers", "ReplicationController")
@@ -355,6 +375,10 @@ fn builtin_table() -> Vec<B> {
             .short(&["ing"])
             .status()
             .gen_(),
+        b("apiregistration.k8s.io", "v1", "apiservices", "APIService")
+            .cluster()
+            .status()
+            .special(Special::ApiService),
         b("scheduling.k8s.io", "v1", "priorityclasses", "PriorityClass")
             .cluster()
             .short(&["pc"]),
@@ -388,7 +412,7 @@ pub fn builtins() -> Vec<Arc<ResourceType>> {
     builtin_table()
         .into_iter()
         .map(|b| {
-            // Both Event views share the core store (R-R-3).
+            // Both Event views share the core store, as in a real cluster: one object, two APIs.
             let table: Arc<str> = if b.special == Special::EventsV1 {
                 Arc::from("/events")
             } else {

@@ -1,6 +1,7 @@
-//! The generic REST surface under `/api` and `/apis` (R-A): URL parsing, content negotiation,
+//! The generic REST surface under `/api` and `/apis`: URL parsing, content negotiation,
 //! query parameters, and the verbs (get, list, watch, create, update, patch, apply, delete,
-//! deletecollection) with their subresources (status, scale, binding, eviction, finalize, log).
+//! deletecollection) with their subresources (status, scale, binding, eviction, finalize; log,
+//! exec, attach, portforward and token answer from [`super::subresources`]).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -18,11 +19,12 @@ use super::convert;
 use super::error::{ApiError, ApiResult, Cause};
 use super::meta::{self, meta_str};
 use super::resources::{ResourceType, Special};
+use super::subresources;
 use super::table::{self, Include};
 use super::watch::{self, WatchParams};
 use super::write::{self, DeleteOpts, Deleted, FieldValidation, WriteOpts, Written};
 
-/// Largest accepted request body (R-A-8).
+/// Largest accepted request body: the API server's 3 MiB limit, answered with 413.
 pub const MAX_BODY: usize = 3 * 1024 * 1024;
 
 /// The response representation negotiated from `Accept`.
@@ -36,7 +38,7 @@ pub enum Format {
     Partial,
 }
 
-/// Picks the first acceptable representation from an `Accept` header (R-A-4).
+/// Picks the first acceptable representation from an `Accept` header.
 pub fn negotiate(accept: Option<&str>, include: Include) -> ApiResult<Format> {
     let Some(accept) = accept.filter(|a| !a.trim().is_empty()) else {
         return Ok(Format::Json);
@@ -405,6 +407,9 @@ async fn handle_inner(state: Arc<ClusterState>, req: Request) -> ApiResult<Respo
     };
     let format = negotiate(accept.as_deref(), include)?;
     let Target { rt, ns, name, sub } = target;
+    if rt.special == Special::ApiService && parts.method != Method::GET {
+        return Err(ApiError::method_not_allowed(parts.method.as_str(), Some(&rt)));
+    }
     let ns_str = ns.clone().unwrap_or_default();
     let method = parts.method.clone();
     match (method.clone(), name, sub.as_deref()) {
@@ -434,18 +439,36 @@ async fn handle_inner(state: Arc<ClusterState>, req: Request) -> ApiResult<Respo
             ))
         }
         (Method::GET, Some(name), Some("log")) => {
-            state
+            let pod = state
                 .store
                 .get(&rt.table, &ns_str, &name)
                 .ok_or_else(|| ApiError::not_found(&rt, &name))?;
-            let mut resp = (
-                StatusCode::OK,
-                format!("nave-sim: pod {ns_str}/{name} runs no real containers\n"),
-            )
-                .into_response();
+            let mut resp = (StatusCode::OK, subresources::log(&pod, &q)?).into_response();
             resp.headers_mut()
                 .insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain"));
             Ok(resp)
+        }
+        (Method::GET | Method::POST, Some(name), Some(sub @ ("exec" | "attach" | "portforward"))) => {
+            let pod = state
+                .store
+                .get(&rt.table, &ns_str, &name)
+                .ok_or_else(|| ApiError::not_found(&rt, &name))?;
+            Err(subresources::no_process(&pod, sub))
+        }
+        (Method::POST, Some(name), Some("token")) => {
+            let sa = state
+                .store
+                .get(&rt.table, &ns_str, &name)
+                .ok_or_else(|| ApiError::not_found(&rt, &name))?;
+            let bytes = read_body(body).await?;
+            let request = parse_json(&bytes)?;
+            let answer = subresources::token(&sa, request);
+            Ok(json_response(
+                StatusCode::CREATED,
+                &answer,
+                "application/json",
+                &[],
+            ))
         }
         (Method::POST, None, None) => {
             let bytes = read_body(body).await?;

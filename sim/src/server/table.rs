@@ -1,4 +1,4 @@
-//! `meta.k8s.io/v1` Table rendering (R-L-7, R-C-7): the column sets kubectl users expect for the
+//! `meta.k8s.io/v1` Table rendering: the column sets kubectl users expect for the
 //! common built-ins (after kubernetes `pkg/printers/internalversion/printers.go`), CRD
 //! `additionalPrinterColumns`, and the default `Name, Created At` for everything else.
 
@@ -104,6 +104,14 @@ fn builtin_columns(rt: &ResourceType) -> Option<Vec<Col>> {
         ("", "configmaps") => vec![c("Name", s, 0), c("Data", i, 0), c("Age", s, 0)],
         ("", "secrets") => vec![c("Name", s, 0), c("Type", s, 0), c("Data", i, 0), c("Age", s, 0)],
         ("", "serviceaccounts") => vec![c("Name", s, 0), c("Secrets", i, 0), c("Age", s, 0)],
+        ("apiregistration.k8s.io", "apiservices") => {
+            vec![
+                c("Name", s, 0),
+                c("Service", s, 0),
+                c("Available", s, 0),
+                c("Age", s, 0),
+            ]
+        }
         ("", "services") => vec![
             c("Name", s, 0),
             c("Type", s, 0),
@@ -395,6 +403,14 @@ fn builtin_cells(rt: &ResourceType, obj: &Value) -> Vec<Value> {
             vec![name, json!(obj["type"].as_str().unwrap_or("Opaque")), json!(n), a]
         }
         ("", "serviceaccounts") => vec![name, json!(obj["secrets"].as_array().map_or(0, Vec::len)), a],
+        ("apiregistration.k8s.io", "apiservices") => {
+            let available = st["conditions"]
+                .as_array()
+                .and_then(|cs| cs.iter().find(|c| c["type"] == "Available"))
+                .and_then(|c| c["status"].as_str())
+                .unwrap_or("Unknown");
+            vec![name, json!("Local"), json!(available), a]
+        }
         ("", "services") => {
             let ports: Vec<String> = spec["ports"]
                 .as_array()

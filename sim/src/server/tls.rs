@@ -1,4 +1,4 @@
-//! TLS material of one cluster (R-T-4): a generated CA (basicConstraints CA:TRUE) and a separate
+//! TLS material of one cluster: a generated CA (basicConstraints CA:TRUE) and a separate
 //! serving leaf signed by it (CA:FALSE, EKU serverAuth, SANs `127.0.0.1`, `::1`, `localhost`).
 //! The kubeconfig carries the CA, never the leaf: rustls/webpki rejects a leaf used as its own
 //! trust anchor (kube-rs #1767), whereas Go accepts it, so a shortcut here would pass kubectl

@@ -1,4 +1,4 @@
-//! Watch streams (R-WA): one compact JSON event per line, in resourceVersion order, resumable
+//! Watch streams: one compact JSON event per line, in resourceVersion order, resumable
 //! from the retained event log, with synthetic `ADDED`s, streaming-list bookmarks, server-side
 //! timeouts and the in-stream `410 Expired` error that makes kube-rs relist.
 //!
@@ -159,7 +159,7 @@ async fn run(state: Arc<ClusterState>, rt: Arc<ResourceType>, p: WatchParams, tx
         let n = requested.unwrap_or(0);
         let current = state.store.rv();
         if n > current {
-            // R-WA-10: wait a little for the future RV, then give up.
+            // A resourceVersion from the future: wait a little for it, then give up as the API server does.
             let wait_until = tokio::time::Instant::now() + Duration::from_secs(3);
             while state.store.rv() < n {
                 if tokio::time::timeout_at(wait_until, notify.changed())

@@ -17,7 +17,7 @@ use super::error::{ApiError, ApiResult, Cause};
 use super::meta::{self, meta_mut, meta_str};
 use super::resources::{ResourceType, Special};
 use super::store::{CommitError, ObjKey};
-use super::{crd, defaults};
+use super::{crd, defaults, podspec};
 
 /// `fieldValidation` query parameter.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -202,6 +202,8 @@ impl ClusterState {
                 return Err(ApiError::invalid(rt, &name, &causes));
             }
         } else if !rt.is_custom() {
+            podspec::check_quantities(rt, obj)?;
+            podspec::fold_string_data(rt, obj);
             defaults::apply(rt, obj);
             meta::strip_nulls(obj);
         }
@@ -289,7 +291,7 @@ impl ClusterState {
                     obj["status"] = json!({"phase": "Pending", "qosClass": qos});
                 }
                 (Special::Namespace, _) => obj["status"] = json!({"phase": "Active"}),
-                (Special::Crd, _) => {}
+                (Special::Crd | Special::ApiService, _) => {}
                 _ => {
                     if let Some(m) = obj.as_object_mut() {
                         m.remove("status");
@@ -603,10 +605,15 @@ impl ClusterState {
         Ok(Some(new))
     }
 
-    /// Hooks run after a committed write (registry updates for CRDs).
+    /// Hooks run after a committed write (registry updates for CRDs, a namespace's `default`
+    /// ServiceAccount).
     fn after_commit(&self, rt: &ResourceType, obj: &Value, deleted: bool) {
         if rt.special == Special::Crd {
             crd::sync_registry(self, obj, deleted);
+            self.sync_api_services();
+        }
+        if rt.special == Special::Namespace && !deleted {
+            self.ensure_default_service_account(obj);
         }
     }
 
@@ -821,7 +828,7 @@ fn is_finished_deleting(rt: &ResourceType, obj: &Value) -> bool {
 
 /// Kind-specific validation of built-ins (immutable fields, obvious range checks).
 fn validate_builtin(rt: &ResourceType, obj: &Value, old: Option<&Value>) -> Vec<Cause> {
-    let mut causes = Vec::new();
+    let mut causes = podspec::validate_containers(rt, obj);
     if rt.is_custom() {
         return causes;
     }

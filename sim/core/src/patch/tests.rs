@@ -519,7 +519,7 @@ fn d2_live() -> Value {
     })
 }
 
-/// What `kubectl apply -f d2b.yaml` sent (KUBE-SIM.md R-W-7 / Appendix B.3).
+/// What `kubectl apply -f d2b.yaml` sent (a Deployment edited by hand).
 fn d2b_patch() -> Value {
     json!({
         "metadata": {

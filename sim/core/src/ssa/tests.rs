@@ -814,7 +814,7 @@ fn record_update_on_create_marks_added_maps_like_upstream() {
     assert_json(
         &fields["f:spec"]["f:template"]["f:spec"]["f:containers"]["k:{\"name\":\"nginx\"}"]["f:resources"],
         &json!({".": {}, "f:requests": {".": {}, "f:cpu": {}, "f:memory": {}}}),
-        "added maps carry the dot marker (Appendix A.9)",
+        "added maps carry the dot marker",
     );
 }
 
