@@ -134,6 +134,109 @@ fn default_max_wait() -> u64 {
 }
 
 // The credential is a secret: keep it out of logs and panic messages.
+impl RegisterRequest {
+    /// Why the hub refuses this registration, naming the field; `Ok` when every field is what a
+    /// WorkloadCluster can hold. Checked before anything is stored, so the store and the
+    /// WorkloadCluster never disagree about a cluster the API server would not take.
+    pub fn validate(&self) -> Result<(), String> {
+        if !is_dns_subdomain(&self.cluster_name) {
+            return Err(format!(
+                "clusterName: Invalid value: {:?}: a lowercase RFC 1123 subdomain (dot-separated labels of \
+                 lowercase letters, digits and '-', each starting and ending with a letter or digit)",
+                self.cluster_name
+            ));
+        }
+        for (field, value) in [
+            ("agentVersion", Some(&self.agent_version)),
+            ("kubernetesVersion", self.kubernetes_version.as_ref()),
+        ] {
+            if let Some(value) = value
+                && (value.len() > 64 || value.chars().any(char::is_control))
+            {
+                return Err(format!(
+                    "{field}: Invalid value: at most 64 characters without control characters"
+                ));
+            }
+        }
+        for (key, value) in &self.labels {
+            check_label_key(key).map_err(|why| format!("labels: Invalid value: {key:?}: {why}"))?;
+            check_label_value(value)
+                .map_err(|why| format!("labels[{key}]: Invalid value: {value:?}: {why}"))?;
+        }
+        for (field, value) in [("region", &self.region), ("zone", &self.zone)] {
+            if let Some(value) = value {
+                check_label_value(value)
+                    .map_err(|why| format!("{field}: Invalid value: {value:?}: {why}"))?;
+            }
+        }
+        if let Some(c) = &self.coordinates {
+            if !(c.latitude.is_finite() && (-90.0..=90.0).contains(&c.latitude)) {
+                return Err(format!(
+                    "coordinates.latitude: Invalid value: {}: must be from -90 to 90",
+                    c.latitude
+                ));
+            }
+            if !(c.longitude.is_finite() && (-180.0..=180.0).contains(&c.longitude)) {
+                return Err(format!(
+                    "coordinates.longitude: Invalid value: {}: must be from -180 to 180",
+                    c.longitude
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A lowercase RFC 1123 label: 1 to 63 of `[a-z0-9-]`, starting and ending alphanumeric.
+fn is_dns_label(label: &str) -> bool {
+    !label.is_empty()
+        && label.len() <= 63
+        && label
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !label.starts_with('-')
+        && !label.ends_with('-')
+}
+
+/// A lowercase RFC 1123 subdomain: at most 253 characters of dot-separated labels.
+fn is_dns_subdomain(name: &str) -> bool {
+    !name.is_empty() && name.len() <= 253 && name.split('.').all(is_dns_label)
+}
+
+/// A Kubernetes label name or value body: 1 to 63 of `[A-Za-z0-9-_.]`, starting and ending
+/// alphanumeric.
+fn is_label_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 63
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.')
+        && name.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && name.ends_with(|c: char| c.is_ascii_alphanumeric())
+}
+
+fn check_label_key(key: &str) -> Result<(), &'static str> {
+    let (prefix, name) = match key.split_once('/') {
+        Some((prefix, name)) => (Some(prefix), name),
+        None => (None, key),
+    };
+    if prefix.is_some_and(|p| !is_dns_subdomain(p)) {
+        return Err("the prefix must be a lowercase RFC 1123 subdomain");
+    }
+    if !is_label_name(name) {
+        return Err("the name must be 1 to 63 of [A-Za-z0-9-_.], starting and ending alphanumeric");
+    }
+    Ok(())
+}
+
+fn check_label_value(value: &str) -> Result<(), &'static str> {
+    if value.is_empty() || is_label_name(value) {
+        Ok(())
+    } else {
+        Err("must be empty or 1 to 63 of [A-Za-z0-9-_.], starting and ending alphanumeric")
+    }
+}
+
 impl fmt::Debug for RegisterResponse {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RegisterResponse")

@@ -154,17 +154,6 @@ fn check_scope(identity: &AgentIdentity, named: Option<&str>) -> Result<(), ApiE
     }
 }
 
-/// Whether `name` can name a WorkloadCluster (a DNS subdomain).
-fn valid_cluster_name(name: &str) -> bool {
-    !name.is_empty()
-        && name.len() <= 253
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
-        && name.starts_with(|c: char| c.is_ascii_alphanumeric())
-        && name.ends_with(|c: char| c.is_ascii_alphanumeric())
-}
-
 #[instrument(skip_all, fields(cluster = %request.cluster_name))]
 async fn register(
     State(state): State<AgentState>,
@@ -175,12 +164,7 @@ async fn register(
     if !constant_time_eq(token, &state.bootstrap_token) {
         return Err(ApiError::Unauthorized(BAD_BOOTSTRAP_TOKEN));
     }
-    if !valid_cluster_name(&request.cluster_name) {
-        return Err(ApiError::BadRequest(format!(
-            "clusterName {:?} is not a valid cluster name (lowercase letters, digits, '-' and '.')",
-            request.cluster_name
-        )));
-    }
+    request.validate().map_err(ApiError::Invalid)?;
     let existing = state.store.get_cluster(&request.cluster_name).await?;
     // An existing cluster keeps what an admin set (labels, cordon, burst-only); a new one takes
     // what the agent proposes.

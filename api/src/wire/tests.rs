@@ -253,3 +253,104 @@ fn paths_live_under_the_prefix() {
         assert!(path.starts_with(PREFIX), "{path} is not under {PREFIX}");
     }
 }
+
+#[test]
+fn a_registration_is_refused_with_the_field_named_when_a_workload_cluster_could_not_hold_it() {
+    let good = RegisterRequest {
+        cluster_name: "eu-west-1.prod".into(),
+        agent_version: "0.1.0".into(),
+        labels: [("topology.kubernetes.io/region".to_owned(), "eu-west".to_owned())].into(),
+        region: Some("eu-west".into()),
+        coordinates: Some(crate::Coordinates {
+            latitude: 50.1,
+            longitude: 8.7,
+        }),
+        ..RegisterRequest::default()
+    };
+    assert_eq!(good.validate(), Ok(()));
+    let cases: Vec<(RegisterRequest, &str)> = vec![
+        (
+            RegisterRequest {
+                cluster_name: "a..b".into(),
+                ..good.clone()
+            },
+            "clusterName",
+        ),
+        (
+            RegisterRequest {
+                cluster_name: "-a".into(),
+                ..good.clone()
+            },
+            "clusterName",
+        ),
+        (
+            RegisterRequest {
+                cluster_name: "Prod".into(),
+                ..good.clone()
+            },
+            "clusterName",
+        ),
+        (
+            RegisterRequest {
+                cluster_name: "x".repeat(254),
+                ..good.clone()
+            },
+            "clusterName",
+        ),
+        (
+            RegisterRequest {
+                labels: [("bad key!".to_owned(), "v".to_owned())].into(),
+                ..good.clone()
+            },
+            "labels",
+        ),
+        (
+            RegisterRequest {
+                labels: [("k".to_owned(), "v".repeat(64))].into(),
+                ..good.clone()
+            },
+            "labels[k]",
+        ),
+        (
+            RegisterRequest {
+                region: Some("eu west".into()),
+                ..good.clone()
+            },
+            "region",
+        ),
+        (
+            RegisterRequest {
+                coordinates: Some(crate::Coordinates {
+                    latitude: 1000.0,
+                    longitude: 0.0,
+                }),
+                ..good.clone()
+            },
+            "coordinates.latitude",
+        ),
+        (
+            RegisterRequest {
+                coordinates: Some(crate::Coordinates {
+                    latitude: 0.0,
+                    longitude: f64::NAN,
+                }),
+                ..good.clone()
+            },
+            "coordinates.longitude",
+        ),
+        (
+            RegisterRequest {
+                agent_version: "1\n2".into(),
+                ..good.clone()
+            },
+            "agentVersion",
+        ),
+    ];
+    for (request, field) in cases {
+        let error = request.validate().expect_err(field);
+        assert!(
+            error.starts_with(&format!("{field}:")),
+            "expected {field}, got {error}"
+        );
+    }
+}

@@ -273,3 +273,38 @@ async fn heartbeats_are_answered_with_the_other_probeable_agents() {
         "b's sample of a is kept: {measured:?}"
     );
 }
+
+#[tokio::test]
+async fn a_registration_a_workload_cluster_could_not_hold_is_422_and_nothing_is_stored() {
+    let h = harness().await;
+    for (body, field) in [
+        (
+            json!({"clusterName": "a..b", "agentVersion": "0.1.0"}),
+            "clusterName",
+        ),
+        (
+            json!({"clusterName": "eu-1", "agentVersion": "0.1.0",
+                   "coordinates": {"latitude": 1000.0, "longitude": 0.0}}),
+            "coordinates.latitude",
+        ),
+    ] {
+        let (status, value) = call(
+            &h.state,
+            Method::POST,
+            wire::REGISTER_PATH,
+            BOOTSTRAP,
+            Some(body.to_string()),
+        )
+        .await;
+        assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{value}");
+        assert_eq!(error_code(&value), error_codes::INVALID);
+        assert!(
+            value["message"].as_str().is_some_and(|m| m.starts_with(field)),
+            "the message names {field}: {value}"
+        );
+    }
+    assert!(
+        h.state.store.list_clusters().await.unwrap().is_empty(),
+        "nothing was registered"
+    );
+}
