@@ -142,7 +142,10 @@ pub struct ClusterOverride {
     pub cluster_selector: Option<LabelSelector>,
 
     /// RFC 6902 JSON patch operations on that cluster's Deployment, whose paths start at the
-    /// Deployment's root. Example:
+    /// Deployment's root. They may change `/spec/...` (not `/spec/replicas`, each cluster's share,
+    /// nor `/spec/selector`) and single labels or annotations other than Nave's own
+    /// (`nave.dev/...`); a path that would change which object it is (kind, apiVersion, name,
+    /// namespace) makes the spec invalid. Example:
     /// `[{op: replace, path: /spec/template/spec/containers/0/image, value: mirror.cn/nginx:1.27}]`.
     #[schemars(length(min = 1))]
     pub patches: Vec<JsonPatchOperation>,

@@ -94,6 +94,7 @@ pub fn validate(mcd: &MultiClusterDeployment) -> Result<Valid, String> {
         over.applies_to(index, "", &BTreeMap::new())
             .map_err(|e| e.to_string())?;
     }
+    crate::render::check_override_paths(&mcd.spec.overrides)?;
     Ok(Valid {
         deployment,
         pending_timeout,

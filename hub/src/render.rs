@@ -23,6 +23,14 @@ pub const MCD_NAME_LABEL: &str = "nave.dev/mcd";
 /// Why a cluster's Deployment could not be rendered.
 #[derive(Debug, thiserror::Error)]
 pub enum RenderError {
+    /// The overrides changed which object the Deployment is.
+    #[error("spec.overrides: the Deployment for cluster {cluster} no longer has the {field} Nave set")]
+    Retargeted {
+        /// The cluster whose copy was patched.
+        cluster: String,
+        /// The field that changed.
+        field: &'static str,
+    },
     /// An override's cluster selector is invalid.
     #[error(transparent)]
     Selector(#[from] nave_api::Error),
@@ -46,6 +54,61 @@ pub enum RenderError {
         #[source]
         source: json_patch::PatchError,
     },
+}
+
+/// What a per-cluster override may change: the Deployment's spec (but not `replicas`, which is the
+/// cluster's share, nor `selector`, which ties the Deployment to its pods), and labels and
+/// annotations other than Nave's own (`nave.dev/...`, on the Deployment or its pod template).
+/// Everything else (`kind`, `apiVersion`, `metadata.name`, `metadata.namespace`, the label and
+/// annotation maps as a whole) would make the override retarget another object: another kind, an
+/// object in `kube-system`, the agent's own Deployment. `test` operations only read, so they may
+/// name any path. The first path refused, with the field named; `Ok` when every path is allowed.
+pub fn check_override_paths(overrides: &[nave_api::ClusterOverride]) -> Result<(), String> {
+    for (index, over) in overrides.iter().enumerate() {
+        for (i, op) in over.patches.iter().enumerate() {
+            if op.op == nave_api::PatchOp::Test {
+                continue;
+            }
+            let at = format!("spec.overrides[{index}].patches[{i}]");
+            for (field, path) in [("path", Some(&op.path)), ("from", op.from.as_ref())] {
+                let Some(path) = path else { continue };
+                if let Err(why) = override_path_allowed(path) {
+                    return Err(format!("{at}.{field}: Forbidden: {path:?}: {why}"));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+fn override_path_allowed(path: &str) -> Result<(), &'static str> {
+    // RFC 6901: `~1` is `/` and `~0` is `~` inside a segment.
+    let segments: Vec<String> = path
+        .split('/')
+        .skip(1)
+        .map(|s| s.replace("~1", "/").replace("~0", "~"))
+        .collect();
+    let segments: Vec<&str> = segments.iter().map(String::as_str).collect();
+    // A label or annotation key right after a `labels` or `annotations` map: Nave's own are not
+    // for overrides (the agent and the hub find the workload's objects and pods by them).
+    for pair in segments.windows(2) {
+        if matches!(pair[0], "labels" | "annotations") && pair[1].starts_with("nave.dev/") {
+            return Err("Nave's own labels and annotations cannot be overridden");
+        }
+    }
+    match segments.as_slice() {
+        ["spec", "replicas", ..] => Err("replicas is each cluster's share, set by the placement"),
+        ["spec", "selector", ..] => Err("the selector ties the Deployment to its pods"),
+        ["spec", "template", "metadata", "labels"] | ["spec", "template", "metadata"] => {
+            Err("the pod labels as a whole include Nave's own; override single labels")
+        }
+        ["spec", _, ..] => Ok(()),
+        ["metadata", "labels" | "annotations", _key] => Ok(()),
+        _ => Err(
+            "an override may change the Deployment's spec and single labels or annotations, \
+             not which object it is (kind, apiVersion, name, namespace)",
+        ),
+    }
 }
 
 /// The workload reference of an MCD.
@@ -113,6 +176,31 @@ pub fn render_deployment(
             cluster: cluster.to_owned(),
             source,
         })?;
+    }
+    // Whatever the overrides did, the object is the one intended: checked again after rendering,
+    // so a path rule missed above cannot send another object to the agent.
+    let intended = [
+        ("apiVersion", deployment["apiVersion"] == "apps/v1"),
+        ("kind", deployment["kind"] == "Deployment"),
+        (
+            "metadata.name",
+            deployment["metadata"]["name"] == workload.name.as_str(),
+        ),
+        (
+            "metadata.namespace",
+            deployment["metadata"]["namespace"] == workload.namespace.as_str(),
+        ),
+        ("spec.replicas", deployment["spec"]["replicas"] == json!(replicas)),
+        (
+            "metadata.labels",
+            deployment["metadata"]["labels"][WORKLOAD_LABEL] == workload.label_value().as_str(),
+        ),
+    ];
+    if let Some((field, _)) = intended.iter().find(|(_, ok)| !ok) {
+        return Err(RenderError::Retargeted {
+            cluster: cluster.to_owned(),
+            field,
+        });
     }
     Ok(deployment)
 }

@@ -305,3 +305,18 @@ fn a_selector_operator_the_engine_does_not_know_is_refused_not_read_as_does_not_
     );
     assert!(validate(&fine).is_ok());
 }
+
+#[test]
+fn an_override_that_retargets_the_deployment_is_an_invalid_spec() {
+    let mut retarget = mcd(1, json!({}));
+    retarget.spec.overrides = serde_json::from_value(json!([{
+        "clusters": ["eu-1"],
+        "patches": [{"op": "replace", "path": "/metadata/namespace", "value": "kube-system"}]
+    }]))
+    .unwrap();
+    let message = validate(&retarget).unwrap_err();
+    assert!(
+        message.starts_with("spec.overrides[0].patches[0].path: Forbidden"),
+        "{message}"
+    );
+}

@@ -266,3 +266,99 @@ fn a_shared_configmap_stays_while_any_workload_uses_it() {
     let set = merge_work(&set, &b, vec![]);
     assert!(set.is_empty(), "nothing left, got {set:?}");
 }
+
+fn op(op: PatchOp, path: &str, from: Option<&str>) -> ClusterOverride {
+    ClusterOverride {
+        clusters: vec!["eu-1".to_owned()],
+        cluster_selector: None,
+        patches: vec![JsonPatchOperation {
+            op,
+            path: path.to_owned(),
+            from: from.map(str::to_owned),
+            value: Some(json!("x")),
+        }],
+    }
+}
+
+#[test]
+fn overrides_that_would_retarget_the_object_are_refused_with_the_field_named() {
+    let refused = [
+        (op(PatchOp::Replace, "/metadata/namespace", None), "path"),
+        (op(PatchOp::Replace, "/metadata/name", None), "path"),
+        (op(PatchOp::Replace, "/kind", None), "path"),
+        (op(PatchOp::Replace, "/apiVersion", None), "path"),
+        (op(PatchOp::Replace, "/metadata", None), "path"),
+        (op(PatchOp::Remove, "/metadata/labels", None), "path"),
+        (op(PatchOp::Replace, "/spec/replicas", None), "path"),
+        (
+            op(PatchOp::Replace, "/spec/selector/matchLabels/app", None),
+            "path",
+        ),
+        (
+            op(PatchOp::Replace, "/metadata/labels/nave.dev~1workload", None),
+            "path",
+        ),
+        (
+            op(
+                PatchOp::Add,
+                "/spec/template/metadata/labels/nave.dev~1workload",
+                None,
+            ),
+            "path",
+        ),
+        (
+            op(PatchOp::Replace, "/spec/template/metadata/labels", None),
+            "path",
+        ),
+        (
+            op(
+                PatchOp::Move,
+                "/spec/template/spec/serviceAccountName",
+                Some("/metadata/name"),
+            ),
+            "from",
+        ),
+        (
+            op(
+                PatchOp::Copy,
+                "/metadata/namespace",
+                Some("/spec/template/spec/nodeName"),
+            ),
+            "path",
+        ),
+    ];
+    for (over, field) in refused {
+        let error = check_override_paths(std::slice::from_ref(&over))
+            .expect_err(&format!("{:?} is refused", over.patches[0]));
+        assert!(
+            error.starts_with(&format!("spec.overrides[0].patches[0].{field}: Forbidden")),
+            "{error}"
+        );
+    }
+    let allowed = [
+        op(PatchOp::Replace, "/spec/template/spec/containers/0/image", None),
+        op(PatchOp::Add, "/metadata/labels/team", None),
+        op(PatchOp::Add, "/metadata/annotations/example.com~1owner", None),
+        op(PatchOp::Add, "/spec/template/metadata/labels/tier", None),
+        op(PatchOp::Test, "/metadata/name", None),
+    ];
+    for over in allowed {
+        assert_eq!(
+            check_override_paths(std::slice::from_ref(&over)),
+            Ok(()),
+            "{:?}",
+            over.patches[0]
+        );
+    }
+}
+
+#[test]
+fn a_rendered_deployment_is_checked_to_be_the_object_intended() {
+    // A path check can be bypassed only by a bug; the render refuses the result all the same.
+    let mcd = mk_mcd(vec![op(PatchOp::Replace, "/metadata/namespace", None)]);
+    let error = render_deployment(&mcd, "eu-1", &BTreeMap::new(), 2).unwrap_err();
+    assert!(error.to_string().contains("metadata.namespace"), "{error}");
+    let mcd = mk_mcd(vec![op(PatchOp::Replace, "/spec/replicas", None)]);
+    let error = render_deployment(&mcd, "eu-1", &BTreeMap::new(), 2).unwrap_err();
+    assert!(error.to_string().contains("spec.replicas"), "{error}");
+}
