@@ -244,7 +244,12 @@ pub async fn run_until(args: RunArgs, shutdown: CancellationToken) -> Result<(),
             refresher.run(shutdown.clone()).await;
         }
     };
-    let (served, (), (), (), ()) = tokio::join!(
+    let pruning = store::retention::run(
+        store.clone(),
+        store::retention::Retention::default(),
+        shutdown.clone(),
+    );
+    let (served, (), (), (), (), ()) = tokio::join!(
         async {
             let result = server.await.map_err(Error::Serve);
             // The controllers stop too when the server fails.
@@ -254,7 +259,8 @@ pub async fn run_until(args: RunArgs, shutdown: CancellationToken) -> Result<(),
         controllers,
         health,
         usage,
-        watching
+        watching,
+        pruning
     );
     store.close().await.map_err(Error::OpenStore)?;
     served

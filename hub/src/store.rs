@@ -25,6 +25,7 @@
 
 mod contract;
 pub mod postgres;
+pub mod retention;
 mod sql;
 pub mod sqlite;
 pub mod types;
