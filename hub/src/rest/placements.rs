@@ -6,12 +6,12 @@ use axum::extract::State;
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 use tracing::instrument;
 use utoipa::{IntoParams, ToSchema};
 
 use super::state::RestState;
 use crate::api_error::{ApiError, ErrorBody, Json, Path, Query};
+use crate::placement::stored::StoredDecision;
 use crate::store::{HistoryCursor, HistoryQuery, PlacementHistoryEntry, PlacementRecord};
 
 /// Page size when `limit` is not given.
@@ -21,22 +21,6 @@ pub(super) const MAX_LIMIT: u32 = 500;
 
 /// The placement policies, as `spec.placement.policy` spells them.
 pub(super) const POLICIES: [&str; 4] = ["worst-fit", "best-fit", "proximity", "spread"];
-
-/// What the store keeps of a decision (see `scheduler::stored_decision`).
-#[derive(Deserialize, Debug, Default)]
-#[serde(default)]
-struct StoredDecision {
-    strategy: String,
-    replicas: u32,
-    assignment: BTreeMap<String, u32>,
-    unplaced: u32,
-    explanation: String,
-    clusters: BTreeMap<String, String>,
-}
-
-fn stored(decision: &Value) -> StoredDecision {
-    serde_json::from_value(decision.clone()).unwrap_or_default()
-}
 
 /// A placement in a listing.
 #[derive(Serialize, Debug, ToSchema)]
@@ -208,7 +192,7 @@ pub(super) async fn list(
                 (r.namespace.as_str(), r.name.as_str()) > (ns.as_str(), name.as_str())
             })
         })
-        .map(|r| (r, stored(&r.decision)))
+        .map(|r| (r, StoredDecision::from_json(&r.decision)))
         .filter(|(_, d)| query.policy.as_ref().is_none_or(|p| *p == d.strategy))
         .filter(|(_, d)| {
             query
@@ -255,7 +239,7 @@ pub(super) async fn get(
         .get_placement(&namespace, &name)
         .await?
         .ok_or_else(|| ApiError::NotFound(format!("no placement for {namespace}/{name}")))?;
-    let decision = stored(&record.decision);
+    let decision = StoredDecision::from_json(&record.decision);
     let clusters = decision
         .clusters
         .iter()
@@ -298,7 +282,7 @@ pub(super) struct HistoryItem {
 
 impl From<&PlacementHistoryEntry> for HistoryItem {
     fn from(entry: &PlacementHistoryEntry) -> Self {
-        let decision = stored(&entry.decision);
+        let decision = StoredDecision::from_json(&entry.decision);
         HistoryItem {
             at: entry.at.to_string(),
             uid: entry.uid.clone(),
