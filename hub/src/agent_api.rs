@@ -18,7 +18,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use axum::Router;
-use axum::extract::State;
+use axum::extract::{DefaultBodyLimit, FromRequestParts, State};
+use axum::http::request::Parts;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -109,12 +110,60 @@ impl AgentState {
 /// The agent endpoints, with their state applied.
 pub fn router(state: AgentState) -> Router {
     Router::new()
-        .route(wire::REGISTER_PATH, post(register))
-        .route(wire::HEARTBEAT_PATH, post(heartbeat))
+        .route(
+            wire::REGISTER_PATH,
+            post(register).layer(DefaultBodyLimit::max(MAX_REGISTER_BYTES)),
+        )
+        .route(
+            wire::HEARTBEAT_PATH,
+            post(heartbeat).layer(DefaultBodyLimit::max(MAX_REPORT_BYTES)),
+        )
         .route(wire::WORK_PATH, get(work))
-        .route(wire::STATUS_PATH, post(status))
+        .route(
+            wire::STATUS_PATH,
+            post(status).layer(DefaultBodyLimit::max(MAX_REPORT_BYTES)),
+        )
         .fallback(not_found)
         .with_state(state)
+}
+
+/// Largest registration body: a name, versions, a few labels and coordinates.
+pub const MAX_REGISTER_BYTES: usize = 64 * 1024;
+
+/// Largest heartbeat or status report: a heartbeat of a cluster of 5,000 nodes is about 1 MB,
+/// a status report of 1,000 workloads' objects a few hundred KB.
+pub const MAX_REPORT_BYTES: usize = 4 * 1024 * 1024;
+
+/// The agent a request comes from, authenticated by its per-cluster credential from the
+/// `Authorization` header. As an extractor it runs before the body is read: a request without a
+/// valid credential is answered `401` without its body being buffered or parsed.
+#[derive(Clone, Debug)]
+struct Authenticated(AgentIdentity);
+
+impl FromRequestParts<AgentState> for Authenticated {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AgentState) -> Result<Self, Self::Rejection> {
+        authenticate(state, &parts.headers).await.map(Authenticated)
+    }
+}
+
+/// A request that carries the fleet's bootstrap token (registration only); checked, like
+/// [`Authenticated`], before the body is read.
+#[derive(Clone, Copy, Debug)]
+struct Bootstrap;
+
+impl FromRequestParts<AgentState> for Bootstrap {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AgentState) -> Result<Self, Self::Rejection> {
+        let token = bearer(&parts.headers)?;
+        if constant_time_eq(token, &state.bootstrap_token) {
+            Ok(Bootstrap)
+        } else {
+            Err(ApiError::Unauthorized(BAD_BOOTSTRAP_TOKEN))
+        }
+    }
 }
 
 async fn not_found() -> ApiError {
@@ -157,13 +206,9 @@ fn check_scope(identity: &AgentIdentity, named: Option<&str>) -> Result<(), ApiE
 #[instrument(skip_all, fields(cluster = %request.cluster_name))]
 async fn register(
     State(state): State<AgentState>,
-    headers: HeaderMap,
+    _: Bootstrap,
     Json(request): Json<RegisterRequest>,
 ) -> Result<Json<RegisterResponse>, ApiError> {
-    let token = bearer(&headers)?;
-    if !constant_time_eq(token, &state.bootstrap_token) {
-        return Err(ApiError::Unauthorized(BAD_BOOTSTRAP_TOKEN));
-    }
     request.validate().map_err(ApiError::Invalid)?;
     let existing = state.store.get_cluster(&request.cluster_name).await?;
     // An existing cluster keeps what an admin set (labels, cordon, burst-only); a new one takes
@@ -222,10 +267,9 @@ fn store_coordinates(c: nave_api::Coordinates) -> crate::store::Coordinates {
 #[instrument(skip_all, fields(cluster = tracing::field::Empty))]
 async fn heartbeat(
     State(state): State<AgentState>,
-    headers: HeaderMap,
+    Authenticated(identity): Authenticated,
     Json(beat): Json<Heartbeat>,
 ) -> Result<Json<HeartbeatAnswer>, ApiError> {
-    let identity = authenticate(&state, &headers).await?;
     tracing::Span::current().record("cluster", identity.cluster.as_str());
     check_scope(&identity, beat.cluster_name.as_deref())?;
     let before = state.index.cluster(&identity.cluster);
@@ -298,10 +342,9 @@ async fn heartbeat(
 #[instrument(skip_all, fields(cluster = tracing::field::Empty, after, wait))]
 async fn work(
     State(state): State<AgentState>,
-    headers: HeaderMap,
+    Authenticated(identity): Authenticated,
     Query(query): Query<WorkQuery>,
 ) -> Result<Response, ApiError> {
-    let identity = authenticate(&state, &headers).await?;
     tracing::Span::current().record("cluster", identity.cluster.as_str());
     check_scope(&identity, query.cluster.as_deref())?;
     let wait = Duration::from_secs(query.wait.unwrap_or(0).min(wire::MAX_WORK_WAIT_SECONDS));
@@ -341,10 +384,9 @@ async fn work(
 #[instrument(skip_all, fields(cluster = tracing::field::Empty))]
 async fn status(
     State(state): State<AgentState>,
-    headers: HeaderMap,
+    Authenticated(identity): Authenticated,
     Json(report): Json<StatusReport>,
 ) -> Result<StatusCode, ApiError> {
-    let identity = authenticate(&state, &headers).await?;
     tracing::Span::current().record("cluster", identity.cluster.as_str());
     check_scope(&identity, report.cluster_name.as_deref())?;
     let changed = state

@@ -308,3 +308,35 @@ async fn a_registration_a_workload_cluster_could_not_hold_is_422_and_nothing_is_
         "nothing was registered"
     );
 }
+
+#[tokio::test]
+async fn credentials_are_checked_before_the_body_is_read_and_bodies_have_small_limits() {
+    let h = harness().await;
+    // A body that does not even parse: without a valid credential the answer is 401, not 400,
+    // because the body is never read.
+    for (path, token) in [
+        (wire::HEARTBEAT_PATH, "made-up"),
+        (wire::STATUS_PATH, "made-up"),
+        (wire::REGISTER_PATH, "not-the-bootstrap-token"),
+    ] {
+        let (status, value) = call(&h.state, Method::POST, path, token, Some("{not json".to_owned())).await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED, "{path}: {value}");
+        assert_eq!(error_code(&value), error_codes::UNAUTHORIZED);
+    }
+    // Too large: 413 with the JSON error body, as the REST API answers.
+    let huge = format!("{{\"clusterName\": \"{}\"}}", "a".repeat(MAX_REGISTER_BYTES));
+    let (status, value) = call(&h.state, Method::POST, wire::REGISTER_PATH, BOOTSTRAP, Some(huge)).await;
+    assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE, "{value}");
+    assert_eq!(error_code(&value), error_codes::PAYLOAD_TOO_LARGE);
+    let credential = register(&h.state, "eu-1").await;
+    let huge = format!("{{\"padding\": \"{}\"}}", "a".repeat(MAX_REPORT_BYTES));
+    let (status, value) = call(
+        &h.state,
+        Method::POST,
+        wire::HEARTBEAT_PATH,
+        &credential,
+        Some(huge),
+    )
+    .await;
+    assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE, "{value}");
+}
