@@ -73,9 +73,6 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
-    /// The HTTP server failed.
-    #[error("serving HTTP")]
-    Serve(#[source] std::io::Error),
     /// A Kubernetes API call failed.
     #[error("Kubernetes API call failed while {action}")]
     Kube {

@@ -66,6 +66,7 @@ pub mod placement;
 pub mod readiness;
 pub mod render;
 pub mod rest;
+pub mod serve;
 pub mod settings;
 pub mod signals;
 pub mod store;
@@ -237,7 +238,7 @@ pub async fn run_until(args: RunArgs, shutdown: CancellationToken) -> Result<(),
             grace: timings.heartbeat_grace,
         }))
         .merge(readiness::router(store.clone()));
-    let server = axum::serve(listener, routes).with_graceful_shutdown(shutdown.clone().cancelled_owned());
+    let server = serve::serve(listener, routes, serve::Limits::default(), shutdown.clone());
     let controllers = controller::run(ctx, triggered, shutdown.clone());
     let usage = async {
         if let Some(refresher) = refresher {
@@ -251,10 +252,10 @@ pub async fn run_until(args: RunArgs, shutdown: CancellationToken) -> Result<(),
     );
     let (served, (), (), (), (), ()) = tokio::join!(
         async {
-            let result = server.await.map_err(Error::Serve);
-            // The controllers stop too when the server fails.
+            server.await;
+            // The controllers stop too when the server stops.
             shutdown.cancel();
-            result
+            Ok::<(), Error>(())
         },
         controllers,
         health,
