@@ -14,9 +14,13 @@
 //!
 //! # The rules
 //! - **Stale**: a cluster whose last heartbeat is at least the grace period old
-//!   (`--heartbeat-grace`, default 40 s). Age is counted from the later of the last heartbeat and
-//!   the hub's start, so a restarted hub gives every agent a full grace period to reach it before
-//!   judging. Clusters that never sent a heartbeat are not judged (they hold no replicas).
+//!   (`--heartbeat-grace`, default 40 s). The time the hub itself was away does not count: from
+//!   the newest heartbeat in the store (when the previous hub last heard from the fleet) to this
+//!   hub's start, no agent could have reached it. So a hub down for ten minutes gives every agent
+//!   a full grace period to reach it again, while a hub restarted within seconds (a crash loop, a
+//!   rolling update) still fails over a cluster that went silent before it, on time: silence is
+//!   counted from the heartbeat times in the store, not from the hub's start. Clusters that never
+//!   sent a heartbeat are not judged (they hold no replicas).
 //! - **Partition guard**: when more than `--failover-max-stale-percent` (default 50) of the
 //!   clusters that have sent heartbeats are stale at the same time, the hub assumes that *it* is
 //!   the one cut off, not the fleet, and fails over no cluster. It logs a warning, records an
@@ -152,6 +156,9 @@ pub struct Tracker {
     rules: Rules,
     settle: Duration,
     started: jiff::Timestamp,
+    /// When the hub last heard from the fleet before this start (the newest stored heartbeat):
+    /// the start of its own absence, which is not counted against the clusters.
+    away_since: Option<jiff::Timestamp>,
     stale: BTreeMap<String, StaleState>,
     failed_over: BTreeMap<String, FailedOver>,
     /// Start times of recent failovers, oldest first, for the rate limit.
@@ -168,12 +175,19 @@ fn age(now: jiff::Timestamp, since: jiff::Timestamp) -> Duration {
 }
 
 impl Tracker {
-    /// A tracker for a hub started at `started`.
-    pub fn new(rules: Rules, settle: Duration, started: jiff::Timestamp) -> Self {
+    /// A tracker for a hub started at `started`, whose store's newest heartbeat (of any cluster)
+    /// was received at `away_since`.
+    pub fn new(
+        rules: Rules,
+        settle: Duration,
+        started: jiff::Timestamp,
+        away_since: Option<jiff::Timestamp>,
+    ) -> Self {
         Tracker {
             rules,
             settle,
             started,
+            away_since,
             stale: BTreeMap::new(),
             failed_over: BTreeMap::new(),
             recent: VecDeque::new(),
@@ -196,10 +210,7 @@ impl Tracker {
 
         let mut stale = Vec::new();
         for cluster in &judged {
-            let heard = cluster
-                .last_heartbeat
-                .map_or(self.started, |at| at.max(self.started));
-            if age(now, heard) >= self.rules.grace {
+            if self.silence(cluster.last_heartbeat, now) >= self.rules.grace {
                 stale.push(*cluster);
                 self.ready_since.remove(&cluster.name);
                 self.settling.remove(&cluster.name);
@@ -257,6 +268,19 @@ impl Tracker {
             }
         }
         changes
+    }
+
+    /// How long a cluster last heard at `last` has been silent at `now`, less the time the hub
+    /// itself was away (between `away_since` and its start).
+    fn silence(&self, last: Option<jiff::Timestamp>, now: jiff::Timestamp) -> Duration {
+        let last = last.unwrap_or(self.started);
+        let silent = age(now, last);
+        let away = self.away_since.map_or(Duration::ZERO, |since| {
+            let from = since.max(last);
+            let to = self.started.min(now);
+            age(to, from)
+        });
+        silent.saturating_sub(away)
     }
 
     /// What the controllers and the API see.

@@ -82,7 +82,14 @@ pub async fn run(monitor: Monitor, shutdown: CancellationToken) {
         rules,
         failback_settle,
     } = monitor;
-    let mut tracker = Tracker::new(rules.clone(), failback_settle, jiff::Timestamp::now());
+    // When the hub (this one, or the one before it) last heard from the fleet: the time since is
+    // the hub's own absence, not the clusters' silence.
+    let away_since = index
+        .clusters()
+        .values()
+        .filter_map(|r| r.last_heartbeat_at)
+        .max();
+    let mut tracker = Tracker::new(rules.clone(), failback_settle, jiff::Timestamp::now(), away_since);
     let mut ticks = tokio::time::interval(check_interval(rules.grace));
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     // Clusters whose Ready=False write failed, retried on the next tick.
