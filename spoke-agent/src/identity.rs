@@ -45,6 +45,10 @@ pub struct Identity {
     config: std::sync::Arc<Config>,
     kubernetes_version: Option<String>,
     state: Mutex<State>,
+    /// Counts the hub's answers to any loop: a loop waiting out a backoff wakes (and starts its
+    /// backoff over) as soon as another loop reached the hub, so a hub that crash-looped finds
+    /// its agents back within moments of its return, not after their longest backoff.
+    answered: tokio::sync::watch::Sender<u64>,
 }
 
 impl std::fmt::Debug for Identity {
@@ -69,6 +73,7 @@ impl Identity {
             config,
             kubernetes_version,
             state: Mutex::new(State::default()),
+            answered: tokio::sync::watch::channel(0).0,
         }
     }
 
@@ -103,7 +108,7 @@ impl Identity {
         Fut: Future<Output = Result<T>>,
     {
         let credential = self.credential(shutdown).await?;
-        match call(credential.token.clone()).await {
+        let answer = match call(credential.token.clone()).await {
             Err(Error::Unauthorized { operation, message }) => {
                 warn!(
                     operation,
@@ -114,6 +119,33 @@ impl Identity {
                 call(credential.token).await
             }
             other => other,
+        };
+        if answer.is_ok() {
+            self.note_answer();
+        }
+        answer
+    }
+
+    /// Tells every loop waiting in [`Identity::back_off`] that the hub answered.
+    fn note_answer(&self) {
+        self.answered.send_modify(|n| *n = n.wrapping_add(1));
+    }
+
+    /// Waits out `backoff`'s next delay after a failure, or less: until another loop reaches the
+    /// hub (then `backoff` starts over, with its jitter, so agents do not return in lockstep).
+    /// `Err(ShuttingDown)` when the agent stops meanwhile.
+    pub async fn back_off(&self, backoff: &mut Backoff, shutdown: &CancellationToken) -> Result<()> {
+        let mut answered = self.answered.subscribe();
+        let delay = backoff.next_delay();
+        tokio::select! {
+            () = shutdown.cancelled() => Err(Error::ShuttingDown),
+            () = tokio::time::sleep(delay) => Ok(()),
+            changed = answered.changed() => {
+                if changed.is_ok() {
+                    backoff.reset();
+                }
+                Ok(())
+            }
         }
     }
 
@@ -281,5 +313,71 @@ impl Identity {
             .await
             .map_err(Error::kube(format!("storing Secret {CREDENTIAL_SECRET}")))?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn identity() -> Identity {
+        nave_runtime::install_crypto_provider();
+        // Nothing here reaches a server: the client only names where it would go.
+        let config = kube::Config::new("http://127.0.0.1:9".parse().unwrap());
+        let client = kube::Client::try_from(config).unwrap();
+        let settings = std::sync::Arc::new(Config::new(
+            "http://127.0.0.1:9".to_owned(),
+            "eu-1",
+            "/nonexistent",
+        ));
+        Identity::new(
+            HubClient::new("http://127.0.0.1:9").unwrap(),
+            client,
+            settings,
+            None,
+        )
+    }
+
+    #[tokio::test]
+    async fn a_loop_backing_off_retries_as_soon_as_another_loop_reaches_the_hub() {
+        let identity = std::sync::Arc::new(identity());
+        let shutdown = CancellationToken::new();
+        // A backoff grown to half a minute, as after a hub that crash-looped for a while.
+        let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(30));
+        for _ in 0..10 {
+            backoff.next_delay();
+        }
+        let waiting = {
+            let identity = identity.clone();
+            let shutdown = shutdown.clone();
+            tokio::spawn(async move {
+                let started = tokio::time::Instant::now();
+                identity.back_off(&mut backoff, &shutdown).await.unwrap();
+                (started.elapsed(), backoff.next_delay())
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        identity.note_answer();
+        let (waited, next) = tokio::time::timeout(Duration::from_secs(5), waiting)
+            .await
+            .expect("the wait ends when another loop reaches the hub, not after its 15-30 s")
+            .unwrap();
+        assert!(waited < Duration::from_secs(5), "waited {waited:?}");
+        assert!(
+            next <= Duration::from_millis(100),
+            "the backoff starts over: next {next:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn backing_off_ends_on_shutdown() {
+        let identity = identity();
+        let shutdown = CancellationToken::new();
+        shutdown.cancel();
+        let mut backoff = Backoff::new(Duration::from_secs(30), Duration::from_secs(30));
+        assert!(matches!(
+            identity.back_off(&mut backoff, &shutdown).await,
+            Err(Error::ShuttingDown)
+        ));
     }
 }

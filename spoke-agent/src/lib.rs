@@ -558,25 +558,25 @@ async fn heartbeat_loop(agent: Arc<Agent>, shutdown: CancellationToken) -> Resul
                 }
             })
             .await;
-        let delay = match sent {
+        match sent {
             Ok((rtt, answer)) => {
                 agent.metrics.record_heartbeat(std::time::SystemTime::now());
                 agent.round_trips.record(LatencySample::HUB, rtt);
                 agent.round_trips.set_peers(answer.peers);
                 backoff.reset();
-                agent.identity.heartbeat_interval(&shutdown).await?
+                let interval = agent.identity.heartbeat_interval(&shutdown).await?;
+                tokio::select! {
+                    () = shutdown.cancelled() => return Ok(()),
+                    () = tokio::time::sleep(interval) => {}
+                }
             }
             Err(Error::ShuttingDown) => return Ok(()),
             Err(e) => {
-                let delay = backoff.next_delay();
-                warn!(error = %e, hub = %agent.config.hub_url, retry_in_ms = delay.as_millis() as u64,
-                    "heartbeat failed; workloads stay as they are");
-                delay
+                warn!(error = %e, hub = %agent.config.hub_url, "heartbeat failed; workloads stay as they are");
+                if let Err(Error::ShuttingDown) = agent.identity.back_off(&mut backoff, &shutdown).await {
+                    return Ok(());
+                }
             }
-        };
-        tokio::select! {
-            () = shutdown.cancelled() => return Ok(()),
-            () = tokio::time::sleep(delay) => {}
         }
     }
 }
@@ -633,10 +633,8 @@ async fn work_loop(agent: Arc<Agent>, shutdown: CancellationToken) -> Result<()>
             }
         };
         if retry {
-            let delay = backoff.next_delay();
-            tokio::select! {
-                () = shutdown.cancelled() => return Ok(()),
-                () = tokio::time::sleep(delay) => {}
+            if let Err(Error::ShuttingDown) = agent.identity.back_off(&mut backoff, &shutdown).await {
+                return Ok(());
             }
         } else {
             backoff.reset();
