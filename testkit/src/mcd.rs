@@ -7,8 +7,11 @@ use serde_json::{Map, Value, json};
 /// `default`, 1 replica, `{"policy": "spread"}`, one container `app` running `nginx:1.27` and
 /// requesting `100m` CPU and `64Mi`, labelled `app: <name>`.
 ///
-/// ```ignore
+/// ```
+/// use nave_testkit::Mcd;
+///
 /// let web = Mcd::new("web").namespace("shop").replicas(6).cpu("500m").build();
+/// assert_eq!(web.spec.replicas, 6);
 /// ```
 #[derive(Debug, Clone)]
 #[must_use]
@@ -167,5 +170,72 @@ impl Mcd {
             "spec": self.spec(),
         }))
         .unwrap_or_else(|e| panic!("{} is not a MultiClusterDeployment: {e}", self.name))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_defaults_make_one_spread_nginx_replica_requesting_100m_and_64mi() {
+        assert_eq!(
+            Mcd::new("web").spec(),
+            json!({
+                "replicas": 1,
+                "placement": {"policy": "spread"},
+                "template": {"spec": {
+                    "selector": {"matchLabels": {"app": "web"}},
+                    "template": {
+                        "metadata": {"labels": {"app": "web"}},
+                        "spec": {"containers": [{
+                            "name": "app", "image": "nginx:1.27",
+                            "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}}
+                        }]}
+                    }
+                }}
+            })
+        );
+    }
+
+    #[test]
+    fn every_setter_shows_in_the_built_object() {
+        let mcd = Mcd::new("site")
+            .namespace("shop")
+            .generation(3)
+            .replicas(6)
+            .placement(json!({"policy": "spread", "maxClusters": 2}))
+            .policy("best-fit")
+            .image("nginx:1.27-alpine")
+            .cpu("500m")
+            .memory("128Mi")
+            .env_from_config_map("site-config")
+            .env_from_secret("site-secret")
+            .overrides(json!([{"clusters": ["eu-1"], "patches": []}]))
+            .build();
+        assert_eq!(mcd.metadata.namespace.as_deref(), Some("shop"));
+        assert_eq!(mcd.metadata.generation, Some(3));
+        assert_eq!(mcd.spec.replicas, 6);
+        let spec = serde_json::to_value(&mcd.spec).unwrap();
+        assert_eq!(spec["placement"]["policy"], "best-fit");
+        assert_eq!(spec["placement"]["maxClusters"], 2);
+        assert_eq!(spec["overrides"][0]["clusters"], json!(["eu-1"]));
+        let container = &spec["template"]["spec"]["template"]["spec"]["containers"][0];
+        assert_eq!(container["image"], "nginx:1.27-alpine");
+        assert_eq!(
+            container["resources"]["requests"],
+            json!({"cpu": "500m", "memory": "128Mi"})
+        );
+        assert_eq!(
+            container["envFrom"],
+            json!([{"configMapRef": {"name": "site-config"}}, {"secretRef": {"name": "site-secret"}}])
+        );
+    }
+
+    #[test]
+    fn empty_requests_leave_out_the_resources() {
+        let spec = Mcd::new("web").requests(json!({})).spec();
+        let container = &spec["template"]["spec"]["template"]["spec"]["containers"][0];
+        assert_eq!(container.get("resources"), None, "{container}");
     }
 }

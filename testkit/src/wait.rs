@@ -35,3 +35,35 @@ where
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn returns_the_first_ok() {
+        let mut calls = 0;
+        let value = wait_for("the third call", DEADLINE, || {
+            calls += 1;
+            let seen = calls;
+            async move {
+                if seen == 3 {
+                    Ok(seen)
+                } else {
+                    Err(format!("call {seen}"))
+                }
+            }
+        })
+        .await;
+        assert_eq!(value, 3);
+    }
+
+    #[tokio::test]
+    #[should_panic(expected = "waiting for nothing; last seen: still nothing")]
+    async fn fails_with_what_was_expected_and_the_last_thing_seen() {
+        wait_for("nothing", Duration::from_millis(120), || async {
+            Err::<(), _>("still nothing".to_owned())
+        })
+        .await;
+    }
+}
