@@ -11,12 +11,11 @@ use std::time::Duration;
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use nave_api::conditions::{self, reasons, types};
-use nave_api::wire::{self, CapacityModel, Heartbeat, RegisterRequest, Resources, WorkSet};
 use nave_api::{MultiClusterDeployment, WorkloadCluster};
 use nave_hub::store::{HistoryQuery, PlacementRecord, Store};
 use nave_sim::SimCluster;
+use nave_testkit::{DEADLINE, FakeAgent, Mcd, idle_capacity, wait_for};
 use serde_json::json;
-use support::wait_for;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
@@ -24,40 +23,19 @@ const GRACE: Duration = Duration::from_secs(2);
 /// How often a live simulated agent sends a heartbeat: well within the grace period.
 const BEAT_EVERY: Duration = Duration::from_millis(250);
 
-/// Two nodes of 4 CPUs: room for 16 replicas of 500m.
-fn capacity(prefix: &str) -> CapacityModel {
-    support::capacity(
-        prefix,
-        2,
-        Resources::new(4000, 16 << 30, 110),
-        Resources::default(),
-    )
-}
-
-/// A simulated agent: registered, heartbeating from a task until [`Agent::go_silent`].
+/// A fake agent heartbeating from a task until [`Agent::go_silent`].
 struct Agent {
-    http: reqwest::Client,
-    base: String,
-    cluster: String,
-    credential: String,
+    fake: FakeAgent,
     beating: Option<(CancellationToken, JoinHandle<()>)>,
 }
 
 impl Agent {
-    async fn join(http: &reqwest::Client, base: &str, cluster: &str) -> Agent {
-        let request = RegisterRequest {
-            cluster_name: cluster.to_owned(),
-            agent_version: "0.1.0".to_owned(),
-            ..RegisterRequest::default()
-        };
-        let credential = support::register(http, base, &request).await;
-        let mut agent = Agent {
-            http: http.clone(),
-            base: base.to_owned(),
-            cluster: cluster.to_owned(),
-            credential,
-            beating: None,
-        };
+    /// Registers `cluster` with two nodes of 4 CPUs (room for 16 replicas of 500m) and starts
+    /// heartbeating.
+    async fn join(base: &str, cluster: &str) -> Agent {
+        let mut fake = FakeAgent::register(base, cluster).await;
+        fake.set_capacity(idle_capacity(cluster, 2, 4000));
+        let mut agent = Agent { fake, beating: None };
         agent.resume();
         agent
     }
@@ -65,13 +43,7 @@ impl Agent {
     /// Sends heartbeats every [`BEAT_EVERY`] until silenced.
     fn resume(&mut self) {
         let stop = CancellationToken::new();
-        let (http, base, cluster, credential) = (
-            self.http.clone(),
-            self.base.clone(),
-            self.cluster.clone(),
-            self.credential.clone(),
-        );
-        let token = stop.clone();
+        let (fake, token) = (self.fake.clone(), stop.clone());
         let task = tokio::spawn(async move {
             let mut ticks = tokio::time::interval(BEAT_EVERY);
             loop {
@@ -79,23 +51,7 @@ impl Agent {
                     () = token.cancelled() => return,
                     _ = ticks.tick() => {}
                 }
-                let beat = Heartbeat {
-                    cluster_name: Some(cluster.clone()),
-                    agent_version: "0.1.0".to_owned(),
-                    capacity: capacity(&cluster),
-                    ..Heartbeat::default()
-                };
-                let sent = http
-                    .post(format!("{base}{}", wire::HEARTBEAT_PATH))
-                    .bearer_auth(&credential)
-                    .json(&beat)
-                    .send()
-                    .await;
-                match sent {
-                    Ok(res) if res.status() == 200 => {}
-                    Ok(res) => panic!("heartbeat of {cluster}: status {}", res.status()),
-                    Err(e) => panic!("heartbeat of {cluster}: {e}"),
-                }
+                fake.heartbeat().await;
             }
         });
         self.beating = Some((stop, task));
@@ -109,43 +65,10 @@ impl Agent {
         }
     }
 
-    async fn work(&self) -> WorkSet {
-        support::work(&self.http, &self.base, &self.credential, &self.cluster).await
-    }
-
     /// Replicas of the Deployment `name` in this cluster's work set, if present.
     async fn replicas(&self, name: &str) -> Option<i64> {
-        self.work()
-            .await
-            .objects
-            .iter()
-            .find(|o| o["kind"] == "Deployment" && o["metadata"]["name"] == name)
-            .and_then(|o| o["spec"]["replicas"].as_i64())
+        self.fake.replicas(name).await
     }
-}
-
-fn mcd(name: &str, replicas: i32) -> MultiClusterDeployment {
-    serde_json::from_value(json!({
-        "apiVersion": "nave.dev/v1alpha1",
-        "kind": "MultiClusterDeployment",
-        "metadata": {"name": name, "namespace": "default"},
-        "spec": {
-            "replicas": replicas,
-            "placement": {"policy": "spread"},
-            "template": {"spec": {
-                "selector": {"matchLabels": {"app": name}},
-                "template": {
-                    "metadata": {"labels": {"app": name}},
-                    "spec": {"containers": [{
-                        "name": "app",
-                        "image": "nginx:1.27",
-                        "resources": {"requests": {"cpu": "500m", "memory": "128Mi"}}
-                    }]}
-                }
-            }}
-        }
-    }))
-    .unwrap()
 }
 
 /// The management cluster, the hub, a store handle and two heartbeating agents.
@@ -172,9 +95,8 @@ impl Harness {
         } = support::start_hub(&management, dir.path(), |args| {
             args.failover.heartbeat_grace = GRACE;
         });
-        let http = reqwest::Client::new();
-        let eu = Agent::join(&http, &base, "eu-1").await;
-        let us = Agent::join(&http, &base, "us-1").await;
+        let eu = Agent::join(&base, "eu-1").await;
+        let us = Agent::join(&base, "us-1").await;
         let store = nave_hub::store::connect(&database_url)
             .await
             .expect("open the hub's store");
@@ -202,10 +124,13 @@ impl Harness {
             self.ready(cluster, conditions::TRUE, "").await;
         }
         self.mcds()
-            .create(&PostParams::default(), &mcd("web", 6))
+            .create(
+                &PostParams::default(),
+                &Mcd::new("web").replicas(6).cpu("500m").memory("128Mi").build(),
+            )
             .await
             .unwrap();
-        wait_for("web's work to be divided 3 + 3", || async {
+        wait_for("web's work to be divided 3 + 3", DEADLINE, || async {
             let shares = (self.eu.replicas("web").await, self.us.replicas("web").await);
             if shares == (Some(3), Some(3)) {
                 Ok(())
@@ -229,6 +154,7 @@ impl Harness {
         let api: Api<WorkloadCluster> = Api::all(self.client.clone());
         wait_for(
             &format!("{cluster} to be Ready={status} with {message:?}"),
+            DEADLINE,
             || async {
                 let object = api.get(cluster).await.map_err(|e| e.to_string())?;
                 let conds = object.status.map(|s| s.conditions).unwrap_or_default();
@@ -252,7 +178,7 @@ impl Harness {
     /// Waits for an Event with `reason` about the object named `name`; returns its note.
     async fn event(&self, reason: &str, name: &str) -> String {
         let events: Api<Event> = Api::namespaced(self.client.clone(), "default");
-        wait_for(&format!("an event {reason} on {name}"), || async {
+        wait_for(&format!("an event {reason} on {name}"), DEADLINE, || async {
             let list = events
                 .list(&ListParams::default())
                 .await
@@ -291,7 +217,7 @@ impl Harness {
             .patch("web", &PatchParams::default(), &Patch::Merge(&patch))
             .await
             .unwrap();
-        wait_for("web to be reconciled again", || async {
+        wait_for("web to be reconciled again", DEADLINE, || async {
             let placement = self.placement().await;
             if placement.updated_at > before {
                 Ok(placement)
@@ -337,7 +263,7 @@ async fn a_silent_cluster_is_not_ready_its_replicas_move_and_stay_moved_when_it_
     h.event("FailingOver", "eu-1").await;
 
     // Its replicas go to us-1; eu-1's work set loses them (its agent prunes on return).
-    wait_for("web's 6 replicas in us-1 and none in eu-1", || async {
+    wait_for("web's 6 replicas in us-1 and none in eu-1", DEADLINE, || async {
         let shares = (h.eu.replicas("web").await, h.us.replicas("web").await);
         if shares == (None, Some(6)) {
             Ok(())
@@ -355,7 +281,7 @@ async fn a_silent_cluster_is_not_ready_its_replicas_move_and_stay_moved_when_it_
         0,
         "stored assignment {placed:?}"
     );
-    let status = wait_for("web's status to list only us-1", || async {
+    let status = wait_for("web's status to list only us-1", DEADLINE, || async {
         let web = h.mcds().get("web").await.map_err(|e| e.to_string())?;
         let status = web.status.unwrap_or_default();
         let clusters: Vec<_> = status
@@ -420,7 +346,7 @@ async fn a_silent_cluster_is_not_ready_its_replicas_move_and_stay_moved_when_it_
         .patch("web", &PatchParams::default(), &Patch::Merge(&scale))
         .await
         .unwrap();
-    wait_for("the 2 new replicas to go to eu-1", || async {
+    wait_for("the 2 new replicas to go to eu-1", DEADLINE, || async {
         let shares = (h.eu.replicas("web").await, h.us.replicas("web").await);
         if shares == (Some(2), Some(6)) {
             Ok(())

@@ -8,9 +8,7 @@ use std::time::Duration;
 
 use kube::api::{Api, DeleteParams, PostParams};
 use nave_api::MultiClusterDeployment;
-use nave_api::wire::{CapacityModel, Resources};
-use serde_json::json;
-use support::{DEADLINE, wait_for};
+use nave_testkit::{DEADLINE, FakeAgent, Mcd, idle_capacity, wait_for};
 
 /// One sample of the exposition: `name{labels} value`.
 #[derive(Debug)]
@@ -104,40 +102,6 @@ async fn scrape(http: &reqwest::Client, base: &str) -> Result<Vec<Sample>, Strin
     Ok(parse(&text))
 }
 
-/// A cluster of `nodes` nodes with `cpu_millis` CPU and 16 GiB each, nothing requested.
-fn capacity(prefix: &str, nodes: u64, cpu_millis: u64) -> CapacityModel {
-    support::capacity(
-        prefix,
-        nodes,
-        Resources::new(cpu_millis, 16 << 30, 110),
-        Resources::default(),
-    )
-}
-
-fn mcd(name: &str, replicas: i32) -> MultiClusterDeployment {
-    serde_json::from_value(json!({
-        "apiVersion": "nave.dev/v1alpha1",
-        "kind": "MultiClusterDeployment",
-        "metadata": {"name": name, "namespace": "default"},
-        "spec": {
-            "replicas": replicas,
-            "placement": {"policy": "spread"},
-            "template": {"spec": {
-                "selector": {"matchLabels": {"app": name}},
-                "template": {
-                    "metadata": {"labels": {"app": name}},
-                    "spec": {"containers": [{
-                        "name": "app",
-                        "image": "nginx:1.27",
-                        "resources": {"requests": {"cpu": "500m", "memory": "128Mi"}}
-                    }]}
-                }
-            }}
-        }
-    }))
-    .unwrap()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn metrics_show_cluster_capacity_mcd_replicas_and_forget_deleted_mcds() {
     let (management, client) = support::management_cluster().await;
@@ -152,7 +116,7 @@ async fn metrics_show_cluster_capacity_mcd_replicas_and_forget_deleted_mcds() {
     let http = reqwest::Client::new();
 
     // Before any agent: the endpoint answers, with no cluster series.
-    let samples = wait_for("/metrics to answer", || scrape(&http, &base)).await;
+    let samples = wait_for("/metrics to answer", DEADLINE, || scrape(&http, &base)).await;
     assert_eq!(
         value(&samples, "nave_cluster_ready", &[("cluster", "eu-1")]),
         None,
@@ -160,8 +124,8 @@ async fn metrics_show_cluster_capacity_mcd_replicas_and_forget_deleted_mcds() {
     );
 
     // eu-1 (2 nodes of 4 CPU) and us-1 (1 node of 4 CPU) heartbeat: their capacity shows.
-    support::join(&http, &base, "eu-1", capacity("eu", 2, 4000)).await;
-    support::join(&http, &base, "us-1", capacity("us", 1, 4000)).await;
+    FakeAgent::join(&base, "eu-1", idle_capacity("eu", 2, 4000)).await;
+    FakeAgent::join(&base, "us-1", idle_capacity("us", 1, 4000)).await;
     let samples = scrape(&http, &base).await.unwrap();
     let eu = [("cluster", "eu-1")];
     let eu_cpu = [("cluster", "eu-1"), ("resource", "cpu")];
@@ -202,9 +166,14 @@ async fn metrics_show_cluster_capacity_mcd_replicas_and_forget_deleted_mcds() {
     );
 
     // An MCD of 4 replicas spread over the two clusters: 2 + 2, and a timed decision.
-    mcds.create(&PostParams::default(), &mcd("web", 4)).await.unwrap();
+    mcds.create(
+        &PostParams::default(),
+        &Mcd::new("web").replicas(4).cpu("500m").memory("128Mi").build(),
+    )
+    .await
+    .unwrap();
     let web = |cluster: &'static str| [("namespace", "default"), ("name", "web"), ("cluster", cluster)];
-    let samples = wait_for("web's desired replicas per cluster", || async {
+    let samples = wait_for("web's desired replicas per cluster", DEADLINE, || async {
         let samples = scrape(&http, &base).await?;
         let seen = (
             value(&samples, "nave_mcd_desired_replicas", &web("eu-1")),
@@ -241,7 +210,7 @@ async fn metrics_show_cluster_capacity_mcd_replicas_and_forget_deleted_mcds() {
 
     // Deleting the MCD removes its series.
     mcds.delete("web", &DeleteParams::default()).await.unwrap();
-    wait_for("web's series to go", || async {
+    wait_for("web's series to go", DEADLINE, || async {
         let samples = scrape(&http, &base).await?;
         let left: Vec<String> = samples
             .iter()

@@ -14,8 +14,8 @@ use axum::response::{IntoResponse, Response};
 use kube::api::Api;
 use nave_api::WorkloadCluster;
 use nave_api::wire::Resources;
+use nave_testkit::{DEADLINE, FakeAgent, capacity, wait_for};
 use serde_json::{Value, json};
-use support::wait_for;
 
 const TOKEN: &str = "read-token-prometheus";
 const GIB: u64 = 1 << 30;
@@ -154,18 +154,18 @@ async fn usage_from_prometheus_steers_scores_and_expires_when_prometheus_fails()
     let base = hub.base.clone();
     let http = reqwest::Client::new();
     let node = |requested_millis| {
-        support::capacity(
+        capacity(
             "n",
             1,
             Resources::new(8000, 32 * GIB, 110),
             Resources::new(requested_millis, 0, 2),
         )
     };
-    support::join(&http, &base, "eu-1", node(500)).await;
-    support::join(&http, &base, "us-1", node(3000)).await;
+    FakeAgent::join(&base, "eu-1", node(500)).await;
+    FakeAgent::join(&base, "us-1", node(3000)).await;
 
     // The REST API shows what Prometheus measured, per cluster.
-    let eu = wait_for("eu-1's measured usage in the REST API", || async {
+    let eu = wait_for("eu-1's measured usage in the REST API", DEADLINE, || async {
         let u = usage(&http, &base, "eu-1").await?;
         if u["cpuMillis"] == json!(7000) {
             Ok(u)
@@ -215,14 +215,18 @@ async fn usage_from_prometheus_steers_scores_and_expires_when_prometheus_fails()
 
     // The WorkloadCluster's status shows it too.
     let wcls: Api<WorkloadCluster> = Api::all(client.clone());
-    wait_for("eu-1's WorkloadCluster to show the measured usage", || async {
-        let wcl = wcls.get("eu-1").await.map_err(|e| e.to_string())?;
-        let usage = wcl.status.and_then(|s| s.capacity).and_then(|c| c.usage);
-        match usage.as_ref().and_then(|u| u.cpu.as_ref()) {
-            Some(cpu) if cpu.0 == "7" => Ok(()),
-            _ => Err(format!("usage {usage:?}")),
-        }
-    })
+    wait_for(
+        "eu-1's WorkloadCluster to show the measured usage",
+        DEADLINE,
+        || async {
+            let wcl = wcls.get("eu-1").await.map_err(|e| e.to_string())?;
+            let usage = wcl.status.and_then(|s| s.capacity).and_then(|c| c.usage);
+            match usage.as_ref().and_then(|u| u.cpu.as_ref()) {
+                Some(cpu) if cpu.0 == "7" => Ok(()),
+                _ => Err(format!("usage {usage:?}")),
+            }
+        },
+    )
     .await;
 
     // Worst-fit with room for one cluster: by requests eu-1 (7 free cores) would win; by usage
@@ -261,7 +265,7 @@ async fn usage_from_prometheus_steers_scores_and_expires_when_prometheus_fails()
     // Prometheus fails: the failures are counted, the values expire after the TTL, and scores
     // fall back to requests.
     answers.lock().unwrap().down = true;
-    wait_for("query failures to be counted", || async {
+    wait_for("query failures to be counted", DEADLINE, || async {
         match metric(
             &http,
             &base,
@@ -275,7 +279,7 @@ async fn usage_from_prometheus_steers_scores_and_expires_when_prometheus_fails()
         }
     })
     .await;
-    wait_for("eu-1's usage to expire", || async {
+    wait_for("eu-1's usage to expire", DEADLINE, || async {
         let u = usage(&http, &base, "eu-1").await?;
         if u.is_null() {
             Ok(())
@@ -310,14 +314,18 @@ async fn usage_from_prometheus_steers_scores_and_expires_when_prometheus_fails()
         "nothing is said to be measured:\n{}",
         blind["explanation"]
     );
-    wait_for("eu-1's WorkloadCluster to drop the stale usage", || async {
-        let wcl = wcls.get("eu-1").await.map_err(|e| e.to_string())?;
-        let capacity = wcl.status.and_then(|s| s.capacity);
-        match capacity.as_ref().map(|c| c.usage.is_none()) {
-            Some(true) => Ok(()),
-            _ => Err(format!("capacity {capacity:?}")),
-        }
-    })
+    wait_for(
+        "eu-1's WorkloadCluster to drop the stale usage",
+        DEADLINE,
+        || async {
+            let wcl = wcls.get("eu-1").await.map_err(|e| e.to_string())?;
+            let capacity = wcl.status.and_then(|s| s.capacity);
+            match capacity.as_ref().map(|c| c.usage.is_none()) {
+                Some(true) => Ok(()),
+                _ => Err(format!("capacity {capacity:?}")),
+            }
+        },
+    )
     .await;
 
     hub.shutdown.cancel();

@@ -7,7 +7,7 @@ use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use http_body_util::BodyExt;
 use nave_hub::readiness::{self, HEALTHZ_PATH, READYZ_PATH};
-use support::wait_for;
+use nave_testkit::{DEADLINE, wait_for};
 use tower::ServiceExt;
 
 async fn get(http: &reqwest::Client, url: &str) -> Result<(u16, String), String> {
@@ -25,7 +25,7 @@ async fn a_running_hub_is_live_and_ready_on_its_listener() {
     let http = reqwest::Client::new();
     for path in [HEALTHZ_PATH, READYZ_PATH] {
         let url = format!("{}{path}", hub.base);
-        let (status, body) = wait_for(&format!("{path} to answer"), || get(&http, &url)).await;
+        let (status, body) = wait_for(&format!("{path} to answer"), DEADLINE, || get(&http, &url)).await;
         assert_eq!((status, body.as_str()), (200, "ok\n"), "{path} of a running hub");
     }
     hub.shutdown.cancel();

@@ -13,56 +13,14 @@ use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use nave_api::wire::{CapacityModel, Heartbeat, LatencySample, RegisterRequest, Resources, WorkSet};
 use nave_api::{MultiClusterDeployment, WorkloadCluster};
+use nave_testkit::{DEADLINE, FakeAgent, Mcd, capacity, wait_for};
 use serde_json::{Value, json};
-use support::{capacity, wait_for};
 
 const READ_TOKEN: &str = "read-token-0123456789";
 const ADMIN_TOKEN: &str = "admin-token-9876543210";
 /// A read token from the tokens Secret rather than the file.
 const SECRET_TOKEN: &str = "secret-read-token-5555";
 const GI: u64 = 1 << 30;
-
-struct Agent {
-    http: reqwest::Client,
-    base: String,
-    cluster: String,
-    credential: String,
-}
-
-impl Agent {
-    async fn register(http: &reqwest::Client, base: &str, cluster: &str) -> Agent {
-        let request = RegisterRequest {
-            cluster_name: cluster.to_owned(),
-            agent_version: "0.1.0".to_owned(),
-            kubernetes_version: Some("v1.32.0".to_owned()),
-            region: Some(format!("{cluster}-region")),
-            ..RegisterRequest::default()
-        };
-        let credential = support::register(http, base, &request).await;
-        Agent {
-            http: http.clone(),
-            base: base.to_owned(),
-            cluster: cluster.to_owned(),
-            credential,
-        }
-    }
-
-    async fn heartbeat(&self, capacity: CapacityModel, latency_samples: Vec<LatencySample>) {
-        let beat = Heartbeat {
-            cluster_name: Some(self.cluster.clone()),
-            agent_version: "0.1.0".to_owned(),
-            kubernetes_version: Some("v1.32.0".to_owned()),
-            capacity,
-            latency_samples,
-            ..Heartbeat::default()
-        };
-        support::heartbeat(&self.http, &self.base, &self.credential, &beat).await;
-    }
-
-    async fn work(&self) -> WorkSet {
-        support::work(&self.http, &self.base, &self.credential, &self.cluster).await
-    }
-}
 
 /// Replicas of the Deployment `name` in a work set (0 when absent).
 fn deployment_replicas(work: &WorkSet, name: &str) -> i64 {
@@ -73,33 +31,39 @@ fn deployment_replicas(work: &WorkSet, name: &str) -> i64 {
         .unwrap_or(0)
 }
 
-/// An MCD spec as users write it.
-fn spec(app: &str, replicas: i64, policy: &str) -> Value {
-    json!({
-        "replicas": replicas,
-        "placement": {"policy": policy},
-        "template": {"spec": {
-            "selector": {"matchLabels": {"app": app}},
-            "template": {
-                "metadata": {"labels": {"app": app}},
-                "spec": {"containers": [{
-                    "name": "app",
-                    "image": "nginx:1.27",
-                    "resources": {"requests": {"cpu": "500m", "memory": "128Mi"}}
-                }]}
-            }
-        }}
-    })
+/// Registers `cluster` as an agent of Kubernetes v1.32.0 in `{cluster}-region`.
+async fn register(base: &str, cluster: &str) -> FakeAgent {
+    FakeAgent::register_with(
+        base,
+        RegisterRequest {
+            cluster_name: cluster.to_owned(),
+            agent_version: "0.1.0".to_owned(),
+            kubernetes_version: Some("v1.32.0".to_owned()),
+            region: Some(format!("{cluster}-region")),
+            ..RegisterRequest::default()
+        },
+    )
+    .await
 }
 
-fn mcd(namespace: &str, name: &str, replicas: i64, policy: &str) -> MultiClusterDeployment {
-    serde_json::from_value(json!({
-        "apiVersion": "nave.dev/v1alpha1",
-        "kind": "MultiClusterDeployment",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": spec(name, replicas, policy),
-    }))
-    .unwrap()
+/// Sends a heartbeat of Kubernetes v1.32.0 with `capacity` and `latency_samples`.
+async fn heartbeat(agent: &FakeAgent, capacity: CapacityModel, latency_samples: Vec<LatencySample>) {
+    let beat = Heartbeat {
+        kubernetes_version: Some("v1.32.0".to_owned()),
+        capacity,
+        latency_samples,
+        ..agent.beat()
+    };
+    agent.send_heartbeat(&beat).await;
+}
+
+/// `name`: `replicas` of 500m and 128Mi under `policy`.
+fn mcd(name: &str, replicas: i64, policy: &str) -> Mcd {
+    Mcd::new(name)
+        .replicas(replicas)
+        .policy(policy)
+        .cpu("500m")
+        .memory("128Mi")
 }
 
 /// One answer of the REST API, kept to check against the OpenAPI document at the end.
@@ -298,15 +262,16 @@ async fn rest_api_serves_clusters_placements_history_and_simulations_as_document
 
     // eu-1: 2 nodes of 4 CPU / 8 GiB / 110 pods with a quarter of CPU and memory requested.
     // us-1: 4 nodes of 2 CPU / 4 GiB / 110 pods, idle.
-    let eu = Agent::register(&http, &base, "eu-1").await;
-    let us = Agent::register(&http, &base, "us-1").await;
+    let eu = register(&base, "eu-1").await;
+    let us = register(&base, "us-1").await;
     let eu_capacity = capacity(
         "eu",
         2,
         Resources::new(4000, 8 * GI, 110),
         Resources::new(1000, 2 * GI, 10),
     );
-    eu.heartbeat(
+    heartbeat(
+        &eu,
         eu_capacity,
         vec![
             LatencySample {
@@ -320,7 +285,8 @@ async fn rest_api_serves_clusters_placements_history_and_simulations_as_document
         ],
     )
     .await;
-    us.heartbeat(
+    heartbeat(
+        &us,
         capacity("us", 4, Resources::new(2000, 4 * GI, 110), Resources::default()),
         Vec::new(),
     )
@@ -329,13 +295,16 @@ async fn rest_api_serves_clusters_placements_history_and_simulations_as_document
     // Three workloads in two namespaces.
     let team_mcds: Api<MultiClusterDeployment> = Api::namespaced(client.clone(), "team-a");
     for (api, object) in [
-        (&default_mcds, mcd("default", "web", 4, "spread")),
-        (&default_mcds, mcd("default", "api", 2, "worst-fit")),
-        (&team_mcds, mcd("team-a", "batch", 1, "best-fit")),
+        (&default_mcds, mcd("web", 4, "spread").build()),
+        (&default_mcds, mcd("api", 2, "worst-fit").build()),
+        (
+            &team_mcds,
+            mcd("batch", 1, "best-fit").namespace("team-a").build(),
+        ),
     ] {
         api.create(&PostParams::default(), &object).await.unwrap();
     }
-    wait_for("three placements, every replica placed", || async {
+    wait_for("three placements, every replica placed", DEADLINE, || async {
         let res = http
             .get(format!("{base}/api/v1/placements"))
             .bearer_auth(READ_TOKEN)
@@ -562,7 +531,7 @@ async fn rest_api_serves_clusters_placements_history_and_simulations_as_document
         )
         .await
         .unwrap();
-    wait_for("web's work to hold 6 replicas", || async {
+    wait_for("web's work to hold 6 replicas", DEADLINE, || async {
         let (e, u) = (eu.work().await, us.work().await);
         let total = deployment_replicas(&e, "web") + deployment_replicas(&u, "web");
         if total == 6 {
@@ -574,7 +543,7 @@ async fn rest_api_serves_clusters_placements_history_and_simulations_as_document
     .await;
     // Capacity moving as the replicas start re-words the explanation but is not a new decision:
     // the history's newest entry is the scale-up, and it stays so.
-    wait_for("web's history to show generation 2", || async {
+    wait_for("web's history to show generation 2", DEADLINE, || async {
         let second = http
             .get(format!("{base}/api/v1/placements/default/web/history"))
             .bearer_auth(READ_TOKEN)
@@ -647,7 +616,7 @@ async fn rest_api_serves_clusters_placements_history_and_simulations_as_document
 
     // Simulations: a new workload, one that does not fit, and a change of web.
     let new = rest
-        .simulate(json!({"spec": spec("new", 4, "spread")}), 200)
+        .simulate(json!({"spec": mcd("new", 4, "spread").spec()}), 200)
         .await;
     assert_eq!(
         (sum(&new["assignment"]), &new["unplaced"], &new["current"]),
@@ -662,7 +631,7 @@ async fn rest_api_serves_clusters_placements_history_and_simulations_as_document
         .expect("ap-1 considered");
     assert!(ap["filteredOut"].is_string(), "ap-1 is filtered out: {ap}");
     let huge = rest
-        .simulate(json!({"spec": spec("huge", 1000, "worst-fit")}), 200)
+        .simulate(json!({"spec": mcd("huge", 1000, "worst-fit").spec()}), 200)
         .await;
     let unplaced = huge["unplaced"].as_u64().unwrap();
     assert!(
@@ -675,7 +644,7 @@ async fn rest_api_serves_clusters_placements_history_and_simulations_as_document
     let web_now = item(&before, "web")["assignment"].clone();
     let steady = rest
         .simulate(
-            json!({"namespace": "default", "name": "web", "spec": spec("web", 6, "spread")}),
+            json!({"namespace": "default", "name": "web", "spec": mcd("web", 6, "spread").spec()}),
             200,
         )
         .await;
@@ -686,7 +655,7 @@ async fn rest_api_serves_clusters_placements_history_and_simulations_as_document
     );
     let ghost = rest
         .simulate(
-            json!({"namespace": "team-a", "name": "ghost", "spec": spec("ghost", 3, "best-fit")}),
+            json!({"namespace": "team-a", "name": "ghost", "spec": mcd("ghost", 3, "best-fit").spec()}),
             200,
         )
         .await;
@@ -715,32 +684,35 @@ async fn rest_api_serves_clusters_placements_history_and_simulations_as_document
 
     // Rejected simulations name the field.
     let path_of = |body: &Value| body["message"].as_str().unwrap_or_default().to_owned();
-    let mut negative = spec("bad", 2, "spread");
+    let mut negative = mcd("bad", 2, "spread").spec();
     negative["replicas"] = json!(-1);
     let body = rest.simulate(json!({"spec": negative}), 422).await;
     assert!(path_of(&body).contains("spec.replicas"), "{body}");
-    let mut wrong_type = spec("bad", 2, "spread");
+    let mut wrong_type = mcd("bad", 2, "spread").spec();
     wrong_type["template"]["spec"]["template"]["spec"]["containers"][0]["imagePullPolicy"] = json!(7);
     let body = rest.simulate(json!({"spec": wrong_type}), 422).await;
     assert!(
         path_of(&body).contains("spec.template.spec.template.spec.containers[0].imagePullPolicy"),
         "{body}"
     );
-    let mut bad_policy = spec("bad", 2, "spread");
+    let mut bad_policy = mcd("bad", 2, "spread").spec();
     bad_policy["placement"]["policy"] = json!("fastest");
     let body = rest.simulate(json!({"spec": bad_policy}), 422).await;
     assert!(path_of(&body).contains("spec.placement.policy"), "{body}");
     let body = rest.simulate(json!({"namespace": "default"}), 422).await;
     assert!(path_of(&body).contains("spec"), "a missing spec is named: {body}");
     let body = rest
-        .simulate(json!({"spec": spec("x", 1, "spread"), "replicas": 3}), 422)
+        .simulate(json!({"spec": mcd("x", 1, "spread").spec(), "replicas": 3}), 422)
         .await;
     assert!(
         path_of(&body).contains("replicas"),
         "an unknown field is named: {body}"
     );
     let body = rest
-        .simulate(json!({"name": "Not_A_Name", "spec": spec("x", 1, "spread")}), 422)
+        .simulate(
+            json!({"name": "Not_A_Name", "spec": mcd("x", 1, "spread").spec()}),
+            422,
+        )
         .await;
     assert!(path_of(&body).contains("name"), "{body}");
     let simulate_path = Some("/api/v1/placements/simulate");
@@ -758,7 +730,7 @@ async fn rest_api_serves_clusters_placements_history_and_simulations_as_document
         simulate_path,
         "/api/v1/placements/simulate",
         Some(READ_TOKEN),
-        Body::Raw("text/plain", spec("x", 1, "spread").to_string()),
+        Body::Raw("text/plain", mcd("x", 1, "spread").spec().to_string()),
         415,
     )
     .await;

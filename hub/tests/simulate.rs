@@ -14,94 +14,12 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
-use nave_api::wire::{
-    self, CapacityModel, Heartbeat, ObjectStatus, PendingPod, RegisterRequest, Resources, StatusReport,
-    WorkSet, WorkloadRef,
-};
+use nave_api::wire::{Heartbeat, PendingPod, WorkSet, WorkloadRef};
 use nave_api::{MultiClusterDeployment, WorkloadCluster};
+use nave_testkit::{DEADLINE, FakeAgent, Mcd, idle_capacity, ready_deployment, wait_for};
 use serde_json::{Value, json};
-use support::wait_for;
 
 const TOKEN: &str = "simulate-read-token-0123456789";
-
-/// An agent speaking the wire protocol, with the capacity it last reported (sent again unchanged,
-/// so that its heartbeats do not ask for reconciles).
-struct Agent {
-    http: reqwest::Client,
-    base: String,
-    cluster: String,
-    credential: String,
-    capacity: CapacityModel,
-}
-
-impl Agent {
-    async fn join(http: &reqwest::Client, base: &str, cluster: &str, cpu_millis: u64) -> Agent {
-        let request = RegisterRequest {
-            cluster_name: cluster.to_owned(),
-            agent_version: "0.1.0".to_owned(),
-            ..RegisterRequest::default()
-        };
-        let credential = support::register(http, base, &request).await;
-        let agent = Agent {
-            http: http.clone(),
-            base: base.to_owned(),
-            cluster: cluster.to_owned(),
-            credential,
-            capacity: support::capacity(
-                cluster,
-                1,
-                Resources::new(cpu_millis, 16 << 30, 110),
-                Resources::default(),
-            ),
-        };
-        agent.heartbeat(Vec::new()).await;
-        agent
-    }
-
-    async fn heartbeat(&self, pending_pods: Vec<PendingPod>) {
-        let beat = Heartbeat {
-            cluster_name: Some(self.cluster.clone()),
-            agent_version: "0.1.0".to_owned(),
-            capacity: self.capacity.clone(),
-            pending_pods,
-            ..Heartbeat::default()
-        };
-        support::heartbeat(&self.http, &self.base, &self.credential, &beat).await;
-    }
-
-    async fn work(&self) -> WorkSet {
-        support::work(&self.http, &self.base, &self.credential, &self.cluster).await
-    }
-
-    /// Reports `ready` replicas of the workload `name` running.
-    async fn report_ready(&self, name: &str, ready: i32) {
-        let report = StatusReport {
-            cluster_name: Some(self.cluster.clone()),
-            objects: vec![ObjectStatus {
-                api_version: "apps/v1".to_owned(),
-                kind: "Deployment".to_owned(),
-                namespace: Some("default".to_owned()),
-                name: name.to_owned(),
-                workload: Some(WorkloadRef::new("default", name)),
-                replicas: Some(ready),
-                ready_replicas: Some(ready),
-                available_replicas: Some(ready),
-                updated_replicas: Some(ready),
-                ..ObjectStatus::default()
-            }],
-            ..StatusReport::default()
-        };
-        let res = self
-            .http
-            .post(format!("{}{}", self.base, wire::STATUS_PATH))
-            .bearer_auth(&self.credential)
-            .json(&report)
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(res.status(), 204, "status of {}", self.cluster);
-    }
-}
 
 /// Replicas of `name`'s Deployment in each work set, where it has one.
 fn sent(works: &[(&str, WorkSet)], name: &str) -> BTreeMap<String, u32> {
@@ -117,33 +35,6 @@ fn sent(works: &[(&str, WorkSet)], name: &str) -> BTreeMap<String, u32> {
             Some(((*cluster).to_owned(), u32::try_from(replicas).unwrap()))
         })
         .collect()
-}
-
-fn spec(name: &str, replicas: i64, placement: Value) -> Value {
-    json!({
-        "replicas": replicas,
-        "placement": placement,
-        "template": {"spec": {
-            "selector": {"matchLabels": {"app": name}},
-            "template": {
-                "metadata": {"labels": {"app": name}},
-                "spec": {"containers": [{
-                    "name": "app", "image": "nginx:1.27",
-                    "resources": {"requests": {"cpu": "500m", "memory": "64Mi"}}
-                }]}
-            }
-        }}
-    })
-}
-
-fn mcd(name: &str, spec: &Value) -> MultiClusterDeployment {
-    serde_json::from_value(json!({
-        "apiVersion": "nave.dev/v1alpha1",
-        "kind": "MultiClusterDeployment",
-        "metadata": {"name": name, "namespace": "default"},
-        "spec": spec,
-    }))
-    .unwrap()
 }
 
 struct Env {
@@ -170,6 +61,12 @@ impl Env {
             http: reqwest::Client::new(),
             _dir: dir,
         }
+    }
+
+    /// A fake agent for `cluster`, one node of `cpu_millis`, joined; it reports the same
+    /// capacity in every heartbeat, so its heartbeats do not ask for reconciles.
+    async fn join(&self, cluster: &str, cpu_millis: u64) -> FakeAgent {
+        FakeAgent::join(&self.hub.base, cluster, idle_capacity(cluster, 1, cpu_millis)).await
     }
 
     fn mcds(&self) -> Api<MultiClusterDeployment> {
@@ -208,7 +105,7 @@ impl Env {
 
     /// Waits until `name`'s placement assigns `assignment`.
     async fn placed(&self, name: &str, assignment: Value) {
-        wait_for(&format!("{name} to be placed {assignment}"), || async {
+        wait_for(&format!("{name} to be placed {assignment}"), DEADLINE, || async {
             let placement = self
                 .try_rest(
                     reqwest::Method::GET,
@@ -267,10 +164,11 @@ impl Env {
 
     /// Waits for a history entry with `trigger`, then checks that the stored placement, the
     /// history entry and the work sent to the agents are what `simulated` said.
-    async fn expect_applied_as_simulated(&self, name: &str, simulated: &Value, agents: &[&Agent]) {
+    async fn expect_applied_as_simulated(&self, name: &str, simulated: &Value, agents: &[&FakeAgent]) {
         let trigger = simulated["trigger"].as_str().unwrap().to_owned();
         let entry = wait_for(
             &format!("{name}'s history to show a {trigger} decision"),
+            DEADLINE,
             || async {
                 let entry = self.newest(name).await;
                 if entry["trigger"] == trigger.as_str() {
@@ -292,7 +190,7 @@ impl Env {
         );
         let mut works = Vec::new();
         for agent in agents {
-            works.push((agent.cluster.as_str(), agent.work().await));
+            works.push((agent.cluster(), agent.work().await));
         }
         let dispatched: BTreeMap<String, u32> =
             serde_json::from_value(simulated["dispatched"].clone()).unwrap();
@@ -314,15 +212,14 @@ impl Env {
 async fn a_simulation_with_pods_pending_past_the_timeout_answers_the_move_the_apply_makes() {
     let env = Env::start().await;
     // `small` has room for 2 replicas of 500m, `big` for 16.
-    let small = Agent::join(&env.http, &env.hub.base, "small", 1000).await;
-    let big = Agent::join(&env.http, &env.hub.base, "big", 8000).await;
-    let web = spec(
-        "web",
-        4,
-        json!({"policy": "spread", "rescheduling": {"pendingTimeout": "1m", "cooldown": "1m"}}),
-    );
+    let small = env.join("small", 1000).await;
+    let big = env.join("big", 8000).await;
+    let web = Mcd::new("web")
+        .replicas(4)
+        .placement(json!({"policy": "spread", "rescheduling": {"pendingTimeout": "1m", "cooldown": "1m"}}))
+        .cpu("500m");
     env.mcds()
-        .create(&PostParams::default(), &mcd("web", &web))
+        .create(&PostParams::default(), &web.build())
         .await
         .unwrap();
     env.placed("web", json!({"small": 2, "big": 2})).await;
@@ -339,9 +236,14 @@ async fn a_simulation_with_pods_pending_past_the_timeout_answers_the_move_the_ap
             since: Some(Time(since)),
         })
         .collect();
-    small.heartbeat(pending).await;
+    small
+        .send_heartbeat(&Heartbeat {
+            pending_pods: pending,
+            ..small.beat()
+        })
+        .await;
 
-    let simulated = env.simulate("web", &web).await;
+    let simulated = env.simulate("web", &web.spec()).await;
     assert_eq!(simulated["trigger"], "reschedule", "{simulated}");
     assert_eq!(simulated["assignment"], json!({"big": 4}), "{simulated}");
     assert_eq!(simulated["current"], json!({"small": 2, "big": 2}), "{simulated}");
@@ -367,8 +269,8 @@ async fn a_simulation_with_pods_pending_past_the_timeout_answers_the_move_the_ap
 async fn a_simulation_with_burst_replicas_to_retract_answers_the_move_the_apply_makes() {
     let env = Env::start().await;
     // `regular` has room for 4 replicas of 500m; `burst` takes only what fits nowhere else.
-    let regular = Agent::join(&env.http, &env.hub.base, "regular", 2000).await;
-    let burst = Agent::join(&env.http, &env.hub.base, "burst", 8000).await;
+    let regular = env.join("regular", 2000).await;
+    let burst = env.join("burst", 8000).await;
     let clusters: Api<WorkloadCluster> = Api::all(env.client.clone());
     clusters
         .patch(
@@ -381,29 +283,33 @@ async fn a_simulation_with_burst_replicas_to_retract_answers_the_move_the_apply_
 
     // `filler` takes 2 of regular's 4 slots (not running yet: the ledger holds them), so 2 of
     // web's 4 replicas overflow to burst.
-    let filler = spec("filler", 2, json!({"policy": "worst-fit"}));
+    let filler = Mcd::new("filler").replicas(2).policy("worst-fit").cpu("500m");
     env.mcds()
-        .create(&PostParams::default(), &mcd("filler", &filler))
+        .create(&PostParams::default(), &filler.build())
         .await
         .unwrap();
     env.placed("filler", json!({"regular": 2})).await;
-    let web = spec("web", 4, json!({"policy": "worst-fit"}));
+    let web = Mcd::new("web").replicas(4).policy("worst-fit").cpu("500m");
     env.mcds()
-        .create(&PostParams::default(), &mcd("web", &web))
+        .create(&PostParams::default(), &web.build())
         .await
         .unwrap();
     env.placed("web", json!({"regular": 2, "burst": 2})).await;
     // web's burst replicas run: they are kept until their replacements do (make-before-break).
-    burst.report_ready("web", 2).await;
-    wait_for("web's status to count the burst replicas ready", || async {
-        let web = env.mcds().get("web").await.map_err(|e| e.to_string())?;
-        let ready = web.status.as_ref().map_or(0, |s| s.ready_replicas);
-        if ready == 2 {
-            Ok(())
-        } else {
-            Err(format!("readyReplicas {ready}"))
-        }
-    })
+    burst.report(vec![ready_deployment("default", "web", 2)]).await;
+    wait_for(
+        "web's status to count the burst replicas ready",
+        DEADLINE,
+        || async {
+            let web = env.mcds().get("web").await.map_err(|e| e.to_string())?;
+            let ready = web.status.as_ref().map_or(0, |s| s.ready_replicas);
+            if ready == 2 {
+                Ok(())
+            } else {
+                Err(format!("readyReplicas {ready}"))
+            }
+        },
+    )
     .await;
 
     // filler leaves: regular has room again. Its deletion reconciles filler, not web.
@@ -411,7 +317,7 @@ async fn a_simulation_with_burst_replicas_to_retract_answers_the_move_the_apply_
         .delete("filler", &DeleteParams::default())
         .await
         .unwrap();
-    wait_for("filler's placement to be gone", || async {
+    wait_for("filler's placement to be gone", DEADLINE, || async {
         let res = env
             .http
             .get(format!("{}/api/v1/placements/default/filler", env.hub.base))
@@ -427,7 +333,7 @@ async fn a_simulation_with_burst_replicas_to_retract_answers_the_move_the_apply_
     })
     .await;
 
-    let simulated = env.simulate("web", &web).await;
+    let simulated = env.simulate("web", &web.spec()).await;
     assert_eq!(simulated["trigger"], "burst-retract", "{simulated}");
     assert_eq!(simulated["assignment"], json!({"regular": 4}), "{simulated}");
     assert_eq!(

@@ -1,14 +1,11 @@
 //! The `nave-sim` binary: the playground's subcommands and the emulator's side by side, and the
 //! emulator's `fleet` subcommand serving a fleet file.
 
-#[path = "support/helpers.rs"]
-mod helpers;
-
 use std::path::Path;
 use std::time::Duration;
 
-use helpers::wait_for;
 use kube::api::Api;
+use nave_testkit::wait_for;
 
 #[test]
 fn help_lists_the_playground_and_the_emulator_subcommands() {
@@ -45,7 +42,7 @@ async fn the_fleet_command_writes_kubeconfigs_and_ready_json() {
         .spawn()
         .expect("spawn nave-sim");
     let ready_path = out.join("ready.json");
-    let ready: serde_json::Value = wait_for(Duration::from_secs(20), "ready.json", || async {
+    let ready: serde_json::Value = wait_for("ready.json", Duration::from_secs(20), || async {
         let text = std::fs::read_to_string(&ready_path).map_err(|e| e.to_string())?;
         serde_json::from_str(&text).map_err(|e| e.to_string())
     })
@@ -65,7 +62,7 @@ async fn the_fleet_command_writes_kubeconfigs_and_ready_json() {
             .await
             .expect("config");
         let client = kube::Client::try_from(cfg).expect("client");
-        let nodes = wait_for(Duration::from_secs(10), "the configured node", || {
+        let nodes = wait_for("the configured node", Duration::from_secs(10), || {
             let client = client.clone();
             async move {
                 let n = Api::<k8s_openapi::api::core::v1::Node>::all(client)

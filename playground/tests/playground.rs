@@ -1,15 +1,12 @@
 //! `nave-sim up`: the management cluster serves Nave's CRDs and declares the fleet, every
 //! workload cluster serves, and the files users are told about exist and point at live clusters.
 
-#[path = "support/helpers.rs"]
-mod helpers;
-
 use std::time::Duration;
 
-use helpers::wait_for;
 use kube::api::{Api, ListParams, PostParams};
 use nave_api::{MultiClusterDeployment, WorkloadCluster};
 use nave_playground::up::{Playground, UpOptions, default_fleet};
+use nave_testkit::{Mcd, wait_for};
 
 #[tokio::test]
 async fn up_serves_a_management_cluster_with_the_crds_and_a_declared_fleet() {
@@ -69,22 +66,13 @@ async fn up_serves_a_management_cluster_with_the_crds_and_a_declared_fleet() {
 
     // The hub and the agents place a workload end to end: all replicas Ready in the workload clusters.
     let mcds = Api::<MultiClusterDeployment>::namespaced(client, "default");
-    let mcd: MultiClusterDeployment = serde_json::from_value(serde_json::json!({
-        "apiVersion": "nave.dev/v1alpha1", "kind": "MultiClusterDeployment",
-        "metadata": {"name": "web", "namespace": "default"},
-        "spec": {"replicas": 4, "placement": {"policy": "spread"}, "template": {"spec": {
-            "selector": {"matchLabels": {"app": "web"}},
-            "template": {"metadata": {"labels": {"app": "web"}}, "spec": {"containers": [
-                {"name": "nginx", "image": "nginx:1.27",
-                 "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}}}]}}}}}
-    }))
-    .expect("a valid MultiClusterDeployment");
+    let mcd = Mcd::new("web").replicas(4).policy("spread").build();
     mcds.create(&PostParams::default(), &mcd)
         .await
         .expect("MCD created");
     wait_for(
-        Duration::from_secs(90),
         "4 ready replicas spread over 2 clusters",
+        Duration::from_secs(90),
         || async {
             let status = mcds
                 .get("web")
@@ -166,8 +154,8 @@ async fn up_serves_a_management_cluster_with_the_crds_and_a_declared_fleet() {
                 .await
                 .expect("every cluster, agent and the hub are scraped");
             wait_for(
-                Duration::from_secs(90),
                 "the hub to read the CPU usage of both clusters from Prometheus",
+                Duration::from_secs(90),
                 || async {
                     let (status, clusters) = get_json(&format!("{api}/clusters"), Some(token.trim())).await;
                     let measured: Vec<(&str, &serde_json::Value)> = clusters["items"]

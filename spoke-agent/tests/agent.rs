@@ -3,7 +3,6 @@
 //! and prune, restart, hub outage, pending pods.
 
 use std::collections::BTreeMap;
-use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -24,11 +23,11 @@ use nave_api::wire::{
     WorkSet,
 };
 use nave_sim::{ClusterConfig, ServeOptions, SimCluster};
+use nave_testkit::{DEADLINE, wait_for};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 const BOOTSTRAP_TOKEN: &str = "bootstrap-s3cret";
-const DEADLINE: Duration = Duration::from_secs(30);
 
 // ---------------------------------------------------------------------------------------------
 // Hub test double: the protocol's semantics, none of the hub's logic.
@@ -93,8 +92,10 @@ impl HubDouble {
 
     /// Answers again on the same address.
     async fn restart(&self) {
-        let listener = wait_for("the hub double's port to be free again", || async {
-            tokio::net::TcpListener::bind(self.addr).await.ok()
+        let listener = wait_for("the hub double's port to be free again", DEADLINE, || async {
+            tokio::net::TcpListener::bind(self.addr)
+                .await
+                .map_err(|e| e.to_string())
         })
         .await;
         self.serve(listener);
@@ -276,25 +277,6 @@ fn start_configured(client: &Client, config: Config) -> RunningAgent {
     RunningAgent { shutdown, task }
 }
 
-/// Polls `probe` until it answers `Some`, failing after [`DEADLINE`] with `what`.
-async fn wait_for<T, F, Fut>(what: &str, mut probe: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
-{
-    let deadline = tokio::time::Instant::now() + DEADLINE;
-    loop {
-        if let Some(v) = probe().await {
-            return v;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out after {DEADLINE:?} waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
 fn deployment(name: &str, replicas: i32, cpu: &str) -> Value {
     json!({
         "apiVersion": "apps/v1", "kind": "Deployment",
@@ -329,10 +311,26 @@ fn config_map(name: &str) -> Value {
     })
 }
 
+/// The applied revisions of the status reports the double received, in order.
+fn applied_revisions(state: &HubDoubleState) -> Vec<Option<u64>> {
+    state.statuses.iter().map(|r| r.applied_revision).collect()
+}
+
+/// `Ok` once the double has received more than `before` heartbeats.
+fn heartbeats_after(state: &HubDoubleState, before: usize) -> Result<(), String> {
+    let count = state.heartbeats.len();
+    if count > before {
+        Ok(())
+    } else {
+        Err(format!("{count} heartbeat(s), waiting for more than {before}"))
+    }
+}
+
 /// The latest status report the double received that says `revision` is applied.
 async fn wait_applied(hub: &HubDouble, revision: u64) -> StatusReport {
     wait_for(
         &format!("a status report with appliedRevision {revision}"),
+        DEADLINE,
         || async {
             hub.snapshot(|s| {
                 s.statuses
@@ -340,6 +338,7 @@ async fn wait_applied(hub: &HubDouble, revision: u64) -> StatusReport {
                     .rev()
                     .find(|r| r.applied_revision == Some(revision))
                     .cloned()
+                    .ok_or_else(|| format!("applied revisions reported: {:?}", applied_revisions(s)))
             })
         },
     )
@@ -387,15 +386,27 @@ async fn registers_then_heartbeats_the_real_capacity_of_the_cluster() {
     );
 
     let agent = start_agent(&client, &hub, &token);
-    let hb = wait_for("a heartbeat with 1000m requested on the first node", || async {
-        hub.snapshot(|s| {
-            s.heartbeats
-                .iter()
-                .rev()
-                .find(|h| h.capacity.totals.requested.cpu_millis == 1000)
-                .cloned()
-        })
-    })
+    let hb = wait_for(
+        "a heartbeat with 1000m requested on the first node",
+        DEADLINE,
+        || async {
+            hub.snapshot(|s| {
+                s.heartbeats
+                    .iter()
+                    .rev()
+                    .find(|h| h.capacity.totals.requested.cpu_millis == 1000)
+                    .cloned()
+                    .ok_or_else(|| {
+                        let requested: Vec<_> = s
+                            .heartbeats
+                            .iter()
+                            .map(|h| h.capacity.totals.requested.cpu_millis)
+                            .collect();
+                        format!("CPU millis requested per heartbeat: {requested:?}")
+                    })
+            })
+        },
+    )
     .await;
 
     let registrations = hub.snapshot(|s| s.registrations.clone());
@@ -540,19 +551,24 @@ async fn applies_with_ownership_labels_then_prunes_only_what_it_owns() {
     );
 
     // Status follows the Deployment to 2 ready replicas.
-    wait_for("a status report with Deployment web 2/2 ready", || async {
-        hub.snapshot(|s| {
-            s.statuses
-                .iter()
-                .rev()
-                .find_map(|r| {
-                    r.objects
-                        .iter()
-                        .find(|o| o.kind == "Deployment" && o.name == "web" && o.ready_replicas == Some(2))
-                })
-                .cloned()
-        })
-    })
+    wait_for(
+        "a status report with Deployment web 2/2 ready",
+        DEADLINE,
+        || async {
+            hub.snapshot(|s| {
+                s.statuses
+                    .iter()
+                    .rev()
+                    .find_map(|r| {
+                        r.objects.iter().find(|o| {
+                            o.kind == "Deployment" && o.name == "web" && o.ready_replicas == Some(2)
+                        })
+                    })
+                    .cloned()
+                    .ok_or_else(|| format!("latest status report: {:?}", s.statuses.last()))
+            })
+        },
+    )
     .await;
 
     hub.set_work(2, vec![deployment("web", 2, "100m"), service("web")]);
@@ -591,8 +607,13 @@ async fn restart_resumes_from_the_stored_revision_and_still_prunes() {
 
     let queries_before = hub.snapshot(|s| s.work_queries.len());
     let agent = start_agent(&client, &hub, &token);
-    let first_query = wait_for("the restarted agent's first work poll", || async {
-        hub.snapshot(|s| s.work_queries.get(queries_before).cloned())
+    let first_query = wait_for("the restarted agent's first work poll", DEADLINE, || async {
+        hub.snapshot(|s| {
+            s.work_queries
+                .get(queries_before)
+                .cloned()
+                .ok_or_else(|| format!("{} work polls in all", s.work_queries.len()))
+        })
     })
     .await;
     assert_eq!(
@@ -646,8 +667,8 @@ async fn hub_outage_keeps_workloads_and_the_agent_recovers() {
 
     hub.set_work(2, vec![deployment("web", 3, "100m"), config_map("web-config")]);
     hub.restart().await;
-    wait_for("a heartbeat after the hub came back", || async {
-        hub.snapshot(|s| (s.heartbeats.len() > heartbeats_before).then_some(()))
+    wait_for("a heartbeat after the hub came back", DEADLINE, || async {
+        hub.snapshot(|s| heartbeats_after(s, heartbeats_before))
     })
     .await;
     wait_applied(&hub, 2).await;
@@ -666,21 +687,29 @@ async fn pending_pods_are_reported_unschedulable_when_the_deployment_is_too_big(
     // 3 nodes of 4 CPU hold one 3-CPU replica each: 2 of 5 stay pending.
     hub.set_work(1, vec![deployment("big", 5, "3")]);
     let agent = start_agent(&client, &hub, &token);
-    let hb = wait_for("a heartbeat with 2 pending pods of shop/big", || async {
-        hub.snapshot(|s| {
-            s.heartbeats
-                .iter()
-                .rev()
-                .find(|h| {
-                    h.pending_pods
-                        .iter()
-                        .filter(|p| p.workload.as_ref().is_some_and(|w| w.name == "big"))
-                        .count()
-                        == 2
-                })
-                .cloned()
-        })
-    })
+    let hb = wait_for(
+        "a heartbeat with 2 pending pods of shop/big",
+        DEADLINE,
+        || async {
+            hub.snapshot(|s| {
+                s.heartbeats
+                    .iter()
+                    .rev()
+                    .find(|h| {
+                        h.pending_pods
+                            .iter()
+                            .filter(|p| p.workload.as_ref().is_some_and(|w| w.name == "big"))
+                            .count()
+                            == 2
+                    })
+                    .cloned()
+                    .ok_or_else(|| {
+                        let pending = s.heartbeats.last().map(|h| &h.pending_pods);
+                        format!("pending pods in the latest heartbeat: {pending:?}")
+                    })
+            })
+        },
+    )
     .await;
     for pod in &hb.pending_pods {
         assert_eq!(pod.reason, "Unschedulable", "pending pod {pod:?}");
@@ -693,6 +722,7 @@ async fn pending_pods_are_reported_unschedulable_when_the_deployment_is_too_big(
     }
     wait_for(
         "a status report with 2 pending pods for Deployment big",
+        DEADLINE,
         || async {
             hub.snapshot(|s| {
                 s.statuses
@@ -704,6 +734,7 @@ async fn pending_pods_are_reported_unschedulable_when_the_deployment_is_too_big(
                         })
                     })
                     .cloned()
+                    .ok_or_else(|| format!("latest status report: {:?}", s.statuses.last()))
             })
         },
     )
@@ -719,8 +750,8 @@ async fn a_revoked_credential_makes_the_agent_register_again() {
     let hub = HubDouble::start().await;
     let token = token_file();
     let agent = start_agent(&client, &hub, &token);
-    wait_for("a first heartbeat", || async {
-        hub.snapshot(|s| (!s.heartbeats.is_empty()).then_some(()))
+    wait_for("a first heartbeat", DEADLINE, || async {
+        hub.snapshot(|s| heartbeats_after(s, 0))
     })
     .await;
 
@@ -729,9 +760,14 @@ async fn a_revoked_credential_makes_the_agent_register_again() {
     let heartbeats_before = hub.snapshot(|s| s.heartbeats.len());
     wait_for(
         "a second registration and a heartbeat with the new credential",
+        DEADLINE,
         || async {
             hub.snapshot(|s| {
-                (s.registrations.len() == 2 && s.heartbeats.len() > heartbeats_before).then_some(())
+                if s.registrations.len() == 2 {
+                    heartbeats_after(s, heartbeats_before)
+                } else {
+                    Err(format!("{} registration(s)", s.registrations.len()))
+                }
             })
         },
     )
@@ -800,20 +836,22 @@ fn sample(samples: &[Sample], name: &str, labels: &[(&str, &str)]) -> Option<f64
         .map(|s| s.value)
 }
 
-async fn scrape_agent(addr: SocketAddr) -> Option<Vec<Sample>> {
-    let res = reqwest::get(format!("http://{addr}/metrics")).await.ok()?;
+async fn scrape_agent(addr: SocketAddr) -> Result<Vec<Sample>, String> {
+    let res = reqwest::get(format!("http://{addr}/metrics"))
+        .await
+        .map_err(|e| e.to_string())?;
     assert_eq!(res.status(), 200, "GET /metrics of the agent");
     assert_eq!(
         res.headers().get("content-type").and_then(|v| v.to_str().ok()),
         Some("application/openmetrics-text; version=1.0.0; charset=utf-8"),
         "the content type of the agent's /metrics"
     );
-    let text = res.text().await.ok()?;
+    let text = res.text().await.map_err(|e| e.to_string())?;
     assert!(
         text.ends_with("# EOF\n"),
         "the exposition ends with # EOF:\n{text}"
     );
-    Some(parse_metrics(&text))
+    Ok(parse_metrics(&text))
 }
 
 #[tokio::test]
@@ -842,12 +880,20 @@ async fn metrics_show_the_applied_revision_hub_requests_and_apply_errors() {
     assert_eq!(healthz.status(), 200, "GET /healthz of the agent");
 
     // The status report may go out before the heartbeat that follows it: wait for both.
-    let samples = wait_for("revision 1 and an accepted heartbeat in /metrics", || async {
-        let samples = scrape_agent(addr).await?;
-        let revision = sample(&samples, "nave_agent_work_revision", &[]);
-        let heartbeat = sample(&samples, "nave_agent_last_heartbeat_timestamp_seconds", &[]);
-        (revision == Some(1.0) && heartbeat.is_some_and(|t| t > 0.0)).then_some(samples)
-    })
+    let samples = wait_for(
+        "revision 1 and an accepted heartbeat in /metrics",
+        DEADLINE,
+        || async {
+            let samples = scrape_agent(addr).await?;
+            let revision = sample(&samples, "nave_agent_work_revision", &[]);
+            let heartbeat = sample(&samples, "nave_agent_last_heartbeat_timestamp_seconds", &[]);
+            if revision == Some(1.0) && heartbeat.is_some_and(|t| t > 0.0) {
+                Ok(samples)
+            } else {
+                Err(format!("revision {revision:?}, last heartbeat {heartbeat:?}"))
+            }
+        },
+    )
     .await;
     assert_eq!(
         sample(&samples, "nave_agent_applied_objects", &[]),
@@ -896,15 +942,18 @@ async fn metrics_show_the_applied_revision_hub_requests_and_apply_errors() {
         "metadata": {"name": "w", "namespace": "shop"}
     });
     hub.set_work(2, vec![deployment("web", 1, "100m"), widget]);
-    let samples = wait_for("a Widget apply error in /metrics", || async {
+    let samples = wait_for("a Widget apply error in /metrics", DEADLINE, || async {
         let samples = scrape_agent(addr).await?;
-        sample(
+        let errors = sample(
             &samples,
             "nave_agent_apply_errors_total",
             &[("operation", "apply"), ("kind", "Widget")],
-        )
-        .is_some_and(|n| n >= 1.0)
-        .then_some(samples)
+        );
+        if errors.is_some_and(|n| n >= 1.0) {
+            Ok(samples)
+        } else {
+            Err(format!("Widget apply errors {errors:?}"))
+        }
     })
     .await;
     assert_eq!(

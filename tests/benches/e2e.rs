@@ -16,10 +16,10 @@ use std::time::{Duration, Instant};
 use clap::Parser as _;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use nave_api::{MultiClusterDeployment, WorkloadCluster};
-use nave_e2e::{Database, Env, fleet, mcd, wait_for};
+use nave_e2e::{Database, Env, fleet};
 use nave_sim::config::{ClusterConfig, FleetConfig, NodePool};
 use nave_sim::{ServeOptions, SimCluster, SimFleet};
-use serde_json::json;
+use nave_testkit::{Mcd, wait_for};
 
 const RUNS: usize = 20;
 
@@ -86,7 +86,7 @@ async fn latency() -> anyhow::Result<()> {
     let mut samples = Vec::with_capacity(RUNS);
     for run in 0..RUNS {
         let name = format!("bench-{run}");
-        let object = mcd("default", &name, replicas, json!({"policy": "spread"}));
+        let object = Mcd::new(&name).replicas(replicas).policy("spread").build();
         let start = Instant::now();
         if let Some(kubectl) = &kubectl {
             std::fs::write(&manifest, serde_json::to_vec(&object)?)?;
@@ -285,9 +285,12 @@ async fn memory() -> anyhow::Result<()> {
     let api: Api<MultiClusterDeployment> = Api::namespaced(client.clone(), "default");
     let start = Instant::now();
     for i in 0..count {
-        let mut object = mcd("default", &format!("w{i:04}"), 1, json!({"policy": "worst-fit"}));
-        object.spec.template.spec["template"]["spec"]["containers"][0]["resources"]["requests"] =
-            json!({"cpu": "10m", "memory": "16Mi"});
+        let object = Mcd::new(&format!("w{i:04}"))
+            .replicas(1)
+            .policy("worst-fit")
+            .cpu("10m")
+            .memory("16Mi")
+            .build();
         api.create(&PostParams::default(), &object).await?;
     }
     let created = start.elapsed();

@@ -33,10 +33,9 @@ pub mod prometheus;
 pub mod rbac;
 
 use std::collections::BTreeMap;
-use std::future::Future;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{Context as _, anyhow};
 use k8s_openapi::api::apps::v1::Deployment;
@@ -45,6 +44,7 @@ use nave_api::MultiClusterDeployment;
 use nave_api::wire::WORKLOAD_LABEL;
 use nave_sim::config::FleetConfig;
 use nave_sim::{ClusterConfig, ServeOptions, SimCluster, SimFleet};
+use nave_testkit::wait_for;
 use serde_json::Value;
 use sqlx::Executor as _;
 use tokio::task::JoinHandle;
@@ -559,25 +559,6 @@ impl Env {
     }
 }
 
-/// Polls `check` every 100 ms until it returns `Ok`, and panics after `deadline` with what it
-/// last saw.
-pub async fn wait_for<T, F, Fut>(what: &str, deadline: Duration, mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Result<T, String>>,
-{
-    let start = Instant::now();
-    loop {
-        match check().await {
-            Ok(value) => return value,
-            Err(seen) if start.elapsed() > deadline => {
-                panic!("expected {what} within {deadline:?}; last seen: {seen}")
-            }
-            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
-        }
-    }
-}
-
 /// Replicas per cluster as the MCD's status reports them.
 pub fn placed(mcd: &MultiClusterDeployment) -> BTreeMap<String, i32> {
     mcd.status
@@ -585,41 +566,6 @@ pub fn placed(mcd: &MultiClusterDeployment) -> BTreeMap<String, i32> {
         .flat_map(|s| &s.clusters)
         .map(|c| (c.name.clone(), c.desired))
         .collect()
-}
-
-/// A MultiClusterDeployment of `replicas` nginx replicas requesting 100m CPU and 64Mi each, with
-/// `placement` as its `spec.placement`.
-pub fn mcd(namespace: &str, name: &str, replicas: i32, placement: Value) -> MultiClusterDeployment {
-    mcd_with(namespace, name, replicas, placement, serde_json::json!({}))
-}
-
-/// As [`mcd`], with `extra` merged into the spec (overrides, dependencies, a different template).
-pub fn mcd_with(
-    namespace: &str,
-    name: &str,
-    replicas: i32,
-    placement: Value,
-    extra: Value,
-) -> MultiClusterDeployment {
-    let mut spec = serde_json::json!({
-        "replicas": replicas,
-        "placement": placement,
-        "template": {"spec": {
-            "selector": {"matchLabels": {"app": name}},
-            "template": {"metadata": {"labels": {"app": name}}, "spec": {"containers": [
-                {"name": "app", "image": "nginx:1.27",
-                 "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}}}]}}}},
-    });
-    if let (Some(spec), Value::Object(extra)) = (spec.as_object_mut(), extra) {
-        spec.extend(extra);
-    }
-    serde_json::from_value(serde_json::json!({
-        "apiVersion": nave_api::API_VERSION,
-        "kind": "MultiClusterDeployment",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": spec,
-    }))
-    .expect("a well-formed MultiClusterDeployment")
 }
 
 /// Where `path` points in a kubeconfig-less world: the environment's files, for commands that

@@ -9,8 +9,9 @@ use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use nave_api::conditions::{self, reasons, types};
 use nave_api::wire::WORKLOAD_LABEL;
 use nave_api::{MultiClusterDeployment, WorkloadCluster};
-use nave_e2e::{DEADLINE, Database, Env, mcd, placed, wait_for};
+use nave_e2e::{DEADLINE, Database, Env, placed};
 use nave_sim::config::{ClusterConfig, FleetConfig, NodePool, Timing};
+use nave_testkit::{Mcd, wait_for};
 use serde_json::{Value, json};
 
 const NS: &str = "default";
@@ -121,7 +122,14 @@ async fn replicas_pending_past_the_timeout_move_to_a_cluster_with_room() {
     let env = env(vec![cluster("small-1", "1", 500), cluster("big-1", "2", 500)]).await;
     let placement = json!({"policy": "best-fit", "rescheduling": {"pendingTimeout": "2s", "cooldown": "1m"}});
     Api::<MultiClusterDeployment>::namespaced(env.client.clone(), NS)
-        .create(&PostParams::default(), &mcd(NS, "web", 4, placement))
+        .create(
+            &PostParams::default(),
+            &Mcd::new("web")
+                .namespace(NS)
+                .replicas(4)
+                .placement(placement)
+                .build(),
+        )
         .await
         .expect("MCD created");
     let web = env.wait_rolled_out(NS, "web", 4).await;
@@ -251,7 +259,11 @@ async fn burst_and_retract(restart: bool) {
     Api::<MultiClusterDeployment>::namespaced(env.client.clone(), NS)
         .create(
             &PostParams::default(),
-            &mcd(NS, "web", 6, json!({"policy": "worst-fit"})),
+            &Mcd::new("web")
+                .namespace(NS)
+                .replicas(6)
+                .policy("worst-fit")
+                .build(),
         )
         .await
         .expect("MCD created");

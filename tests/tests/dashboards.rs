@@ -7,7 +7,8 @@ use std::path::PathBuf;
 
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use nave_api::MultiClusterDeployment;
-use nave_e2e::{DEADLINE, Database, Env, EnvOptions, mcd, prometheus, wait_for};
+use nave_e2e::{DEADLINE, Database, Env, EnvOptions, prometheus};
+use nave_testkit::{Mcd, wait_for};
 use serde_json::{Value, json};
 
 /// What Grafana would put for its built-in variables on a dashboard of the last hour.
@@ -192,7 +193,7 @@ async fn every_dashboard_query_returns_data_from_the_real_prometheus() {
     let mcds: Api<MultiClusterDeployment> = Api::namespaced(env.client.clone(), "default");
     mcds.create(
         &PostParams::default(),
-        &mcd("default", "web", 4, json!({"policy": "spread"})),
+        &Mcd::new("web").replicas(4).policy("spread").build(),
     )
     .await
     .expect("web created");

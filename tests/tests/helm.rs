@@ -26,7 +26,8 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use nave_api::MultiClusterDeployment;
 use nave_e2e::rbac::{self, ApiRequest, Permission, ResourceRequest};
-use nave_e2e::{DEADLINE, Database, Env, fleet, mcd_with, wait_for};
+use nave_e2e::{DEADLINE, Database, Env, fleet};
+use nave_testkit::{Mcd, wait_for};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
@@ -1260,17 +1261,16 @@ async fn place_and_delete_a_workload(env: &Env) {
         json!({"metadata": {"name": "site-secret"}, "stringData": {"key": "s3cret"}}),
     )
     .await;
-    let extra = json!({"template": {"spec": {
-        "selector": {"matchLabels": {"app": "site"}},
-        "template": {"metadata": {"labels": {"app": "site"}}, "spec": {
-            "containers": [{"name": "app", "image": "nginx:1.27",
-                "envFrom": [{"configMapRef": {"name": "site-config"}},
-                            {"secretRef": {"name": "site-secret"}}],
-                "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}}}]}}}}});
     let mcds: Api<MultiClusterDeployment> = Api::namespaced(env.client.clone(), SHOP);
     mcds.create(
         &PostParams::default(),
-        &mcd_with(SHOP, "site", 4, json!({"policy": "spread"}), extra),
+        &Mcd::new("site")
+            .namespace(SHOP)
+            .replicas(4)
+            .policy("spread")
+            .env_from_config_map("site-config")
+            .env_from_secret("site-secret")
+            .build(),
     )
     .await
     .expect("MCD created");

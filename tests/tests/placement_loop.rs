@@ -8,7 +8,8 @@ use k8s_openapi::api::core::v1::{ConfigMap, Event, Service};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use nave_api::conditions::{reasons, types};
 use nave_api::{MultiClusterDeployment, MultiClusterService};
-use nave_e2e::{DEADLINE, Database, Env, fleet, mcd, mcd_with, placed, wait_for};
+use nave_e2e::{DEADLINE, Database, Env, fleet, placed};
+use nave_testkit::{Mcd, wait_for};
 use serde_json::json;
 
 const NS: &str = "default";
@@ -31,7 +32,11 @@ async fn apply_runs_replicas_where_the_policy_picks_and_status_sums_the_clusters
     mcds(&env)
         .create(
             &PostParams::default(),
-            &mcd(NS, "packed", 4, json!({"policy": "best-fit"})),
+            &Mcd::new("packed")
+                .namespace(NS)
+                .replicas(4)
+                .policy("best-fit")
+                .build(),
         )
         .await
         .expect("MCD created");
@@ -46,7 +51,11 @@ async fn apply_runs_replicas_where_the_policy_picks_and_status_sums_the_clusters
     mcds(&env)
         .create(
             &PostParams::default(),
-            &mcd(NS, "even", 6, json!({"policy": "spread"})),
+            &Mcd::new("even")
+                .namespace(NS)
+                .replicas(6)
+                .policy("spread")
+                .build(),
         )
         .await
         .expect("MCD created");
@@ -104,7 +113,7 @@ async fn scaling_up_and_down_is_steady() {
     let api = mcds(&env);
     api.create(
         &PostParams::default(),
-        &mcd(NS, "web", 3, json!({"policy": "spread"})),
+        &Mcd::new("web").namespace(NS).replicas(3).policy("spread").build(),
     )
     .await
     .expect("MCD created");
@@ -177,23 +186,16 @@ async fn the_service_and_configmap_follow_the_workload_and_delete_removes_everyt
         )
         .await
         .expect("ConfigMap created");
-    let extra = json!({"template": {"spec": {
-        "selector": {"matchLabels": {"app": "site"}},
-        "template": {"metadata": {"labels": {"app": "site"}}, "spec": {
-            "containers": [{"name": "app", "image": "nginx:1.27",
-                "envFrom": [{"configMapRef": {"name": "site-config"}}],
-                "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}}}]}}}}});
     // Two of three clusters: the third must get neither the Service nor the ConfigMap.
     mcds(&env)
         .create(
             &PostParams::default(),
-            &mcd_with(
-                NS,
-                "site",
-                4,
-                json!({"policy": "spread", "maxClusters": 2}),
-                extra,
-            ),
+            &Mcd::new("site")
+                .namespace(NS)
+                .replicas(4)
+                .placement(json!({"policy": "spread", "maxClusters": 2}))
+                .env_from_config_map("site-config")
+                .build(),
         )
         .await
         .expect("MCD created");
@@ -361,14 +363,19 @@ async fn the_service_and_configmap_follow_the_workload_and_delete_removes_everyt
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_override_changes_one_clusters_copy_only() {
     let env = env(3).await;
-    let extra = json!({"overrides": [{
+    let overrides = json!([{
         "clusters": ["us-east-1"],
         "patches": [{"op": "replace", "path": "/spec/template/spec/containers/0/image", "value": "nginx:1.27-alpine"}]
-    }]});
+    }]);
     mcds(&env)
         .create(
             &PostParams::default(),
-            &mcd_with(NS, "web", 3, json!({"policy": "spread"}), extra),
+            &Mcd::new("web")
+                .namespace(NS)
+                .replicas(3)
+                .policy("spread")
+                .overrides(overrides)
+                .build(),
         )
         .await
         .expect("MCD created");
@@ -406,11 +413,16 @@ async fn an_invalid_mcd_gets_a_condition_and_an_event_and_nothing_is_dispatched(
     let env = env(2).await;
     // Admitted by the CRD schema, refused by the hub: the override patches a path the rendered
     // Deployment does not have.
-    let extra = json!({"overrides": [{
+    let overrides = json!([{
         "clusters": ["eu-west-1"],
         "patches": [{"op": "replace", "path": "/spec/template/spec/containers/7/image", "value": "x"}]
-    }]});
-    let broken = mcd_with(NS, "broken", 2, json!({"policy": "spread"}), extra);
+    }]);
+    let broken = Mcd::new("broken")
+        .namespace(NS)
+        .replicas(2)
+        .policy("spread")
+        .overrides(overrides)
+        .build();
     mcds(&env)
         .create(&PostParams::default(), &broken)
         .await
@@ -495,19 +507,16 @@ async fn a_configmap_two_workloads_share_stays_until_the_last_one_goes() {
         )
         .await
         .expect("ConfigMap created");
-    let with_common = |app: &str| {
-        json!({"template": {"spec": {
-            "selector": {"matchLabels": {"app": app}},
-            "template": {"metadata": {"labels": {"app": app}}, "spec": {
-                "containers": [{"name": "app", "image": "nginx:1.27",
-                    "envFrom": [{"configMapRef": {"name": "common"}}],
-                    "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}}}]}}}}})
-    };
     for name in ["one", "two"] {
         mcds(&env)
             .create(
                 &PostParams::default(),
-                &mcd_with(NS, name, 1, json!({"policy": "spread"}), with_common(name)),
+                &Mcd::new(name)
+                    .namespace(NS)
+                    .replicas(1)
+                    .policy("spread")
+                    .env_from_config_map("common")
+                    .build(),
             )
             .await
             .expect("MCD created");
@@ -566,12 +575,11 @@ async fn labelling_a_workload_cluster_places_what_waited_for_it() {
     mcds(&env)
         .create(
             &PostParams::default(),
-            &mcd(
-                NS,
-                "gold",
-                2,
-                json!({"policy": "spread", "clusterSelector": {"matchLabels": {"tier": "gold"}}}),
-            ),
+            &Mcd::new("gold")
+                .namespace(NS)
+                .replicas(2)
+                .placement(json!({"policy": "spread", "clusterSelector": {"matchLabels": {"tier": "gold"}}}))
+                .build(),
         )
         .await
         .expect("MCD created");

@@ -8,8 +8,9 @@ use std::time::Duration;
 use k8s_openapi::api::apps::v1::Deployment;
 use kube::api::{Api, PostParams};
 use nave_api::{MultiClusterDeployment, WorkloadCluster};
-use nave_e2e::{DEADLINE, Database, Env, EnvOptions, mcd, placed, prometheus, wait_for};
+use nave_e2e::{DEADLINE, Database, Env, EnvOptions, placed, prometheus};
 use nave_sim::config::{CPU_USAGE_ANNOTATION, FleetConfig};
+use nave_testkit::{Mcd, wait_for};
 use serde_json::json;
 
 /// Two clusters of 2 nodes × 4 cores, 16Gi: `eu-west-1` and `us-east-1`.
@@ -141,7 +142,10 @@ async fn usage_from_prometheus_steers_worst_fit_and_requests_return_when_prometh
     let placement = json!({"policy": "worst-fit", "maxClusters": 1});
     mcds.create(
         &PostParams::default(),
-        &mcd("default", "steered", 2, placement.clone()),
+        &Mcd::new("steered")
+            .replicas(2)
+            .placement(placement.clone())
+            .build(),
     )
     .await
     .expect("steered created");
@@ -166,9 +170,12 @@ async fn usage_from_prometheus_steers_worst_fit_and_requests_return_when_prometh
         }
     })
     .await;
-    mcds.create(&PostParams::default(), &mcd("default", "blind", 2, placement))
-        .await
-        .expect("blind created");
+    mcds.create(
+        &PostParams::default(),
+        &Mcd::new("blind").replicas(2).placement(placement).build(),
+    )
+    .await
+    .expect("blind created");
     let blind = env.wait_rolled_out("default", "blind", 2).await;
     let why = explanation(&env, "blind").await;
     assert_eq!(

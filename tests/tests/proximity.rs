@@ -9,8 +9,9 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use nave_api::MultiClusterDeployment;
 use nave_api::wire::WORKLOAD_LABEL;
-use nave_e2e::{DEADLINE, Database, Env, mcd, placed, wait_for};
+use nave_e2e::{DEADLINE, Database, Env, placed};
 use nave_sim::config::{ClusterConfig, Coordinates, FleetConfig, Link, NetworkConfig, NodePool};
+use nave_testkit::{Mcd, wait_for};
 use serde_json::{Value, json};
 
 const NS: &str = "default";
@@ -98,7 +99,14 @@ fn ranked(explanation: &str, rank: u32, millis: f64) -> bool {
 /// Creates the MCD `name` of 8 replicas with `placement`, waits until it runs, and returns where.
 async fn roll_out(env: &Env, name: &str, placement: &Value) -> BTreeMap<String, i32> {
     Api::<MultiClusterDeployment>::namespaced(env.client.clone(), NS)
-        .create(&PostParams::default(), &mcd(NS, name, 8, placement.clone()))
+        .create(
+            &PostParams::default(),
+            &Mcd::new(name)
+                .namespace(NS)
+                .replicas(8)
+                .placement(placement.clone())
+                .build(),
+        )
         .await
         .expect("MCD created");
     placed(&env.wait_rolled_out(NS, name, 8).await)

@@ -8,7 +8,8 @@ use k8s_openapi::api::apps::v1::Deployment;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use nave_api::MultiClusterDeployment;
 use nave_api::wire::MANAGED_BY_LABEL;
-use nave_e2e::{Database, Env, fleet, mcd, placed};
+use nave_e2e::{Database, Env, fleet, placed};
+use nave_testkit::Mcd;
 use serde_json::json;
 
 const NS: &str = "default";
@@ -46,7 +47,7 @@ async fn an_agent_restart_loses_nothing_and_duplicates_nothing() {
     let api: Api<MultiClusterDeployment> = Api::namespaced(env.client.clone(), NS);
     api.create(
         &PostParams::default(),
-        &mcd(NS, "web", 4, json!({"policy": "spread"})),
+        &Mcd::new("web").namespace(NS).replicas(4).policy("spread").build(),
     )
     .await
     .expect("MCD created");
@@ -80,7 +81,11 @@ async fn hub_restart(database: Database) {
     for (name, replicas) in [("web", 6), ("api", 3), ("batch", 2)] {
         api.create(
             &PostParams::default(),
-            &mcd(NS, name, replicas, json!({"policy": "spread"})),
+            &Mcd::new(name)
+                .namespace(NS)
+                .replicas(replicas)
+                .policy("spread")
+                .build(),
         )
         .await
         .expect("MCD created");

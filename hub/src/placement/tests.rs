@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use nave_api::wire::{ObjectStatus, PendingPod, StatusReport};
+use nave_testkit::Mcd;
 use serde_json::json;
 
 use super::*;
@@ -15,32 +16,19 @@ fn web() -> WorkloadRef {
     WorkloadRef::new("shop", "web")
 }
 
-/// `replicas` of 1 CPU under `policy`, with `placement` merged into `spec.placement`.
+/// `replicas` of 1 CPU, worst-fit, with `placement` merged into `spec.placement`.
 fn mcd(replicas: i64, placement: serde_json::Value) -> MultiClusterDeployment {
     let mut placement_spec = json!({"policy": "worst-fit"});
     for (k, v) in placement.as_object().into_iter().flatten() {
         placement_spec[k] = v.clone();
     }
-    serde_json::from_value(json!({
-        "apiVersion": "nave.dev/v1alpha1",
-        "kind": "MultiClusterDeployment",
-        "metadata": {"name": "web", "namespace": "shop", "generation": 1},
-        "spec": {
-            "replicas": replicas,
-            "placement": placement_spec,
-            "template": {"spec": {
-                "selector": {"matchLabels": {"app": "web"}},
-                "template": {
-                    "metadata": {"labels": {"app": "web"}},
-                    "spec": {"containers": [{
-                        "name": "app", "image": "nginx:1.27",
-                        "resources": {"requests": {"cpu": "1"}}
-                    }]}
-                }
-            }}
-        }
-    }))
-    .unwrap()
+    Mcd::new("web")
+        .namespace("shop")
+        .generation(1)
+        .replicas(replicas)
+        .placement(placement_spec)
+        .requests(json!({"cpu": "1"}))
+        .build()
 }
 
 fn previous(assignment: &[(&str, u32)]) -> Previous {

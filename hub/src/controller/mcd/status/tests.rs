@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 
 use nave_api::wire::{ObjectStatus, StatusReport};
 use nave_policies::{Ledger, decide};
+use nave_testkit::Mcd;
 use serde_json::json;
 
 use super::*;
@@ -13,22 +14,15 @@ fn web() -> WorkloadRef {
     WorkloadRef::new("shop", "web")
 }
 
+/// `replicas` under `placement`, no resource requests, at generation 3.
 fn mcd(replicas: i64, placement: serde_json::Value) -> MultiClusterDeployment {
-    serde_json::from_value(json!({
-        "apiVersion": "nave.dev/v1alpha1",
-        "kind": "MultiClusterDeployment",
-        "metadata": {"name": "web", "namespace": "shop", "generation": 3},
-        "spec": {
-            "replicas": replicas,
-            "placement": placement,
-            "template": {"spec": {
-                "selector": {"matchLabels": {"app": "web"}},
-                "template": {"metadata": {"labels": {"app": "web"}},
-                             "spec": {"containers": [{"name": "app", "image": "nginx:1.27"}]}}
-            }}
-        }
-    }))
-    .unwrap()
+    Mcd::new("web")
+        .namespace("shop")
+        .generation(3)
+        .replicas(replicas)
+        .placement(placement)
+        .requests(json!({}))
+        .build()
 }
 
 /// `(ready, pending)` of web's Deployment per cluster.
