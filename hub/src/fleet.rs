@@ -30,6 +30,7 @@ use crate::network::Network;
 use crate::placement::{Inputs, Pending, Previous, Reports, Valid, inputs};
 use crate::store::ClusterRecord;
 use crate::usage::{Usage, UsageCache};
+use crate::watch::Ready;
 
 /// Every cluster the hub knows of, at one instant.
 #[derive(Debug)]
@@ -100,6 +101,8 @@ impl FleetView {
 pub struct Sources {
     /// The WorkloadCluster objects, kept by a reflector ([`crate::watch`]).
     pub objects: reflector::Store<WorkloadCluster>,
+    /// Whether `objects` has been listed once.
+    pub objects_ready: Ready,
     /// Cluster records, agents' reports, Pending pods, bookings, round trips.
     pub index: Arc<Index>,
     /// The fleet's health as the health loop last saw it.
@@ -163,10 +166,7 @@ impl Sources {
     /// Waits until the WorkloadClusters have been listed once (at start-up), so that nothing
     /// plans or answers on a fleet that only looks empty.
     pub async fn ready(&self) -> Result<(), Error> {
-        self.objects
-            .wait_until_ready()
-            .await
-            .map_err(|_| Error::NotWatching("WorkloadClusters"))
+        self.objects_ready.wait("WorkloadClusters").await
     }
 
     /// The fleet now: every registered cluster and every WorkloadCluster, with measured usage

@@ -182,6 +182,7 @@ pub async fn run_until(args: RunArgs, shutdown: CancellationToken) -> Result<(),
     let (watched, watching) = watch::start(client.clone(), trigger.clone(), shutdown.clone());
     let sources = Sources {
         objects: watched.clusters.clone(),
+        objects_ready: watched.clusters_ready.clone(),
         index: index.clone(),
         health: health.clone(),
         usage: usage.clone(),

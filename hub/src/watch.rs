@@ -21,6 +21,7 @@ use kube::runtime::reflector::{self, Store};
 use kube::runtime::watcher::{self, Event};
 use nave_api::wire::WorkloadRef;
 use nave_api::{MultiClusterService, WorkloadCluster};
+use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use crate::error::Error;
@@ -31,8 +32,36 @@ use crate::signals::ReconcileTrigger;
 pub struct Watched {
     /// Every WorkloadCluster.
     pub clusters: Store<WorkloadCluster>,
+    /// Whether `clusters` has been listed once.
+    pub clusters_ready: Ready,
     /// Every MultiClusterService.
     pub services: Store<MultiClusterService>,
+    /// Whether `services` has been listed once.
+    pub services_ready: Ready,
+}
+
+/// Whether a reflector has listed its objects once. Kept in a `watch` channel rather than read
+/// from the reflector store's own `wait_until_ready`, which wakes only the last of several
+/// callers waiting at once: at start-up the reconciles and the REST handlers all wait together,
+/// and the others would wait forever.
+#[derive(Clone, Debug)]
+pub struct Ready(watch::Receiver<bool>);
+
+impl Ready {
+    /// Ready now (for a store filled by hand, as in tests).
+    pub fn now() -> Ready {
+        Ready(watch::channel(true).1)
+    }
+
+    /// Waits until the reflector has listed once; `Err` when it stopped before (shutdown).
+    pub async fn wait(&self, what: &'static str) -> Result<(), Error> {
+        let mut ready = self.0.clone();
+        ready
+            .wait_for(|listed| *listed)
+            .await
+            .map(drop)
+            .map_err(|_| Error::NotWatching(what))
+    }
 }
 
 impl std::fmt::Debug for Watched {
@@ -48,15 +77,8 @@ impl Watched {
     /// Waits until both reflectors have listed once, so that a reconcile never plans on an
     /// empty fleet only because the hub has just started.
     pub async fn ready(&self) -> Result<(), Error> {
-        self.clusters
-            .wait_until_ready()
-            .await
-            .map_err(|_| Error::NotWatching("WorkloadClusters"))?;
-        self.services
-            .wait_until_ready()
-            .await
-            .map_err(|_| Error::NotWatching("MultiClusterServices"))?;
-        Ok(())
+        self.clusters_ready.wait("WorkloadClusters").await?;
+        self.services_ready.wait("MultiClusterServices").await
     }
 
     /// The MultiClusterServices in `workload`'s namespace that follow it.
@@ -84,7 +106,14 @@ pub fn start(
 ) -> (Watched, impl Future<Output = ()> + Send) {
     let (clusters, cluster_writer) = reflector::store();
     let (services, service_writer) = reflector::store();
-    let watched = Watched { clusters, services };
+    let (clusters_listed, clusters_ready) = watch::channel(false);
+    let (services_listed, services_ready) = watch::channel(false);
+    let watched = Watched {
+        clusters,
+        clusters_ready: Ready(clusters_ready),
+        services,
+        services_ready: Ready(services_ready),
+    };
     let cluster_trigger = trigger.clone();
     let cluster_events = reflector::reflector(
         cluster_writer,
@@ -105,6 +134,10 @@ pub fn start(
     let run = async move {
         let mut edits = ClusterEdits::default();
         let clusters = cluster_events.for_each(|event| {
+            // The reflector has applied the event to its store before passing it on.
+            if let Ok(Event::InitDone) = event {
+                clusters_listed.send_replace(true);
+            }
             if let Ok(event) = event
                 && edits.changed(&event)
             {
@@ -113,6 +146,9 @@ pub fn start(
             futures::future::ready(())
         });
         let services = service_events.for_each(|event| {
+            if let Ok(Event::InitDone) = event {
+                services_listed.send_replace(true);
+            }
             if let Ok(Event::Apply(mcs) | Event::Delete(mcs) | Event::InitApply(mcs)) = event
                 && let (Some(namespace), Some(name)) = (mcs.namespace(), mcs.spec.deployment.clone())
             {
@@ -168,6 +204,35 @@ mod tests {
         object.metadata.generation = Some(generation);
         object.metadata.labels = Some([("tier".to_owned(), label.to_owned())].into());
         object
+    }
+
+    #[tokio::test]
+    async fn every_caller_waiting_for_the_first_list_wakes_not_only_the_last() {
+        let (listed, ready) = watch::channel(false);
+        let ready = Ready(ready);
+        let waiters: Vec<_> = (0..8)
+            .map(|_| {
+                let ready = ready.clone();
+                tokio::spawn(async move { ready.wait("WorkloadClusters").await })
+            })
+            .collect();
+        tokio::task::yield_now().await;
+        listed.send_replace(true);
+        for waiter in waiters {
+            tokio::time::timeout(std::time::Duration::from_secs(5), waiter)
+                .await
+                .expect("each of the waiters wakes")
+                .unwrap()
+                .expect("ready");
+        }
+        drop(listed);
+        assert!(ready.wait("WorkloadClusters").await.is_ok(), "ready stays ready");
+        let (never, not_ready) = watch::channel(false);
+        drop(never);
+        assert!(
+            Ready(not_ready).wait("WorkloadClusters").await.is_err(),
+            "stopped before listing"
+        );
     }
 
     #[test]

@@ -902,6 +902,7 @@ async fn rest_api_serves_clusters_placements_history_and_simulations_as_document
     let (objects, _writer) = kube::runtime::reflector::store();
     let sources = nave_hub::fleet::Sources {
         objects,
+        objects_ready: nave_hub::watch::Ready::now(),
         index: Arc::new(nave_hub::index::Index::empty(store.clone())),
         health: Arc::default(),
         usage: Arc::default(),
