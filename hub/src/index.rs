@@ -27,8 +27,9 @@ use serde_json::Value;
 
 use crate::error::Error;
 use crate::network::Network;
+use crate::placement::reports::counted_replicas;
 use crate::placement::stored::StoredDecision;
-use crate::placement::{Pending, Reports, deployment_status};
+use crate::placement::{Pending, Reports};
 use crate::store::{ClusterRecord, PlacementRecord, Store, WorkStatus, WorkWrite};
 
 /// The replicas a workload's placement assigns, and what each needs: the ledger's input.
@@ -267,8 +268,9 @@ impl Index {
         self.settle(workload, true);
     }
 
-    /// The room replicas take before their agents report them running: every booking, each
-    /// cluster's replicas minus those its agent reported ready or pending. The workload being
+    /// The room replicas take that their agents' capacity reports do not count yet: every
+    /// booking, each cluster's replicas minus those its agent reported ready there (Pending ones
+    /// keep their reservation, see [`counted_replicas`]). The workload being
     /// decided is included: its own replicas that do not run yet take room too, or a move would
     /// count the same free room twice.
     pub fn ledger(&self, reports: &Reports) -> Ledger {
@@ -276,15 +278,12 @@ impl Index {
         let bookings = self.bookings.read().unwrap_or_else(|e| e.into_inner());
         for (other, booking) in bookings.iter() {
             for (cluster, &assigned) in &booking.replicas {
-                let running = deployment_status(reports.get(cluster).map(Arc::as_ref), other)
-                    .map_or(0, |(ready, _, pending)| {
-                        u32::try_from(ready.saturating_add(pending)).unwrap_or(0)
-                    });
+                let counted = counted_replicas(reports.get(cluster).map(Arc::as_ref), other);
                 ledger.reserve(
                     cluster,
                     &other.to_string(),
                     &booking.demand,
-                    assigned.saturating_sub(running),
+                    assigned.saturating_sub(counted),
                 );
             }
         }

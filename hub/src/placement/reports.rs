@@ -26,3 +26,13 @@ pub fn deployment_status(report: Option<&StatusReport>, workload: &WorkloadRef) 
             .map_or(0, |p| i32::try_from(p).unwrap_or(i32::MAX)),
     ))
 }
+
+/// How many of the workload's replicas in one cluster its agent's capacity report already counts
+/// as requested: the ready ones, whose pods are certainly bound to a node. A Pending pod takes no
+/// room in the report, yet its replica is assigned there: it keeps its reservation, or the cluster
+/// looks as if it had the room the Pending pod is waiting for and is given more replicas that
+/// wait too. A pod bound but not ready yet is counted twice for a moment, which errs on the side
+/// of room.
+pub fn counted_replicas(report: Option<&StatusReport>, workload: &WorkloadRef) -> u32 {
+    deployment_status(report, workload).map_or(0, |(ready, _, _)| u32::try_from(ready).unwrap_or(0))
+}
