@@ -62,6 +62,8 @@ pub struct Index {
     bookings: RwLock<BTreeMap<WorkloadRef, Booking>>,
     /// Workloads whose placement may change when capacity changes (see [`Index::settle`]).
     unsettled: Mutex<BTreeSet<WorkloadRef>>,
+    /// See [`Index::planning`].
+    planning: Mutex<()>,
     /// Measured round trips, probe URLs and network coordinates.
     network: Network,
     /// Each cluster's work set; the lock serializes their read-modify-write, since several
@@ -117,6 +119,7 @@ impl Index {
             pending: RwLock::default(),
             bookings: RwLock::new(bookings),
             unsettled: Mutex::default(),
+            planning: Mutex::default(),
             network,
             work: tokio::sync::Mutex::new(WorkSets {
                 store,
@@ -133,6 +136,7 @@ impl Index {
             pending: RwLock::default(),
             bookings: RwLock::default(),
             unsettled: Mutex::default(),
+            planning: Mutex::default(),
             network: Network::default(),
             work: tokio::sync::Mutex::new(WorkSets {
                 store,
@@ -251,12 +255,27 @@ impl Index {
         self.pending.read().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
-    /// Records what `workload`'s placement now books (after it was stored).
-    pub fn book(&self, workload: &WorkloadRef, booking: Booking) {
+    /// Records what `workload`'s placement now books, and returns what it booked before.
+    pub fn book(&self, workload: &WorkloadRef, booking: Booking) -> Option<Booking> {
         self.bookings
             .write()
             .unwrap_or_else(|e| e.into_inner())
-            .insert(workload.clone(), booking);
+            .insert(workload.clone(), booking)
+    }
+
+    /// Puts back what [`Index::book`] returned, when the placement it booked was not stored.
+    pub fn rebook(&self, workload: &WorkloadRef, before: Option<Booking>) {
+        let mut bookings = self.bookings.write().unwrap_or_else(|e| e.into_inner());
+        match before {
+            Some(booking) => bookings.insert(workload.clone(), booking),
+            None => bookings.remove(workload),
+        };
+    }
+
+    /// Held from reading the ledger to booking a decision: one plan at a time sees every booking
+    /// made before it. Plans are pure and in memory, so the lock is held for microseconds.
+    pub fn planning(&self) -> std::sync::MutexGuard<'_, ()> {
+        self.planning.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Forgets `workload` (its placement was deleted).

@@ -211,11 +211,20 @@ async fn apply(mcd: Arc<MultiClusterDeployment>, ctx: &Context) -> Result<Action
             decision: StoredDecision::from_json(&p.decision),
             generation: p.generation,
         });
-    let gathered = ctx.sources.gather(previous);
-
-    // Plan.
-    let inputs = gathered.inputs(&workload, &mcd, &valid);
-    let planned = ctx.metrics.time_scheduling(|| placement::plan(&inputs));
+    // Gather, plan and book under the planning lock, so that workloads reconciled at once do not
+    // read the ledger before each other's bookings and are not given the same room. All three
+    // are in memory; the store write follows, and a failed write takes the booking back.
+    let (gathered, planned, booked_before) = {
+        let _planning = ctx.sources.index.planning();
+        let gathered = ctx.sources.gather(previous);
+        let inputs = gathered.inputs(&workload, &mcd, &valid);
+        let planned = ctx.metrics.time_scheduling(|| placement::plan(&inputs));
+        let before = ctx
+            .sources
+            .index
+            .book(&workload, crate::index::Booking::of_stored(&planned.stored));
+        (gathered, planned, before)
+    };
     let decision = &planned.decision;
     debug!(assignment = ?decision.assignment, unplaced = decision.unplaced, "decided");
 
@@ -232,11 +241,15 @@ async fn apply(mcd: Arc<MultiClusterDeployment>, ctx: &Context) -> Result<Action
             reason: planned.reason.clone(),
             at: gathered.view.now,
         })
-        .await
-        .map_err(Error::store("storing the placement"))?;
-    let booking = crate::index::Booking::of_stored(&planned.stored);
-    let dispatched = booking.replicas.clone();
-    ctx.sources.index.book(&workload, booking);
+        .await;
+    let written = match written {
+        Ok(written) => written,
+        Err(source) => {
+            ctx.sources.index.rebook(&workload, booked_before);
+            return Err(Error::store("storing the placement")(source));
+        }
+    };
+    let dispatched = planned.dispatched();
 
     // Render every cluster's share.
     let mut rendered: BTreeMap<String, Vec<Value>> = BTreeMap::new();
