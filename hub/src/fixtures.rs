@@ -1,5 +1,8 @@
 //! Builders shared by the hub's unit tests.
 
+use std::sync::Arc;
+
+use nave_api::wire::{ObjectStatus, StatusReport, WorkloadRef};
 use nave_policies::{
     Capacity, CapacityModel, Cluster, Demand, Fleet, Node, NodeGroup, Policy, Request, Resources, Strategy,
 };
@@ -42,4 +45,28 @@ pub(crate) fn request(replicas: u32, current: &[(&str, u32)]) -> Request {
     };
     Request::new(replicas, Demand::new(1000, 0), policy)
         .with_current(current.iter().map(|(c, n)| ((*c).to_owned(), *n)).collect())
+}
+
+/// Agents' reports in which `workload`'s Deployment has, per cluster, `ready` ready (and
+/// available) replicas and `pending` Pending pods.
+pub(crate) fn reports(workload: &WorkloadRef, clusters: &[(&str, i32, u32)]) -> crate::placement::Reports {
+    clusters
+        .iter()
+        .map(|(cluster, ready, pending)| {
+            let report = StatusReport {
+                objects: vec![ObjectStatus {
+                    kind: "Deployment".to_owned(),
+                    namespace: Some(workload.namespace.clone()),
+                    name: workload.name.clone(),
+                    workload: Some(workload.clone()),
+                    ready_replicas: Some(*ready),
+                    available_replicas: Some(*ready),
+                    pending_pods: Some(*pending),
+                    ..ObjectStatus::default()
+                }],
+                ..StatusReport::default()
+            };
+            ((*cluster).to_owned(), Arc::new(report))
+        })
+        .collect()
 }

@@ -4,12 +4,13 @@
 use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use nave_api::wire::{ObjectStatus, PendingPod, StatusReport};
+use nave_api::wire::PendingPod;
 use nave_testkit::Mcd;
 use serde_json::json;
 
 use super::*;
 use crate::cluster_health::FailedOver;
+use crate::fixtures;
 use crate::fixtures::{at, cluster, fleet};
 
 fn web() -> WorkloadRef {
@@ -43,29 +44,6 @@ fn previous(assignment: &[(&str, u32)]) -> Previous {
         },
         generation: 1,
     }
-}
-
-/// Reports where `web` runs `running` ready replicas and `pending` Pending ones per cluster.
-fn reports(clusters: &[(&str, i32, u32)]) -> Reports {
-    clusters
-        .iter()
-        .map(|(cluster, ready, pending)| {
-            let report = StatusReport {
-                objects: vec![ObjectStatus {
-                    kind: "Deployment".to_owned(),
-                    namespace: Some("shop".to_owned()),
-                    name: "web".to_owned(),
-                    workload: Some(web()),
-                    ready_replicas: Some(*ready),
-                    available_replicas: Some(*ready),
-                    pending_pods: Some(*pending),
-                    ..ObjectStatus::default()
-                }],
-                ..StatusReport::default()
-            };
-            ((*cluster).to_owned(), Arc::new(report))
-        })
-        .collect()
 }
 
 fn stuck_pods(cluster: &str, count: u32, since: i64) -> Pending {
@@ -157,7 +135,7 @@ fn stuck_replicas_past_the_pending_timeout_are_rescheduled_with_a_move_held_unti
         fleet(vec![cluster("eu-1", 2), cluster("us-1", 8)]),
     );
     world.previous = Some(previous(&[("eu-1", 2), ("us-1", 2)]));
-    world.reports = reports(&[("eu-1", 1, 1), ("us-1", 2, 0)]);
+    world.reports = fixtures::reports(&web(), &[("eu-1", 1, 1), ("us-1", 2, 0)]);
     world.pending = stuck_pods("eu-1", 1, 0);
     let planned = world.plan();
     assert_eq!(planned.trigger, moves::TRIGGER_RESCHEDULE, "{}", planned.reason);
@@ -200,7 +178,7 @@ fn burst_replicas_come_back_when_regular_clusters_have_room() {
     burst.burst_only = true;
     let mut world = World::new(mcd(4, json!({})), fleet(vec![cluster("eu-1", 8), burst]));
     world.previous = Some(previous(&[("eu-1", 2), ("burst", 2)]));
-    world.reports = reports(&[("eu-1", 2, 0), ("burst", 2, 0)]);
+    world.reports = fixtures::reports(&web(), &[("eu-1", 2, 0), ("burst", 2, 0)]);
     let planned = world.plan();
     assert_eq!(planned.trigger, moves::TRIGGER_RETRACT, "{}", planned.reason);
     assert_eq!(

@@ -1,7 +1,12 @@
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use nave_api::wire::{ObjectStatus, StatusReport};
 
 use super::*;
+
+/// Reports where `web`'s Deployment has `ready` replicas in each cluster.
+fn ready(clusters: &[(&str, i32)]) -> Reports {
+    let clusters: Vec<(&str, i32, u32)> = clusters.iter().map(|(c, n)| (*c, *n, 0)).collect();
+    crate::fixtures::reports(&web(), &clusters)
+}
 use crate::fixtures::{at, cluster, fleet, request};
 
 fn web() -> WorkloadRef {
@@ -17,27 +22,6 @@ fn pending(workload: &WorkloadRef, since: i64, message: &str) -> PendingPod {
         message: message.to_owned(),
         since: Some(Time(at(since))),
     }
-}
-
-/// Reports where `web`'s Deployment has `ready` replicas in each cluster.
-fn ready(clusters: &[(&str, i32)]) -> Reports {
-    clusters
-        .iter()
-        .map(|(cluster, ready)| {
-            let report = StatusReport {
-                objects: vec![ObjectStatus {
-                    kind: "Deployment".to_owned(),
-                    namespace: Some("shop".to_owned()),
-                    name: "web".to_owned(),
-                    workload: Some(web()),
-                    ready_replicas: Some(*ready),
-                    ..ObjectStatus::default()
-                }],
-                ..StatusReport::default()
-            };
-            ((*cluster).to_owned(), Arc::new(report))
-        })
-        .collect()
 }
 
 fn annotated(adapt: &Adapt) -> StoredDecision {

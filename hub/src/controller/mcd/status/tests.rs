@@ -2,12 +2,12 @@
 
 use std::collections::BTreeMap;
 
-use nave_api::wire::{ObjectStatus, StatusReport};
 use nave_policies::{Ledger, decide};
 use nave_testkit::Mcd;
 use serde_json::json;
 
 use super::*;
+use crate::fixtures;
 use crate::fixtures::{at, cluster, fleet, request};
 
 fn web() -> WorkloadRef {
@@ -23,29 +23,6 @@ fn mcd(replicas: i64, placement: serde_json::Value) -> MultiClusterDeployment {
         .placement(placement)
         .requests(json!({}))
         .build()
-}
-
-/// `(ready, pending)` of web's Deployment per cluster.
-fn reports(clusters: &[(&str, i32, u32)]) -> Reports {
-    clusters
-        .iter()
-        .map(|(cluster, ready, pending)| {
-            let report = StatusReport {
-                objects: vec![ObjectStatus {
-                    kind: "Deployment".to_owned(),
-                    namespace: Some("shop".to_owned()),
-                    name: "web".to_owned(),
-                    workload: Some(web()),
-                    ready_replicas: Some(*ready),
-                    available_replicas: Some(*ready),
-                    pending_pods: Some(*pending),
-                    ..ObjectStatus::default()
-                }],
-                ..StatusReport::default()
-            };
-            ((*cluster).to_owned(), Arc::new(report))
-        })
-        .collect()
 }
 
 struct Case {
@@ -90,7 +67,7 @@ impl Case {
             .iter()
             .map(|(c, n)| (c.as_str(), i32::try_from(*n).unwrap(), 0))
             .collect();
-        self.reports = reports(&running);
+        self.reports = fixtures::reports(&web(), &running);
         self
     }
 }
@@ -157,7 +134,7 @@ fn full_clusters_are_insufficient_capacity_and_no_clusters_are_no_eligible_clust
 #[test]
 fn pending_pods_missing_dependencies_and_silent_clusters_degrade_the_workload() {
     let mut pending = Case::new(2, vec![cluster("eu-1", 8)]);
-    pending.reports = reports(&[("eu-1", 1, 1)]);
+    pending.reports = fixtures::reports(&web(), &[("eu-1", 1, 1)]);
     let status = pending.status();
     assert_eq!(reason(&status, types::DEGRADED), reasons::PODS_PENDING);
     assert_eq!(status.pending_replicas, 1);
