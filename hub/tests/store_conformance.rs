@@ -14,8 +14,8 @@ use std::time::Duration;
 
 use jiff::{SignedDuration, Timestamp};
 use nave_hub::store::{
-    self, Backend, ClusterRecord, ClusterUpsert, Coordinates, HeartbeatRetention, HistoryQuery, NewHeartbeat,
-    PgStore, PlacementUpdate, Store, StoreErrorKind, WorkStatus,
+    self, Backend, ClusterRecord, ClusterUpsert, Coordinates, HeartbeatRetention, HistoryQuery,
+    HistoryRetention, NewHeartbeat, PgStore, PlacementUpdate, Store, StoreErrorKind, WorkStatus,
 };
 use serde_json::{Value, json};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
@@ -192,6 +192,7 @@ conformance!(
     token_of_one_cluster_never_resolves_to_another,
     heartbeats_are_recorded_and_pruned,
     placement_put_get_and_history_newest_first_with_filters_and_pages,
+    history_is_pruned_per_workload_keeping_the_newest,
     work_revision_bumps_only_on_change_and_survives_reconnect,
     work_status_round_trips,
     concurrent_put_work_yields_distinct_increasing_revisions,
@@ -613,6 +614,72 @@ mod cases {
             .await
             .expect_err("unknown cluster");
         assert_eq!(error.kind(), StoreErrorKind::UnknownCluster, "error: {error:?}");
+        store.close().await.expect("close");
+    }
+
+    pub async fn history_is_pruned_per_workload_keeping_the_newest(db: TestDb) {
+        let store = db.open().await;
+        // web changes at 0, 10, ..., 50; api at 0 and 10.
+        for i in 0..6 {
+            let decision = json!({"assignment": {"eu-1": i + 1}});
+            store
+                .put_placement(&placement("default", "web", t(i * 10), decision))
+                .await
+                .expect("put web");
+        }
+        for i in 0..2 {
+            let decision = json!({"assignment": {"eu-1": i + 1}});
+            store
+                .put_placement(&placement("default", "api", t(i * 10), decision))
+                .await
+                .expect("put api");
+        }
+        let history = |name: &'static str| {
+            let store = store.clone();
+            async move {
+                store
+                    .placement_history(&HistoryQuery {
+                        namespace: Some("default".to_owned()),
+                        name: Some(name.to_owned()),
+                        limit: 100,
+                        ..HistoryQuery::default()
+                    })
+                    .await
+                    .expect("history")
+                    .entries
+                    .iter()
+                    .map(|e| e.at)
+                    .collect::<Vec<Timestamp>>()
+            }
+        };
+        // Keep each workload's newest 2, or anything from t(30) on.
+        let deleted = store
+            .prune_history(HistoryRetention {
+                keep_last: 2,
+                keep_newer_than: Some(t(30)),
+            })
+            .await
+            .expect("prune");
+        assert_eq!(deleted, 3, "web's 0, 10 and 20 go; api keeps both");
+        assert_eq!(history("web").await, [t(50), t(40), t(30)]);
+        assert_eq!(history("api").await, [t(10), t(0)]);
+        let deleted = store
+            .prune_history(HistoryRetention {
+                keep_last: 1,
+                keep_newer_than: None,
+            })
+            .await
+            .expect("prune by count");
+        assert_eq!(deleted, 2 + 1);
+        assert_eq!(history("web").await, [t(50)]);
+        assert!(
+            store
+                .get_placement("default", "web")
+                .await
+                .expect("get")
+                .is_some(),
+            "the current placement is not history: it stays"
+        );
         store.close().await.expect("close");
     }
 

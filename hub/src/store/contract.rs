@@ -62,6 +62,9 @@ pub trait Store: Send + Sync + fmt::Debug {
     /// Deletes the heartbeats `retention` does not keep; returns how many.
     fn prune_heartbeats(&self, retention: HeartbeatRetention) -> StoreFuture<'_, u64>;
 
+    /// Deletes placement history outside `retention`; returns how many entries were deleted.
+    fn prune_history(&self, retention: HistoryRetention) -> StoreFuture<'_, u64>;
+
     /// Stores an MCD's placement decision. A history entry is written only when the decision
     /// differs from the stored one (compared as canonical JSON), or the MCD is new or re-created
     /// (its uid changed); otherwise only the generation and `updated_at` move.
@@ -131,6 +134,8 @@ pub enum StoreOp {
     RecordHeartbeat,
     ListHeartbeats,
     PruneHeartbeats,
+    /// [`Store::prune_history`].
+    PruneHistory,
     PutPlacement,
     GetPlacement,
     ListPlacements,
@@ -157,6 +162,7 @@ impl StoreOp {
             StoreOp::RecordHeartbeat => "record_heartbeat",
             StoreOp::ListHeartbeats => "list_heartbeats",
             StoreOp::PruneHeartbeats => "prune_heartbeats",
+            StoreOp::PruneHistory => "prune_history",
             StoreOp::PutPlacement => "put_placement",
             StoreOp::GetPlacement => "get_placement",
             StoreOp::ListPlacements => "list_placements",

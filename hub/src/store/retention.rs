@@ -1,8 +1,15 @@
-//! Heartbeats are history, not state: each cluster's newest ones feed placement and the REST API
-//! (through the index and `list_heartbeats(cluster, 1)`), older ones only fill the volume. One
-//! cluster of 5,000 nodes sends about 1 MB every 10 s, so without pruning the default 1 GiB
-//! volume fills in hours. This loop keeps each cluster's newest [`Retention::keep_last`] and
-//! everything younger than [`Retention::keep_for`], and deletes the rest on a timer.
+//! Heartbeats and placement history are records, not state, and without pruning they only grow.
+//!
+//! - **Heartbeats**: each cluster's newest ones feed placement and the REST API (through the
+//!   index and `list_heartbeats(cluster, 1)`), older ones only fill the volume. One cluster of
+//!   5,000 nodes sends about 1 MB every 10 s, so the default 1 GiB volume would fill in hours.
+//!   Kept: each cluster's newest [`Retention::keep_last`] and everything younger than
+//!   [`Retention::keep_for`].
+//! - **Placement history**: what `GET .../history` pages through. Kept: each workload's newest
+//!   [`Retention::history_keep_last`] entries and everything younger than
+//!   [`Retention::history_keep_for`]; a workload that flaps cannot fill the store.
+//!
+//! The loop deletes the rest on a timer.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,7 +18,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
 use super::contract::Store;
-use super::types::HeartbeatRetention;
+use super::types::{HeartbeatRetention, HistoryRetention};
 
 /// What the loop keeps, and how often it looks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -21,6 +28,10 @@ pub struct Retention {
     pub keep_last: u32,
     /// Every heartbeat younger than this is kept.
     pub keep_for: Duration,
+    /// Each workload's newest history entries kept whatever their age.
+    pub history_keep_last: u32,
+    /// Every history entry younger than this is kept.
+    pub history_keep_for: Duration,
     /// Time between two prunes.
     pub every: Duration,
 }
@@ -30,13 +41,15 @@ impl Default for Retention {
         Retention {
             keep_last: 5,
             keep_for: Duration::from_secs(15 * 60),
+            history_keep_last: 100,
+            history_keep_for: Duration::from_secs(30 * 24 * 3600),
             every: Duration::from_secs(60),
         }
     }
 }
 
-/// Prunes `store`'s heartbeats by `retention` until `shutdown`; a failed prune is logged and
-/// tried again at the next tick (the store may be away for a while).
+/// Prunes `store`'s heartbeats and placement history by `retention` until `shutdown`; a failed
+/// prune is logged and tried again at the next tick (the store may be away for a while).
 pub async fn run(store: Arc<dyn Store>, retention: Retention, shutdown: CancellationToken) {
     let mut ticks = tokio::time::interval(retention.every);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -99,6 +112,7 @@ mod tests {
             keep_last: 3,
             keep_for: Duration::from_secs(60),
             every: Duration::from_millis(20),
+            ..Retention::default()
         };
         let pruner = tokio::spawn(run(store.clone(), retention, shutdown.clone()));
         let deadline = tokio::time::Instant::now() + Duration::from_secs(10);

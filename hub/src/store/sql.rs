@@ -384,6 +384,26 @@ where
         })
     }
 
+    fn prune_history(&self, retention: HistoryRetention) -> StoreFuture<'_, u64> {
+        Box::pin(async move {
+            const OP: StoreOp = StoreOp::PruneHistory;
+            let done = sqlx::query(
+                "DELETE FROM placement_history WHERE id IN ( \
+                   SELECT id FROM ( \
+                     SELECT id, at_ms, ROW_NUMBER() OVER ( \
+                       PARTITION BY namespace, name ORDER BY at_ms DESC, id DESC) AS newest \
+                     FROM placement_history) AS ranked \
+                   WHERE newest > $1 AND ($2 IS NULL OR at_ms < $2))",
+            )
+            .bind(i64::from(retention.keep_last))
+            .bind(retention.keep_newer_than.map(millis))
+            .execute(&self.pool)
+            .await
+            .map_err(query_error(OP))?;
+            Ok(DB::rows_affected(&done))
+        })
+    }
+
     fn put_placement<'a>(&'a self, placement: &'a PlacementUpdate) -> StoreFuture<'a, PlacementWrite> {
         Box::pin(async move {
             const OP: StoreOp = StoreOp::PutPlacement;

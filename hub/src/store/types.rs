@@ -180,6 +180,17 @@ pub struct HeartbeatRetention {
     pub keep_newer_than: Option<Timestamp>,
 }
 
+/// Which placement history entries [`Store::prune_history`](super::Store::prune_history) keeps:
+/// an entry survives if it is among the newest `keep_last` of its MultiClusterDeployment
+/// (namespace and name) *or* newer than `keep_newer_than`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HistoryRetention {
+    /// How many of each MultiClusterDeployment's newest entries to keep regardless of age.
+    pub keep_last: u32,
+    /// Keep every entry decided at or after this instant; `None` keeps by count alone.
+    pub keep_newer_than: Option<Timestamp>,
+}
+
 /// A placement decision for one `MultiClusterDeployment`, written by
 /// [`Store::put_placement`](super::Store::put_placement).
 #[derive(Clone, Debug, PartialEq)]
