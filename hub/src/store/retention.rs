@@ -58,19 +58,28 @@ pub async fn run(store: Arc<dyn Store>, retention: Retention, shutdown: Cancella
             () = shutdown.cancelled() => return,
             _ = ticks.tick() => {}
         }
-        let keep_newer_than = jiff::Timestamp::now()
-            .checked_sub(
-                jiff::SignedDuration::try_from(retention.keep_for).unwrap_or(jiff::SignedDuration::MAX),
-            )
-            .ok();
-        let policy = HeartbeatRetention {
-            keep_last: retention.keep_last.max(1),
-            keep_newer_than,
+        let now = jiff::Timestamp::now();
+        let before = |age: Duration| {
+            now.checked_sub(jiff::SignedDuration::try_from(age).unwrap_or(jiff::SignedDuration::MAX))
+                .ok()
         };
-        match store.prune_heartbeats(policy).await {
+        let heartbeats = HeartbeatRetention {
+            keep_last: retention.keep_last.max(1),
+            keep_newer_than: before(retention.keep_for),
+        };
+        match store.prune_heartbeats(heartbeats).await {
             Ok(0) => {}
             Ok(deleted) => debug!(deleted, "pruned old heartbeats"),
             Err(error) => warn!(error = %error, "pruning heartbeats failed; trying again later"),
+        }
+        let history = HistoryRetention {
+            keep_last: retention.history_keep_last.max(1),
+            keep_newer_than: before(retention.history_keep_for),
+        };
+        match store.prune_history(history).await {
+            Ok(0) => {}
+            Ok(deleted) => debug!(deleted, "pruned old placement history"),
+            Err(error) => warn!(error = %error, "pruning placement history failed; trying again later"),
         }
     }
 }
@@ -107,6 +116,23 @@ mod tests {
                 .await
                 .unwrap();
         }
+        // A workload that flapped 120 times, two months ago.
+        let long_ago = jiff::Timestamp::now() - jiff::SignedDuration::from_hours(24 * 60);
+        for i in 0..120 {
+            store
+                .put_placement(&crate::store::PlacementUpdate {
+                    namespace: "shop".to_owned(),
+                    name: "web".to_owned(),
+                    uid: "u".to_owned(),
+                    generation: 1,
+                    decision: serde_json::json!({"assignment": {"eu-1": i + 1}}),
+                    trigger: "fleet".to_owned(),
+                    reason: "flapping".to_owned(),
+                    at: long_ago + jiff::SignedDuration::from_secs(i),
+                })
+                .await
+                .unwrap();
+        }
         let shutdown = CancellationToken::new();
         let retention = Retention {
             keep_last: 3,
@@ -115,11 +141,23 @@ mod tests {
             ..Retention::default()
         };
         let pruner = tokio::spawn(run(store.clone(), retention, shutdown.clone()));
+        let history_len = || async {
+            store
+                .placement_history(&crate::store::HistoryQuery {
+                    limit: 500,
+                    ..crate::store::HistoryQuery::default()
+                })
+                .await
+                .unwrap()
+                .entries
+                .len()
+        };
         let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-        let mut left = usize::MAX;
+        let (mut left, mut history) = (usize::MAX, usize::MAX);
         while tokio::time::Instant::now() < deadline {
             left = store.list_heartbeats("eu-1", 1000).await.unwrap().len();
-            if left == 3 {
+            history = history_len().await;
+            if (left, history) == (3, 100) {
                 break;
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
@@ -127,6 +165,19 @@ mod tests {
         shutdown.cancel();
         pruner.await.unwrap();
         assert_eq!(left, 3, "200 hour-old heartbeats pruned to the newest 3");
+        assert_eq!(history, 100, "120 old history entries pruned to the newest 100");
+        let history = store
+            .placement_history(&crate::store::HistoryQuery {
+                limit: 500,
+                ..crate::store::HistoryQuery::default()
+            })
+            .await
+            .unwrap();
+        assert_eq!(
+            history.entries.len(),
+            100,
+            "120 old history entries pruned to the newest 100"
+        );
         let newest = store.list_heartbeats("eu-1", 1).await.unwrap();
         assert_eq!(
             newest[0].received_at.as_millisecond(),
