@@ -186,8 +186,6 @@ pub struct Planned {
     pub decision: Decision,
     /// What the store keeps (with failover's and moves' state).
     pub stored: StoredDecision,
-    /// The assignment the plan started from.
-    pub current: BTreeMap<String, u32>,
     /// Why the placement was decided: `spec`, `fleet`, `failover`, `failback`, `reschedule` or
     /// `burst-retract`.
     pub trigger: &'static str,
@@ -347,7 +345,6 @@ pub fn plan(inputs: &Inputs<'_>) -> Planned {
     Planned {
         decision,
         stored,
-        current: request.current,
         trigger,
         reason,
         moving,

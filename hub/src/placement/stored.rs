@@ -66,13 +66,6 @@ pub struct Moving {
     pub since: jiff::Timestamp,
 }
 
-impl Moving {
-    /// Replicas held in all.
-    pub fn held_total(&self) -> u32 {
-        self.held.values().sum()
-    }
-}
-
 impl StoredDecision {
     /// What is stored of `decision` for replicas that each need `demand`; failover and moves add
     /// their own members afterwards.
