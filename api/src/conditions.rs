@@ -31,6 +31,11 @@ pub mod types {
     /// WorkloadCluster: its agent sends heartbeats. MultiClusterService: the Service exists in
     /// every cluster that runs the workload.
     pub const READY: &str = "Ready";
+    /// WorkloadCluster: its agent keeps what runs instead of following the hub's work set,
+    /// because the hub's store is another one, went back to an older revision, or has no work
+    /// for the cluster (reason `StoreChanged`, `RevisionWentBack` or `NoWork`); `False` with
+    /// reason `FollowingWork` while it follows.
+    pub const HUB_STORE_CHANGED: &str = "HubStoreChanged";
 }
 
 /// Condition reasons (CamelCase, as Kubernetes requires).
@@ -93,6 +98,10 @@ pub mod reasons {
     pub const HEARTBEAT_RECEIVED: &str = "HeartbeatReceived";
     /// No heartbeat within the grace period; the cluster's replicas are placed elsewhere.
     pub const HEARTBEAT_MISSED: &str = "HeartbeatMissed";
+
+    // HubStoreChanged (WorkloadCluster); the reasons of `True` are `wire::HeldReason`'s.
+    /// The agent follows the hub's work set.
+    pub const FOLLOWING_WORK: &str = "FollowingWork";
 
     // Ready (MultiClusterService)
     /// The Service exists in every cluster that runs the workload.

@@ -284,6 +284,53 @@ pub struct Heartbeat {
     /// The work revision the agent has fully applied (`None` before the first).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub applied_revision: Option<u64>,
+    /// Set while the agent refuses to follow the hub's work set because following it could
+    /// delete what runs (see [`WorkHeld`]); the hub shows it as the WorkloadCluster condition
+    /// `HubStoreChanged`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub work_held: Option<WorkHeld>,
+}
+
+/// Why an agent keeps what it runs instead of following the work set the hub sent. The agent
+/// holds a set that comes from another store than the one it last followed, a revision below
+/// the one it applied, or revision 0 (the hub has no work for the cluster) while it runs objects,
+/// until the hub says it has published every workload's objects again ([`WorkSet::complete`]).
+/// "No work" from a hub is never read as "delete everything".
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct WorkHeld {
+    /// What the agent saw.
+    pub reason: HeldReason,
+    /// The same, for people: what was expected and what came.
+    pub message: String,
+    /// The revision of the held set.
+    pub revision: u64,
+    /// How many objects the agent keeps running meanwhile.
+    pub objects_kept: u64,
+}
+
+/// What made an agent hold a work set.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum HeldReason {
+    /// The set comes from a store with another identity than the last set followed: a new or
+    /// replaced store.
+    StoreChanged,
+    /// The set's revision is below the one applied, in the same store: a store restored from
+    /// an older backup.
+    RevisionWentBack,
+    /// The hub has no work for this cluster (revision 0) while the agent runs objects.
+    NoWork,
+}
+
+impl HeldReason {
+    /// The reason as a condition reason.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HeldReason::StoreChanged => "StoreChanged",
+            HeldReason::RevisionWentBack => "RevisionWentBack",
+            HeldReason::NoWork => "NoWork",
+        }
+    }
 }
 
 impl Heartbeat {
@@ -546,6 +593,10 @@ pub struct WorkQuery {
     /// The cluster; when present it must be the credential's cluster (else `403`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cluster: Option<String>,
+    /// The agent holds the set at `after` (see [`WorkHeld`]): answer also, with that same set,
+    /// as soon as the hub has published every workload's objects ([`WorkSet::complete`]).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub held: bool,
 }
 
 /// `200` answer of `GET /agent/v1/work`: everything the cluster should run, at one revision.
@@ -561,6 +612,15 @@ pub struct WorkSet {
     /// ConfigMaps, Secrets, and Namespaces when needed. Objects absent here that the agent
     /// applied before are deleted.
     pub objects: Vec<Value>,
+    /// Identity of the hub's store the set comes from, created with the store. Revisions count
+    /// within one store; an agent that sees another store holds the set (see [`WorkHeld`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub store: Option<String>,
+    /// Whether the hub has published every workload's objects since it started (its first
+    /// pass over all MultiClusterDeployments is done, and every known cluster has a set). Only
+    /// a complete set releases a held one.
+    #[serde(default)]
+    pub complete: bool,
 }
 
 /// `POST /agent/v1/status` body: what the agent applied and how it is going.

@@ -58,6 +58,8 @@ pub struct AgentState {
     pub trigger: Option<ReconcileTrigger>,
     /// Heartbeat interval and grace.
     pub timings: Timings,
+    /// The store's identity, read on first use and sent with every work set.
+    store_identity: Arc<tokio::sync::OnceCell<String>>,
     /// When each cluster's WorkloadCluster status was last written, and what it said.
     last_status_write: Arc<Mutex<HashMap<String, (Instant, serde_json::Value)>>>,
 }
@@ -90,8 +92,17 @@ impl AgentState {
             cluster_objects,
             trigger,
             timings,
+            store_identity: Arc::default(),
             last_status_write: Arc::default(),
         }
+    }
+
+    async fn store_identity(&self) -> Result<String, ApiError> {
+        let identity = self
+            .store_identity
+            .get_or_try_init(|| self.store.identity())
+            .await?;
+        Ok(identity.clone())
     }
 
     fn trigger(&self) {
@@ -351,22 +362,22 @@ async fn work(
     let deadline = tokio::time::Instant::now() + wait;
     // Subscribe before reading, so a revision put in between still wakes this poll.
     let mut changes = state.signals.subscribe(&identity.cluster);
+    let store = state.store_identity().await?;
     loop {
         changes.borrow_and_update();
+        let complete = state.signals.published();
         let current = state.store.get_work(&identity.cluster).await?;
         let revision = current.as_ref().map_or(0, |w| w.revision);
-        if query.after != Some(revision) {
-            let set = match current {
-                Some(w) => WorkSet {
-                    cluster: w.cluster,
-                    revision: w.revision,
-                    objects: w.objects,
-                },
-                None => WorkSet {
-                    cluster: identity.cluster.clone(),
-                    revision: 0,
-                    objects: Vec::new(),
-                },
+        // A held set is answered again, unchanged, once it is complete: that releases it.
+        if query.after != Some(revision) || (query.held && complete) {
+            // No work row is "no opinion" (revision 0): agents never prune on it.
+            let (revision, objects) = current.map_or((0, Vec::new()), |w| (w.revision, w.objects));
+            let set = WorkSet {
+                cluster: identity.cluster.clone(),
+                revision,
+                objects,
+                store: Some(store),
+                complete,
             };
             return Ok(Json(set).into_response());
         }

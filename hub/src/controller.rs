@@ -8,6 +8,11 @@
 //! objects [`crate::watch`] keeps: a MultiClusterService reconciles the workload it names, an
 //! admin's edit of a WorkloadCluster (labels, cordon, burst-only) every MultiClusterDeployment,
 //! since any may be placed there.
+//!
+//! When every MultiClusterDeployment known at start has been reconciled once, and every known
+//! cluster has a work set (empty where nothing is placed), the work sets are complete: the hub
+//! says so to the agents ([`crate::signals::WorkSignals::publish`]), which is what releases a set
+//! an agent holds after the store changed under it.
 
 mod context;
 pub mod heartbeats;
@@ -16,6 +21,7 @@ pub mod mcd;
 pub use self::context::Context;
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
@@ -26,7 +32,7 @@ use kube::runtime::{Controller, watcher};
 use nave_api::wire::WorkloadRef;
 use nave_api::{DependencyKind, MultiClusterDeployment};
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, warn};
+use tracing::{debug, info, warn};
 
 use crate::signals::Triggered;
 
@@ -55,7 +61,8 @@ pub async fn run(ctx: Arc<Context>, triggered: Triggered, shutdown: Cancellation
         .with_config(kube::runtime::controller::Config::default().concurrency(CONCURRENCY));
     let known = controller.store();
     let known_too = known.clone();
-    controller
+    let first_pass = publish_after_first_pass(known.clone(), ctx.clone(), shutdown.clone());
+    let controller = controller
         .watches(configmaps, watcher::Config::default(), move |cm| {
             referring(&known, DependencyKind::ConfigMap, &cm)
         })
@@ -71,8 +78,76 @@ pub async fn run(ctx: Arc<Context>, triggered: Triggered, shutdown: Cancellation
                 Ok((object, _)) => debug!(object = %object, "reconciled"),
                 Err(error) => warn!(error = %error, "reconcile failed"),
             }
-        })
-        .await;
+        });
+    tokio::join!(controller, first_pass);
+}
+
+/// Waits until every MultiClusterDeployment known once the controller's view is complete has
+/// been reconciled with the whole fleet in view (see [`Context::awaited_clusters`]), gives every
+/// known cluster a work set, then publishes. An object whose reconcile keeps failing keeps the
+/// sets incomplete: agents that hold a set keep holding it, which is the safe side.
+async fn publish_after_first_pass(
+    known: Reflected<MultiClusterDeployment>,
+    ctx: Arc<Context>,
+    shutdown: CancellationToken,
+) {
+    tokio::select! {
+        () = shutdown.cancelled() => return,
+        ready = known.wait_until_ready() => if ready.is_err() { return },
+    }
+    let mut tick = tokio::time::interval(Duration::from_millis(250));
+    loop {
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        let objects: Vec<String> = known
+            .state()
+            .iter()
+            .map(|mcd| format!("{}/{}", mcd.namespace().unwrap_or_default(), mcd.name_any()))
+            .collect();
+        if ctx.first_pass_missing(&objects) == 0 {
+            break;
+        }
+    }
+    let mut backoff = Duration::from_millis(200);
+    loop {
+        match give_every_cluster_a_set(&ctx).await {
+            Ok(created) => {
+                ctx.signals.publish();
+                ctx.end_first_pass();
+                info!(
+                    empty_sets_created = created,
+                    "every workload's objects are published"
+                );
+                return;
+            }
+            Err(error) => {
+                warn!(error = %error, "cannot give every cluster a work set; retrying");
+                tokio::select! {
+                    () = shutdown.cancelled() => return,
+                    () = tokio::time::sleep(backoff) => {}
+                }
+                backoff = (backoff * 2).min(Duration::from_secs(10));
+            }
+        }
+    }
+}
+
+/// Writes an empty work set for every known cluster that has none, under the work sets' lock so
+/// no reconcile writes in between; answers how many it wrote.
+async fn give_every_cluster_a_set(ctx: &Context) -> Result<usize, crate::store::StoreError> {
+    let index = &ctx.sources.index;
+    let _work = index.work().await;
+    let mut created = 0;
+    for cluster in index.clusters().keys() {
+        if ctx.store.get_work(cluster).await?.is_none() {
+            let write = ctx.store.put_work(cluster, &[]).await?;
+            ctx.signals.notify(cluster, write.revision);
+            created += 1;
+        }
+    }
+    Ok(created)
 }
 
 /// The MultiClusterDeployments in `object`'s namespace whose pod template (or

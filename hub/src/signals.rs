@@ -17,6 +17,7 @@ use tokio::sync::{mpsc, watch};
 pub struct WorkSignals {
     senders: Mutex<HashMap<String, watch::Sender<u64>>>,
     closed: std::sync::atomic::AtomicBool,
+    published: std::sync::atomic::AtomicBool,
 }
 
 impl WorkSignals {
@@ -39,6 +40,22 @@ impl WorkSignals {
         let mut senders = self.senders.lock().unwrap_or_else(|e| e.into_inner());
         self.closed.store(true, std::sync::atomic::Ordering::SeqCst);
         senders.clear();
+    }
+
+    /// Records that every workload's objects are published (the controllers' first pass since
+    /// the hub started is done) and wakes every long-poll, so agents that hold a set waiting
+    /// for a complete one (see [`nave_api::wire::WorkHeld`]) hear of it at once.
+    pub fn publish(&self) {
+        let senders = self.senders.lock().unwrap_or_else(|e| e.into_inner());
+        self.published.store(true, std::sync::atomic::Ordering::SeqCst);
+        for sender in senders.values() {
+            sender.send_modify(|_| {});
+        }
+    }
+
+    /// Whether [`publish`](Self::publish) was called: the work sets are complete.
+    pub fn published(&self) -> bool {
+        self.published.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// Wakes `cluster`'s long-pollers: its work is now at `revision`.
@@ -106,6 +123,11 @@ mod tests {
     async fn closing_ends_every_long_poll_now_and_later() {
         let signals = WorkSignals::default();
         let mut waiting = signals.subscribe("eu-1");
+        assert!(!signals.published());
+        signals.publish();
+        assert!(signals.published());
+        assert!(waiting.has_changed().unwrap(), "publishing wakes every poll");
+        waiting.borrow_and_update();
         signals.close();
         assert!(waiting.changed().await.is_err(), "a poll waiting at close ends");
         let mut late = signals.subscribe("eu-1");

@@ -104,7 +104,22 @@ impl ClusterObjects {
                 "heartbeats arrive",
             ),
         );
+        let (held, reason, message) = match &beat.work_held {
+            Some(held) => (conditions::TRUE, held.reason.as_str(), held.message.as_str()),
+            None => (
+                conditions::FALSE,
+                reasons::FOLLOWING_WORK,
+                "the agent follows the hub's work set",
+            ),
+        };
+        conditions::upsert(
+            &mut conds,
+            condition(types::HUB_STORE_CHANGED, held, reason, message),
+        );
         let mut status = status_summary(beat);
+        if let Some(fields) = status.as_object_mut() {
+            fields.remove("workHeld");
+        }
         status["conditions"] = json!(conds);
         status["lastHeartbeatTime"] = json!(Time(at));
         status["agentVersion"] = json!(beat.agent_version);
@@ -200,5 +215,6 @@ pub fn status_summary(beat: &Heartbeat) -> Value {
     if let Some(p) = percent(totals.requested.memory_bytes, totals.allocatable.memory_bytes) {
         capacity["memoryRequestedPercent"] = json!(p);
     }
-    json!({"capacity": capacity})
+    // Not a status field: compared only, so that holding or releasing a set is written at once.
+    json!({"capacity": capacity, "workHeld": beat.work_held.as_ref().map(|h| h.reason.as_str())})
 }

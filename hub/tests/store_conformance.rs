@@ -199,6 +199,7 @@ conformance!(
     concurrent_rotations_leave_exactly_one_valid_credential,
     migrations_are_idempotent,
     connect_url_picks_the_backend,
+    identity_is_created_with_the_store_and_kept,
 );
 
 // Fixtures.
@@ -271,6 +272,19 @@ async fn register(store: &dyn Store, names: &[&str]) {
 
 mod cases {
     use super::*;
+
+    pub async fn identity_is_created_with_the_store_and_kept(db: TestDb) {
+        let store = db.open().await;
+        let first = store.identity().await.expect("reading the store identity");
+        assert!(
+            first.len() == 32 && first.chars().all(|c| c.is_ascii_hexdigit()),
+            "expected 32 hex digits as the store identity, got {first:?}"
+        );
+        store.close().await.expect("closing");
+        let again = db.open().await;
+        let second = again.identity().await.expect("reading the identity again");
+        assert_eq!(second, first, "a reopened store keeps its identity");
+    }
 
     pub async fn cluster_upsert_get_and_list(db: TestDb) {
         let store = db.open().await;
@@ -1193,6 +1207,21 @@ async fn unsupported_url_scheme_is_rejected() {
         !message.contains("secret"),
         "message leaks the password: {message}"
     );
+}
+
+#[tokio::test]
+async fn every_new_store_gets_its_own_identity() {
+    let mut seen = std::collections::BTreeSet::new();
+    for _ in 0..3 {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let url = format!("sqlite://{}", dir.path().join("nave.db").display());
+        let store = store::connect(&url).await.expect("opening a fresh SQLite store");
+        let identity = store.identity().await.expect("reading its identity");
+        assert!(
+            seen.insert(identity.clone()),
+            "identity {identity} seen twice in {seen:?}"
+        );
+    }
 }
 
 #[test]

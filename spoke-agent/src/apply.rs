@@ -65,6 +65,8 @@ impl std::fmt::Display for ObjectRef {
 pub struct AppliedState {
     /// The last fully applied revision.
     pub revision: Option<u64>,
+    /// Identity of the hub's store that revision counts in (`None` from a hub without one).
+    pub store: Option<String>,
     /// Objects the agent applied and has not pruned, with their workload.
     pub objects: BTreeMap<ObjectRef, Option<WorkloadRef>>,
 }
@@ -145,6 +147,7 @@ impl Applier {
             return Ok(AppliedState::default());
         };
         let revision = data.get("revision").and_then(|r| r.parse().ok());
+        let store = data.get("store").cloned();
         let objects: Vec<StoredObject> = match data.get("objects") {
             Some(text) => serde_json::from_str(text).map_err(|source| Error::Decode {
                 what: format!("ConfigMap {STATE_CONFIG_MAP} objects"),
@@ -154,6 +157,7 @@ impl Applier {
         };
         Ok(AppliedState {
             revision,
+            store,
             objects: objects.into_iter().map(|o| (o.object, o.workload)).collect(),
         })
     }
@@ -171,6 +175,9 @@ impl Applier {
         let mut data = BTreeMap::new();
         if let Some(revision) = state.revision {
             data.insert("revision".to_owned(), revision.to_string());
+        }
+        if let Some(store) = &state.store {
+            data.insert("store".to_owned(), store.clone());
         }
         data.insert(
             "objects".to_owned(),
@@ -277,6 +284,9 @@ impl Applier {
         }
         if outcome.errors.is_empty() {
             state.revision = Some(set.revision);
+            if set.store.is_some() {
+                state.store = set.store.clone();
+            }
         }
         info!(
             applied = state.objects.len(),

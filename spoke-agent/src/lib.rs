@@ -32,6 +32,7 @@ pub mod apply;
 pub mod backoff;
 pub mod capacity;
 mod error;
+pub mod fence;
 pub mod hub;
 pub mod identity;
 pub mod metrics;
@@ -52,7 +53,8 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client};
 use nave_api::Coordinates;
 use nave_api::wire::{
-    ApplyError, Heartbeat, LatencySample, MANAGED_BY_LABEL, MANAGED_BY_VALUE, WorkQuery, WorkloadRef,
+    ApplyError, Heartbeat, HeldReason, LatencySample, MANAGED_BY_LABEL, MANAGED_BY_VALUE, WorkHeld,
+    WorkQuery, WorkSet, WorkloadRef,
 };
 use tokio::sync::{Notify, RwLock};
 use tokio_util::sync::CancellationToken;
@@ -228,6 +230,8 @@ pub struct WorkState {
     pub objects: Vec<(ObjectRef, Option<WorkloadRef>)>,
     /// Failures of the last attempt.
     pub errors: Vec<ApplyError>,
+    /// Why the newest set from the hub is not followed (see [`fence`]); `None` while it is.
+    pub held: Option<WorkHeld>,
 }
 
 /// A running agent's shared parts.
@@ -544,6 +548,7 @@ async fn heartbeat_loop(agent: Arc<Agent>, shutdown: CancellationToken) -> Resul
                 latency_samples: agent.round_trips.samples(),
                 probe_url: agent.config.probe_url.clone(),
                 applied_revision: agent.work.read().await.state.revision,
+                work_held: agent.work.read().await.held.clone(),
             }
         };
         let sent = agent
@@ -588,7 +593,10 @@ async fn work_loop(agent: Arc<Agent>, shutdown: CancellationToken) -> Result<()>
     let mut backoff = Backoff::new(agent.config.retry_initial, agent.config.retry_max);
     let mut last_full = tokio::time::Instant::now();
     loop {
-        let applied = agent.work.read().await.state.revision;
+        let (applied, held) = {
+            let work = agent.work.read().await;
+            (work.state.revision, work.held.clone())
+        };
         // Asking without `after` returns the current set at once: a periodic re-apply repairs
         // objects someone changed or deleted behind the agent's back.
         let resync = last_full.elapsed() >= agent.config.resync_interval;
@@ -597,10 +605,17 @@ async fn work_loop(agent: Arc<Agent>, shutdown: CancellationToken) -> Result<()>
             Err(Error::ShuttingDown) => return Ok(()),
             Err(e) => return Err(e),
         };
+        // While a set is held, wait for the next one, or for that one to become complete (which
+        // releases it, except "no work": only a set does).
         let query = WorkQuery {
-            after: if resync { None } else { Some(applied.unwrap_or(0)) },
+            after: if resync {
+                None
+            } else {
+                Some(held.as_ref().map(|h| h.revision).or(applied).unwrap_or(0))
+            },
             wait: Some(wait),
             cluster: Some(agent.config.cluster_name.clone()),
+            held: held.is_some_and(|h| h.reason != HeldReason::NoWork),
         };
         let polled = tokio::select! {
             () = shutdown.cancelled() => return Ok(()),
@@ -622,6 +637,8 @@ async fn work_loop(agent: Arc<Agent>, shutdown: CancellationToken) -> Result<()>
                 if set.cluster != agent.config.cluster_name {
                     warn!(got = %set.cluster, "the hub sent another cluster's work; ignoring it");
                     true
+                } else if hold_set(&agent, &set).await {
+                    false
                 } else {
                     !apply_set(&agent, &set).await
                 }
@@ -640,6 +657,35 @@ async fn work_loop(agent: Arc<Agent>, shutdown: CancellationToken) -> Result<()>
             backoff.reset();
         }
     }
+}
+
+/// Whether `set` is held rather than applied (see [`fence`]); records why, or that nothing is
+/// held any more, for the heartbeat and the metrics.
+async fn hold_set(agent: &Agent, set: &WorkSet) -> bool {
+    let mut work = agent.work.write().await;
+    let held = fence::hold(&work.state, set);
+    match (&held, &work.held) {
+        (Some(now), before) if before.as_ref().map(|b| b.reason) != Some(now.reason) => {
+            warn!(
+                reason = now.reason.as_str(),
+                revision = now.revision,
+                "{}",
+                now.message
+            );
+        }
+        (None, Some(before)) => {
+            info!(
+                reason = before.reason.as_str(),
+                revision = set.revision,
+                "following the hub's work again"
+            );
+        }
+        _ => {}
+    }
+    agent.metrics.set_held(held.as_ref().map(|h| h.reason));
+    let is_held = held.is_some();
+    work.held = held;
+    is_held
 }
 
 /// Applies a set, persists the state, wakes the status loop; answers whether it all worked.

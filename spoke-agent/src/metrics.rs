@@ -3,6 +3,7 @@
 //! ```text
 //!  work loop ─── apply_set ──► nave_agent_apply_duration_seconds, nave_agent_apply_errors_total,
 //!                              nave_agent_applied_objects, nave_agent_work_revision
+//!             └─ fence::hold ─► nave_agent_work_held{reason}
 //!  heartbeat loop ───────────► nave_agent_last_heartbeat_timestamp_seconds, nave_agent_pending_pods
 //!  HubClient (every request) ► nave_agent_hub_requests_total{endpoint, code}
 //!  round trips (probe) ──────► nave_agent_round_trip_seconds{peer}
@@ -60,6 +61,13 @@ struct HubRequestLabels {
     code: String,
 }
 
+/// Labels of the held-work gauge.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct HeldLabels {
+    /// `StoreChanged`, `RevisionWentBack` or `NoWork`.
+    reason: &'static str,
+}
+
 /// Labels of the round-trip gauge.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct PeerLabels {
@@ -79,6 +87,7 @@ pub struct AgentMetrics {
     last_heartbeat: Gauge<f64, AtomicU64>,
     pending_pods: Gauge,
     round_trips: Family<PeerLabels, Gauge<f64, AtomicU64>>,
+    work_held: Family<HeldLabels, Gauge>,
 }
 
 impl Default for AgentMetrics {
@@ -142,8 +151,16 @@ impl AgentMetrics {
             Unit::Seconds,
             round_trips.clone(),
         );
-        AgentMetrics {
+        let work_held = Family::<HeldLabels, Gauge>::default();
+        registry.register(
+            "nave_agent_work_held",
+            "1 while the agent keeps what runs instead of following the hub's work set (a new or \
+             rolled-back hub store, or no work), by reason",
+            work_held.clone(),
+        );
+        let metrics = AgentMetrics {
             registry,
+            work_held,
             apply_duration,
             apply_errors,
             applied_objects,
@@ -152,7 +169,9 @@ impl AgentMetrics {
             last_heartbeat,
             pending_pods,
             round_trips,
-        }
+        };
+        metrics.set_held(None);
+        metrics
     }
 
     /// Records one work-set apply: how long it took and what failed.
@@ -174,6 +193,22 @@ impl AgentMetrics {
             .set(revision.map_or(0, |r| i64::try_from(r).unwrap_or(i64::MAX)));
         self.applied_objects
             .set(i64::try_from(objects).unwrap_or(i64::MAX));
+    }
+
+    /// Sets why the agent holds the hub's work set; `None`: it follows it.
+    pub fn set_held(&self, reason: Option<nave_api::wire::HeldReason>) {
+        for known in [
+            nave_api::wire::HeldReason::StoreChanged,
+            nave_api::wire::HeldReason::RevisionWentBack,
+            nave_api::wire::HeldReason::NoWork,
+        ] {
+            let value = i64::from(reason == Some(known));
+            self.work_held
+                .get_or_create(&HeldLabels {
+                    reason: known.as_str(),
+                })
+                .set(value);
+        }
     }
 
     /// Counts a request to the hub: `status` is the HTTP status, `None` when no answer came.

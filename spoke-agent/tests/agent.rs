@@ -18,7 +18,7 @@ use kube::api::{ObjectMeta, PostParams};
 use kube::{Api, Client};
 use nave_agent::Config;
 use nave_api::wire::{
-    ErrorBody, HEARTBEAT_PATH, Heartbeat, MANAGED_BY_LABEL, REGISTER_PATH, REVISION_ANNOTATION,
+    ErrorBody, HEARTBEAT_PATH, Heartbeat, HeldReason, MANAGED_BY_LABEL, REGISTER_PATH, REVISION_ANNOTATION,
     RegisterRequest, RegisterResponse, STATUS_PATH, StatusReport, WORK_PATH, WORKLOAD_LABEL, WorkQuery,
     WorkSet,
 };
@@ -106,6 +106,18 @@ impl HubDouble {
             cluster: "sim-1".into(),
             revision,
             objects,
+            ..WorkSet::default()
+        }));
+    }
+
+    /// Serves a set from store `store`, said to be complete or not.
+    fn set_store_work(&self, store: &str, revision: u64, complete: bool, objects: Vec<Value>) {
+        self.work.send_replace(Some(WorkSet {
+            cluster: "sim-1".into(),
+            revision,
+            objects,
+            store: Some(store.to_owned()),
+            complete,
         }));
     }
 
@@ -209,7 +221,7 @@ async fn work(State(hub): State<HubDouble>, headers: HeaderMap, Query(q): Query<
     loop {
         let current = rx.borrow_and_update().clone();
         if let Some(set) = current
-            && Some(set.revision) != q.after
+            && (Some(set.revision) != q.after || (q.held && set.complete))
         {
             return Json(set).into_response();
         }
@@ -343,6 +355,35 @@ async fn wait_applied(hub: &HubDouble, revision: u64) -> StatusReport {
         },
     )
     .await
+}
+
+/// The newest heartbeat's held set, once it is held for `reason` at `revision`.
+async fn wait_held(hub: &HubDouble, reason: HeldReason, revision: u64) {
+    wait_for(
+        &format!("a heartbeat saying the set of revision {revision} is held ({reason:?})"),
+        DEADLINE,
+        || async {
+            hub.snapshot(|s| {
+                let held = s.heartbeats.last().and_then(|h| h.work_held.clone());
+                match &held {
+                    Some(h) if h.reason == reason && h.revision == revision => Ok(()),
+                    _ => Err(format!("newest heartbeat's workHeld: {held:?}")),
+                }
+            })
+        },
+    )
+    .await;
+}
+
+async fn assert_running(client: &Client, names: &[&str], when: &str) {
+    for name in names {
+        let found = if name.ends_with("-config") {
+            get_opt::<ConfigMap>(client, name).await.is_some()
+        } else {
+            get_opt::<Deployment>(client, name).await.is_some()
+        };
+        assert!(found, "{name} was deleted {when}");
+    }
 }
 
 async fn get_opt<K>(client: &Client, name: &str) -> Option<K>
@@ -633,6 +674,82 @@ async fn restart_resumes_from_the_stored_revision_and_still_prunes() {
         get_opt::<ConfigMap>(&client, "web-config").await.is_none(),
         "the ConfigMap applied before the restart is pruned after it"
     );
+    agent.stop().await;
+    hub.stop();
+    sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_lost_or_replaced_hub_store_deletes_nothing_until_the_hub_has_published_again() {
+    let (sim, client) = start_cluster().await;
+    let hub = HubDouble::start().await;
+    let token = token_file();
+    hub.set_store_work(
+        "store-a",
+        5,
+        true,
+        vec![deployment("web", 1, "100m"), config_map("web-config")],
+    );
+    let agent = start_agent(&client, &hub, &token);
+    wait_applied(&hub, 5).await;
+
+    // The hub lost its store: no work for this cluster yet.
+    hub.set_store_work("store-b", 0, false, Vec::new());
+    wait_held(&hub, HeldReason::NoWork, 0).await;
+    assert_running(&client, &["web", "web-config"], "on an answer of no work").await;
+
+    // The new store's first set, while the hub is still placing workloads.
+    hub.set_store_work("store-b", 1, false, vec![config_map("other-config")]);
+    wait_held(&hub, HeldReason::StoreChanged, 1).await;
+    assert_running(
+        &client,
+        &["web", "web-config"],
+        "on a set from a new, incomplete store",
+    )
+    .await;
+    assert!(
+        get_opt::<ConfigMap>(&client, "other-config").await.is_none(),
+        "a held set is not applied either"
+    );
+    let held_polls = hub.snapshot(|s| {
+        s.work_queries
+            .iter()
+            .filter(|q| q.held && q.after == Some(1))
+            .count()
+    });
+    assert!(
+        held_polls > 0,
+        "while holding, the agent polls with held=true after the held revision"
+    );
+
+    // Complete: the same revision releases it, and the agent follows the new store from then on.
+    hub.set_store_work("store-b", 1, true, vec![deployment("web", 1, "100m")]);
+    wait_applied(&hub, 1).await;
+    assert_running(&client, &["web"], "when following the complete set").await;
+    assert!(
+        get_opt::<ConfigMap>(&client, "web-config").await.is_none(),
+        "what the complete set leaves out is pruned"
+    );
+    wait_for("a heartbeat without workHeld", DEADLINE, || async {
+        hub.snapshot(|s| match s.heartbeats.last().and_then(|h| h.work_held.clone()) {
+            None => Ok(()),
+            held => Err(format!("{held:?}")),
+        })
+    })
+    .await;
+
+    // The store restored from an older backup: revisions go back within the same store.
+    hub.set_store_work(
+        "store-b",
+        7,
+        true,
+        vec![deployment("web", 1, "100m"), config_map("web-config")],
+    );
+    wait_applied(&hub, 7).await;
+    hub.set_store_work("store-b", 3, false, Vec::new());
+    wait_held(&hub, HeldReason::RevisionWentBack, 3).await;
+    assert_running(&client, &["web", "web-config"], "on a revision going back").await;
+
     agent.stop().await;
     hub.stop();
     sim.shutdown().await;

@@ -147,6 +147,81 @@ async fn hub_restart(database: Database) {
     env.shutdown().await;
 }
 
+/// The hub's store is lost (a lost volume, a fresh database) while the agents run: the restarted
+/// hub knows no cluster, no credential and no work. The agents register again and hold what they
+/// run until the hub has placed every workload again; nothing in the workload clusters is
+/// deleted or re-created.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hub_that_lost_its_store_deletes_nothing_in_the_workload_clusters() {
+    let mut env = Env::start(fleet(2), Database::Sqlite)
+        .await
+        .expect("the environment starts");
+    let api: Api<MultiClusterDeployment> = Api::namespaced(env.client.clone(), NS);
+    for (name, replicas) in [("web", 4), ("api", 2)] {
+        api.create(
+            &PostParams::default(),
+            &Mcd::new(name)
+                .namespace(NS)
+                .replicas(replicas)
+                .policy("spread")
+                .build(),
+        )
+        .await
+        .expect("MCD created");
+    }
+    env.wait_rolled_out(NS, "web", 4).await;
+    env.wait_rolled_out(NS, "api", 2).await;
+    let before = managed_objects(&env).await;
+
+    env.stop_hub().await;
+    for file in ["hub.db", "hub.db-wal", "hub.db-shm"] {
+        let path = env.dir().join(file);
+        if path.exists() {
+            std::fs::remove_file(&path).unwrap_or_else(|e| panic!("removing {}: {e}", path.display()));
+        }
+    }
+    env.start_hub().await.expect("the hub starts on an empty store");
+
+    // Watched the whole time the hub needs to register the agents and place again: every
+    // object the agents run stays the same object.
+    let deadline = tokio::time::Instant::now() + nave_testkit::DEADLINE;
+    loop {
+        let now = managed_objects(&env).await;
+        let lost: Vec<&String> = before
+            .iter()
+            .filter(|(k, uid)| now.get(*k) != Some(*uid))
+            .map(|(k, _)| k)
+            .collect();
+        assert!(
+            lost.is_empty(),
+            "deleted or re-created after the store was lost: {lost:?}"
+        );
+        let placed_again = env
+            .rest("/placements")
+            .await
+            .ok()
+            .and_then(|v| v["items"].as_array().map(Vec::len))
+            .unwrap_or(0);
+        if placed_again == 2 && now == before {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "expected both workloads placed again on the new store with the same objects; \
+             placements: {placed_again}, objects before {before:?}, now {now:?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    env.wait_rolled_out(NS, "web", 4).await;
+    env.wait_rolled_out(NS, "api", 2).await;
+    assert_eq!(
+        managed_objects(&env).await,
+        before,
+        "the same objects run once the hub has placed again"
+    );
+    env.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hub_restart_on_sqlite_loses_nothing_and_duplicates_nothing() {
     hub_restart(Database::Sqlite).await;

@@ -103,8 +103,15 @@ fn heartbeat_round_trips_with_capacity_pending_pods_and_latency() {
         }],
         probe_url: Some("http://10.0.3.7:9090/probe".into()),
         applied_revision: Some(7),
+        work_held: Some(WorkHeld {
+            reason: HeldReason::StoreChanged,
+            message: "the hub's store is b, not a".into(),
+            revision: 1,
+            objects_kept: 3,
+        }),
     };
     let json = round_trip(&heartbeat);
+    assert_eq!(json["workHeld"]["reason"], "StoreChanged");
     assert_eq!(
         json["capacity"]["nodeGroups"][0]["nodes"][0]["allocatable"]["cpuMillis"],
         4000
@@ -168,6 +175,7 @@ fn work_set_keeps_objects_verbatim() {
             "metadata": {"name": "cfg", "namespace": "shop", "labels": {WORKLOAD_LABEL: "shop.web"}},
             "data": {"k": "v"}
         })],
+        ..WorkSet::default()
     };
     let json = round_trip(&set);
     assert_eq!(json["objects"][0]["data"]["k"], "v");
@@ -180,8 +188,18 @@ fn work_query_serializes_to_the_documented_query_string_names() {
         after: Some(4),
         wait: Some(30),
         cluster: None,
+        held: false,
     };
     assert_eq!(round_trip(&q), json!({"after": 4, "wait": 30}));
+    let held = WorkQuery { held: true, ..q };
+    assert_eq!(round_trip(&held)["held"], true);
+}
+
+#[test]
+fn a_work_set_from_an_older_hub_is_neither_from_a_known_store_nor_complete() {
+    let set: WorkSet =
+        serde_json::from_value(json!({"cluster": "c1", "revision": 2, "objects": []})).unwrap();
+    assert_eq!((set.store, set.complete), (None, false));
 }
 
 #[test]

@@ -1,10 +1,12 @@
 //! What the MultiClusterDeployment controller's reconciles read and write through.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
+use kube::ResourceExt;
 use kube::runtime::events::{Recorder, Reporter};
+use nave_api::conditions::{self, types};
 
 use crate::fleet::Sources;
 use crate::metrics::HubMetrics;
@@ -34,6 +36,12 @@ pub struct Context {
     pub resync: Duration,
     /// Failed reconciles in a row per object (`namespace/name`), for the retry backoff.
     pub backoff: Arc<Mutex<HashMap<String, u32>>>,
+    /// When the controllers started: placement waits at most the heartbeat grace from then for
+    /// clusters that joined before to be heard from.
+    pub started: Instant,
+    /// The objects reconciled with the whole fleet in view since the start, as `namespace/name`;
+    /// `None` once the first pass is over and the work sets are published.
+    first_pass: Arc<Mutex<Option<HashSet<String>>>>,
 }
 
 impl std::fmt::Debug for Context {
@@ -70,6 +78,58 @@ impl Context {
             metrics,
             resync,
             backoff: Arc::default(),
+            started: Instant::now(),
+            first_pass: Arc::new(Mutex::new(Some(HashSet::new()))),
         }
+    }
+
+    /// The clusters placement still waits for: while the store knows no heartbeat of a
+    /// cluster whose WorkloadCluster says an agent joined, a placement would see part of the
+    /// fleet (the store was lost or replaced and the agents are registering again), so it
+    /// waits for them, for at most the heartbeat grace after the start.
+    pub fn awaited_clusters(&self) -> Vec<String> {
+        if self.started.elapsed() >= self.sources.grace {
+            return Vec::new();
+        }
+        self.sources
+            .objects
+            .state()
+            .iter()
+            .filter(|object| {
+                object
+                    .status
+                    .as_ref()
+                    .is_some_and(|s| conditions::is_true(&s.conditions, types::JOINED))
+            })
+            .map(|object| object.name_any())
+            .filter(|name| {
+                self.sources
+                    .index
+                    .cluster(name)
+                    .is_none_or(|record| record.last_heartbeat_at.is_none())
+            })
+            .collect()
+    }
+
+    /// Records that `object` (`namespace/name`) was reconciled with the whole fleet in view.
+    pub fn reconciled(&self, object: &str) {
+        let mut first_pass = self.first_pass.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(done) = first_pass.as_mut() {
+            done.insert(object.to_owned());
+        }
+    }
+
+    /// How many of `objects` the first pass has not reconciled yet.
+    pub fn first_pass_missing(&self, objects: &[String]) -> usize {
+        let first_pass = self.first_pass.lock().unwrap_or_else(|e| e.into_inner());
+        match first_pass.as_ref() {
+            Some(done) => objects.iter().filter(|o| !done.contains(*o)).count(),
+            None => 0,
+        }
+    }
+
+    /// The first pass is over: nothing more is recorded.
+    pub fn end_first_pass(&self) {
+        *self.first_pass.lock().unwrap_or_else(|e| e.into_inner()) = None;
     }
 }

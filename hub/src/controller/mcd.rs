@@ -63,6 +63,12 @@ pub async fn reconcile(mcd: Arc<MultiClusterDeployment>, ctx: Arc<Context>) -> R
     let namespace = mcd.namespace().ok_or(Error::MissingField("metadata.namespace"))?;
     let api: Api<MultiClusterDeployment> = Api::namespaced(ctx.client.clone(), &namespace);
     let object = format!("{namespace}/{}", mcd.name_any());
+    ctx.watched.ready().await?;
+    let awaited = ctx.awaited_clusters();
+    if !awaited.is_empty() {
+        debug!(object = %object, ?awaited, "waiting for the clusters that joined before to report");
+        return Ok(Action::requeue(Duration::from_secs(1)));
+    }
     let result = finalizer(&api, FINALIZER, mcd, |event| async {
         match event {
             Event::Apply(mcd) => apply(mcd, &ctx).await,
@@ -74,8 +80,9 @@ pub async fn reconcile(mcd: Arc<MultiClusterDeployment>, ctx: Arc<Context>) -> R
         object: object.clone(),
         source: Box::new(source),
     });
-    let mut backoff = ctx.backoff.lock().unwrap_or_else(|e| e.into_inner());
     if result.is_ok() {
+        ctx.reconciled(&object);
+        let mut backoff = ctx.backoff.lock().unwrap_or_else(|e| e.into_inner());
         backoff.remove(&object);
     }
     result

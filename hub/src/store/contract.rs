@@ -27,6 +27,11 @@ pub trait Store: Send + Sync + fmt::Debug {
     /// Closes the connection pool, waiting for checked-out connections to come back.
     fn close(&self) -> StoreFuture<'_, ()>;
 
+    /// The store's identity: created with its schema, the same for every connection to it and
+    /// for as long as it lives, different for every other store (a new file, a new database).
+    /// Agents compare it to tell a replaced store from the one they followed.
+    fn identity(&self) -> StoreFuture<'_, String>;
+
     /// Inserts a cluster or updates its descriptive fields, returning the stored row.
     /// `registered_at` is set on insert and kept afterwards.
     fn upsert_cluster<'a>(&'a self, cluster: &'a ClusterUpsert) -> StoreFuture<'a, ClusterRecord>;
@@ -123,6 +128,7 @@ impl fmt::Display for Backend {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[allow(missing_docs)] // Each variant is the `Store` method of the same name.
 pub enum StoreOp {
+    Identity,
     UpsertCluster,
     GetCluster,
     ListClusters,
@@ -151,6 +157,7 @@ impl StoreOp {
     /// The operation's name as the `Store` method is spelled (a stable label for metrics).
     pub fn as_str(self) -> &'static str {
         match self {
+            StoreOp::Identity => "identity",
             StoreOp::UpsertCluster => "upsert_cluster",
             StoreOp::GetCluster => "get_cluster",
             StoreOp::ListClusters => "list_clusters",

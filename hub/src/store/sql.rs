@@ -140,6 +140,7 @@ where
     for<'q> Json<&'q [Value]>: Encode<'q, DB> + Type<DB>,
     // What they read.
     (i64,): for<'r> FromRow<'r, DB::Row>,
+    (String,): for<'r> FromRow<'r, DB::Row>,
     (i64, String): for<'r> FromRow<'r, DB::Row>,
     (String, String): for<'r> FromRow<'r, DB::Row>,
     ClusterRow: for<'r> FromRow<'r, DB::Row>,
@@ -158,6 +159,16 @@ where
         Box::pin(async move {
             self.pool.close().await;
             Ok(())
+        })
+    }
+
+    fn identity(&self) -> StoreFuture<'_, String> {
+        Box::pin(async move {
+            const OP: StoreOp = StoreOp::Identity;
+            sqlx::query_scalar("SELECT id FROM store_identity WHERE singleton = 1")
+                .fetch_one(&self.pool)
+                .await
+                .map_err(query_error(OP))
         })
     }
 
@@ -654,6 +665,7 @@ where
     String: for<'q> Encode<'q, DB> + Type<DB>,
     i64: for<'q> Encode<'q, DB> + Type<DB>,
     (i64,): for<'r> FromRow<'r, DB::Row>,
+    (String,): for<'r> FromRow<'r, DB::Row>,
 {
     let token = new_token(op)?;
     let id: i64 = sqlx::query_scalar(
