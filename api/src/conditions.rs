@@ -31,6 +31,10 @@ pub mod types {
     /// WorkloadCluster: its agent sends heartbeats. MultiClusterService: the Service exists in
     /// every cluster that runs the workload.
     pub const READY: &str = "Ready";
+    /// WorkloadCluster: the hub may place work on it. `False` (reason `AwaitingAcceptance`)
+    /// for a cluster that joined with the fleet's bootstrap token and waits for an admin, or
+    /// whose acceptance an admin withdrew: its labels select nothing and it runs no replicas.
+    pub const ACCEPTED: &str = "Accepted";
     /// WorkloadCluster: its agent keeps what runs instead of following the hub's work set,
     /// because the hub's store is another one, went back to an older revision, or has no work
     /// for the cluster (reason `StoreChanged`, `RevisionWentBack` or `NoWork`); `False` with
@@ -92,12 +96,21 @@ pub mod reasons {
     // Joined (WorkloadCluster)
     /// An agent registered with a valid bootstrap token.
     pub const AGENT_REGISTERED: &str = "AgentRegistered";
+    /// An admin removed the cluster (`Joined=False`).
+    pub const CLUSTER_REMOVED: &str = "ClusterRemoved";
 
     // Ready (WorkloadCluster)
     /// Heartbeats arrive on time.
     pub const HEARTBEAT_RECEIVED: &str = "HeartbeatReceived";
     /// No heartbeat within the grace period; the cluster's replicas are placed elsewhere.
     pub const HEARTBEAT_MISSED: &str = "HeartbeatMissed";
+
+    // Accepted (WorkloadCluster)
+    /// An admin accepted the cluster, it joined with a join token, or the hub accepts new
+    /// clusters.
+    pub const CLUSTER_ACCEPTED: &str = "ClusterAccepted";
+    /// The cluster waits for an admin to accept it.
+    pub const AWAITING_ACCEPTANCE: &str = "AwaitingAcceptance";
 
     // HubStoreChanged (WorkloadCluster); the reasons of `True` are `wire::HeldReason`'s.
     /// The agent follows the hub's work set.

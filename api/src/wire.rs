@@ -199,7 +199,7 @@ fn is_dns_label(label: &str) -> bool {
 }
 
 /// A lowercase RFC 1123 subdomain: at most 253 characters of dot-separated labels.
-fn is_dns_subdomain(name: &str) -> bool {
+pub fn is_dns_subdomain(name: &str) -> bool {
     !name.is_empty() && name.len() <= 253 && name.split('.').all(is_dns_label)
 }
 
@@ -745,6 +745,9 @@ pub mod error_codes {
     pub const NOT_FOUND: &str = "not_found";
     /// `405`: the path exists, the method does not.
     pub const METHOD_NOT_ALLOWED: &str = "method_not_allowed";
+    /// `409`: the request conflicts with the current state (a cluster name that has joined
+    /// already, a cluster that still has work).
+    pub const CONFLICT: &str = "conflict";
     /// `413`: the body is larger than the hub accepts.
     pub const PAYLOAD_TOO_LARGE: &str = "payload_too_large";
     /// `415`: the body is not `application/json`.

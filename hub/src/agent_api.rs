@@ -27,13 +27,13 @@ use nave_api::wire::{
     self, Heartbeat, HeartbeatAnswer, RegisterRequest, RegisterResponse, StatusReport, WorkQuery, WorkSet,
     WorkloadRef,
 };
-use tracing::{debug, instrument, warn};
+use tracing::{info, instrument, warn};
 
 use crate::api_error::{ApiError, Json, Query};
 use crate::index::Index;
 use crate::settings::Timings;
 use crate::signals::{ReconcileTrigger, WorkSignals};
-use crate::store::{AgentIdentity, ClusterUpsert, NewHeartbeat, Store};
+use crate::store::{AgentIdentity, ClusterUpsert, JoinTokenInfo, NewHeartbeat, Store};
 use crate::tokens;
 use crate::workload_clusters::{self, ClusterObjects};
 
@@ -58,6 +58,8 @@ pub struct AgentState {
     pub trigger: Option<ReconcileTrigger>,
     /// Heartbeat interval and grace.
     pub timings: Timings,
+    /// Whether a cluster that joins with the fleet's bootstrap token is accepted at once.
+    pub accept_new_clusters: bool,
     /// The store's identity, read on first use and sent with every work set.
     store_identity: Arc<tokio::sync::OnceCell<String>>,
     /// When each cluster's WorkloadCluster status was last written, and what it said.
@@ -92,9 +94,16 @@ impl AgentState {
             cluster_objects,
             trigger,
             timings,
+            accept_new_clusters: false,
             store_identity: Arc::default(),
             last_status_write: Arc::default(),
         }
+    }
+
+    /// The same state, accepting clusters that join with the fleet's bootstrap token at once.
+    pub fn accepting_new_clusters(mut self, accept: bool) -> Self {
+        self.accept_new_clusters = accept;
+        self
     }
 
     async fn store_identity(&self) -> Result<String, ApiError> {
@@ -159,20 +168,34 @@ impl FromRequestParts<AgentState> for Authenticated {
     }
 }
 
-/// A request that carries the fleet's bootstrap token (registration only); checked, like
-/// [`Authenticated`], before the body is read.
-#[derive(Clone, Copy, Debug)]
-struct Bootstrap;
+/// What a registration presents, checked, like [`Authenticated`], before the body is read.
+#[derive(Clone, Debug)]
+enum Joining {
+    /// The fleet's bootstrap token: joins a new name only.
+    Fleet,
+    /// A join token an admin issued for one name, usable once, and its text (to spend it).
+    JoinToken(JoinTokenInfo, String),
+    /// The cluster's current credential: rotates it.
+    Credential(AgentIdentity),
+}
 
-impl FromRequestParts<AgentState> for Bootstrap {
+impl FromRequestParts<AgentState> for Joining {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &AgentState) -> Result<Self, Self::Rejection> {
         let token = bearer(&parts.headers)?;
         if constant_time_eq(token, &state.bootstrap_token) {
-            Ok(Bootstrap)
-        } else {
-            Err(ApiError::Unauthorized(BAD_BOOTSTRAP_TOKEN))
+            return Ok(Joining::Fleet);
+        }
+        if token.starts_with(crate::store::JOIN_TOKEN_PREFIX) {
+            return match state.store.find_join_token(token, jiff::Timestamp::now()).await? {
+                Some(info) => Ok(Joining::JoinToken(info, token.to_owned())),
+                None => Err(ApiError::Unauthorized(BAD_JOIN_TOKEN)),
+            };
+        }
+        match state.store.authenticate_agent(token).await? {
+            Some(identity) => Ok(Joining::Credential(identity)),
+            None => Err(ApiError::Unauthorized(BAD_BOOTSTRAP_TOKEN)),
         }
     }
 }
@@ -182,7 +205,8 @@ async fn not_found() -> ApiError {
 }
 
 const MISSING_TOKEN: &str = "missing bearer token in the Authorization header";
-const BAD_BOOTSTRAP_TOKEN: &str = "invalid bootstrap token";
+const BAD_BOOTSTRAP_TOKEN: &str = "invalid token: registration takes the fleet's bootstrap token, a join token, or the cluster's current credential";
+const BAD_JOIN_TOKEN: &str = "unknown, used or expired join token; ask an admin for a new one";
 const BAD_CREDENTIAL: &str = "unknown or revoked credential; register again";
 
 fn bearer(headers: &HeaderMap) -> Result<&str, ApiError> {
@@ -217,13 +241,47 @@ fn check_scope(identity: &AgentIdentity, named: Option<&str>) -> Result<(), ApiE
 #[instrument(skip_all, fields(cluster = %request.cluster_name))]
 async fn register(
     State(state): State<AgentState>,
-    _: Bootstrap,
+    joining: Joining,
     Json(request): Json<RegisterRequest>,
 ) -> Result<Json<RegisterResponse>, ApiError> {
     request.validate().map_err(ApiError::Invalid)?;
-    let existing = state.store.get_cluster(&request.cluster_name).await?;
+    let name = request.cluster_name.as_str();
+    let existing = state.store.get_cluster(name).await?;
+    // Who may claim the name: a name that joined is claimed again only with its credential or
+    // a join token an admin issued for it, so the fleet's token cannot take a cluster over.
+    let accepted = match &joining {
+        Joining::Fleet => match &existing {
+            Some(_) => {
+                return Err(ApiError::Conflict(format!(
+                    "cluster {name:?} has joined already; register with its current credential, \
+                     or with a join token an admin issues for {name:?} (POST /api/v1/join-tokens)"
+                )));
+            }
+            None => state.accept_new_clusters,
+        },
+        Joining::JoinToken(info, token) => {
+            if info.cluster != name {
+                return Err(ApiError::Forbidden(format!(
+                    "this join token is for cluster {:?}, not {name:?}",
+                    info.cluster
+                )));
+            }
+            if !state
+                .store
+                .redeem_join_token(token, name, jiff::Timestamp::now())
+                .await?
+            {
+                return Err(ApiError::Unauthorized(BAD_JOIN_TOKEN));
+            }
+            true
+        }
+        Joining::Credential(identity) => {
+            check_scope(identity, Some(name))?;
+            existing.as_ref().is_some_and(|record| record.accepted)
+        }
+    };
     // An existing cluster keeps what an admin set (labels, cordon, burst-only); a new one takes
-    // what the agent proposes.
+    // what the agent proposes, which selects nothing until the cluster is accepted.
     let upsert = match &existing {
         Some(record) => ClusterUpsert {
             name: record.name.clone(),
@@ -235,6 +293,7 @@ async fn register(
             kubernetes_version: request.kubernetes_version.clone(),
             cordoned: record.cordoned,
             burst_only: record.burst_only,
+            accepted,
         },
         None => ClusterUpsert {
             name: request.cluster_name.clone(),
@@ -246,20 +305,34 @@ async fn register(
             kubernetes_version: request.kubernetes_version.clone(),
             cordoned: false,
             burst_only: false,
+            accepted,
         },
     };
     let record = state.store.upsert_cluster(&upsert).await?;
     state.index.put_cluster(record);
-    // Registering again revokes the previous credential: an agent that lost it re-joins as itself.
+    // Registering again revokes the previous credential.
     let issued = state.store.rotate_credential(&request.cluster_name).await?;
     if let Some(objects) = &state.cluster_objects
-        && let Err(error) = objects.joined(&request).await
+        && let Err(error) = objects.joined(&request, accepted).await
     {
         // The store is the record of registration; the object is written again on heartbeats.
         warn!(error = %error, "writing the WorkloadCluster after registration failed");
     }
     state.trigger();
-    debug!(credential_id = issued.id, "agent registered");
+    let how = match &joining {
+        Joining::Fleet => "bootstrap token",
+        Joining::JoinToken(..) => "join token",
+        Joining::Credential(_) => "credential",
+    };
+    if accepted {
+        info!(credential_id = issued.id, with = how, "agent registered");
+    } else {
+        warn!(
+            credential_id = issued.id,
+            with = how,
+            "a new cluster joined and waits for an admin to accept it before it gets work"
+        );
+    }
     Ok(Json(RegisterResponse {
         cluster_name: request.cluster_name,
         credential: issued.token.expose().to_owned(),

@@ -34,6 +34,9 @@ pub enum ApiError {
     /// The endpoint does not take this method.
     #[error("this endpoint does not take this HTTP method")]
     MethodNotAllowed,
+    /// The request conflicts with the current state; the message says how to resolve it.
+    #[error("{0}")]
+    Conflict(String),
     /// The body is too large.
     #[error("{0}")]
     PayloadTooLarge(String),
@@ -60,6 +63,7 @@ impl ApiError {
             ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
             ApiError::NotFound(_) => StatusCode::NOT_FOUND,
             ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            ApiError::Conflict(_) => StatusCode::CONFLICT,
             ApiError::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ApiError::Invalid(_) => StatusCode::UNPROCESSABLE_ENTITY,
@@ -75,6 +79,7 @@ impl ApiError {
             ApiError::Unauthorized(m) => (codes::UNAUTHORIZED, (*m).to_owned()),
             ApiError::Forbidden(m) => (codes::FORBIDDEN, m.clone()),
             ApiError::NotFound(m) => (codes::NOT_FOUND, m.clone()),
+            ApiError::Conflict(m) => (codes::CONFLICT, m.clone()),
             ApiError::MethodNotAllowed => (codes::METHOD_NOT_ALLOWED, self.to_string()),
             ApiError::PayloadTooLarge(m) => (codes::PAYLOAD_TOO_LARGE, m.clone()),
             ApiError::UnsupportedMediaType(m) => (codes::UNSUPPORTED_MEDIA_TYPE, m.clone()),

@@ -38,6 +38,12 @@ pub struct RunArgs {
     /// File holding the fleet's bootstrap token, which agents present to register.
     #[arg(long, env = "NAVE_BOOTSTRAP_TOKEN_FILE")]
     pub bootstrap_token_file: PathBuf,
+    /// Accept clusters that join with the fleet's bootstrap token at once. Without it such a
+    /// cluster waits for an admin (`POST /api/v1/clusters/{name}/acceptance`) before it gets
+    /// any work; a cluster that joins with a join token an admin issued for its name is
+    /// accepted either way. For playgrounds and single-team fleets.
+    #[arg(long, env = "NAVE_ACCEPT_NEW_CLUSTERS")]
+    pub accept_new_clusters: bool,
     /// Tokens of the REST API (`/api/v1`): one `<scope> <token>` per line, scope `read` or
     /// `admin`, `#` comments. Without tokens the REST API refuses every request.
     #[arg(long, env = "NAVE_API_TOKENS_FILE")]

@@ -167,6 +167,15 @@ impl Index {
             .insert(record.name.clone(), Arc::new(record));
     }
 
+    /// Forgets a removed cluster's record and Pending pods.
+    pub fn forget_cluster(&self, cluster: &str) {
+        self.clusters
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(cluster);
+        self.put_pending(cluster, Vec::new());
+    }
+
     /// Applies a heartbeat the store recorded to `cluster`'s record, as the store does: a
     /// heartbeat older than the newest one seen does not roll the record back, and what it does
     /// not carry keeps its last value.

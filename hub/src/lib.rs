@@ -219,10 +219,11 @@ pub async fn run_until(args: RunArgs, shutdown: CancellationToken) -> Result<(),
         index,
         signals,
         token,
-        Some(ClusterObjects::new(client)),
-        Some(trigger),
+        Some(ClusterObjects::new(client.clone())),
+        Some(trigger.clone()),
         timings.clone(),
-    );
+    )
+    .accepting_new_clusters(args.accept_new_clusters);
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .map_err(|source| Error::Listen {
@@ -231,7 +232,15 @@ pub async fn run_until(args: RunArgs, shutdown: CancellationToken) -> Result<(),
         })?;
     info!(addr = %args.listen, backend = %store.backend(), "hub started");
     let routes = agent_api::router(state)
-        .merge(rest::router(sources, store.clone(), tokens))
+        .merge(rest::router(
+            sources,
+            store.clone(),
+            tokens,
+            rest::AdminHandles {
+                objects: Some(ClusterObjects::new(client.clone())),
+                trigger: Some(trigger.clone()),
+            },
+        ))
         .merge(metrics::router(MetricsState {
             metrics,
             store: store.clone(),

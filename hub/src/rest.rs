@@ -15,12 +15,13 @@
 //! is JSON ([`crate::api_error::ErrorBody`]), including unknown paths (`404`), wrong methods (`405`) and
 //! rejected bodies (`400`, `415`, `422`).
 
+mod admin;
 mod clusters;
 mod placements;
 mod simulate;
 mod state;
 
-pub use self::state::RestState;
+pub use self::state::{AdminHandles, RestState};
 
 use std::sync::Arc;
 
@@ -54,16 +55,18 @@ pub const OPENAPI_PATH: &str = "/api/v1/openapi.json";
         description = "Read the fleet and the placements the hub decided, and simulate a \
             placement without applying it.\n\n\
             Every request needs `Authorization: Bearer <token>`. Tokens have a scope: `read` \
-            allows every endpoint of this version (all of them read, and the simulation writes \
-            nothing); `admin` includes `read` and is reserved for endpoints that change state \
-            (none yet). A request without a valid token gets `401`; a token whose scope is too \
-            small gets `403`. Errors are JSON `{\"error\": <code>, \"message\": <text>}`."
+            allows every endpoint but those tagged `admin` (the simulation writes nothing); \
+            `admin` includes `read` and allows the `admin` endpoints, which change who may \
+            join and what a cluster may do. A request without a valid token gets `401`; a token \
+            whose scope is too small gets `403`. Errors are JSON \
+            `{\"error\": <code>, \"message\": <text>}`."
     ),
     modifiers(&BearerAuth),
     security(("bearer" = [])),
     tags(
         (name = "clusters", description = "Workload clusters: health, capacity, utilization."),
         (name = "placements", description = "Where workloads run, why, and what-if."),
+        (name = "admin", description = "Joining, acceptance, credentials, removal (scope `admin`)."),
         (name = "meta", description = "This document.")
     )
 )]
@@ -91,11 +94,14 @@ impl Modify for BearerAuth {
 fn routes() -> OpenApiRouter<RestState> {
     OpenApiRouter::with_openapi(ApiDoc::openapi())
         .routes(routes!(clusters::list))
-        .routes(routes!(clusters::get))
+        .routes(routes!(clusters::get, admin::remove_cluster))
         .routes(routes!(placements::list))
         .routes(routes!(placements::get))
         .routes(routes!(placements::history))
         .routes(routes!(simulate::simulate))
+        .routes(routes!(admin::create_join_token, admin::list_join_tokens))
+        .routes(routes!(admin::set_acceptance))
+        .routes(routes!(admin::list_credentials, admin::revoke_credentials))
         .routes(routes!(openapi_document))
 }
 
@@ -106,13 +112,14 @@ pub fn openapi() -> utoipa::openapi::OpenApi {
 
 /// The REST API, with its state applied, ready to merge with the hub's other routes. Every
 /// request needs a token of `tokens`; with none configured every request gets `401`.
-pub fn router(sources: Sources, store: Arc<dyn Store>, tokens: ApiTokens) -> Router {
+pub fn router(sources: Sources, store: Arc<dyn Store>, tokens: ApiTokens, admin: AdminHandles) -> Router {
     let (routes, document) = routes().split_for_parts();
     let document = serde_json::to_string(&document).unwrap_or_else(|_| "{}".to_owned());
     let state = RestState {
         sources,
         store,
         document: Arc::from(document),
+        admin,
     };
     routes
         // Unknown paths under the prefix get a JSON 404 here rather than another router's

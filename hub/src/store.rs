@@ -32,7 +32,9 @@ pub mod types;
 
 use std::sync::Arc;
 
-pub use self::contract::{Backend, Store, StoreError, StoreErrorKind, StoreFuture, StoreOp};
+pub use self::contract::{
+    Backend, JOIN_TOKEN_PREFIX, Store, StoreError, StoreErrorKind, StoreFuture, StoreOp,
+};
 pub use self::postgres::PgStore;
 pub use self::sql::{Dialect, SqlStore};
 pub use self::sqlite::SqliteStore;

@@ -66,10 +66,42 @@ impl ClusterObjects {
         Ok(())
     }
 
-    /// Creates the WorkloadCluster when missing and sets `Joined=True`.
-    pub async fn joined(&self, request: &RegisterRequest) -> Result<(), kube::Error> {
+    /// Sets the `Accepted` condition of an existing WorkloadCluster (nothing when it has none).
+    pub async fn accepted(&self, name: &str, accepted: bool) -> Result<(), kube::Error> {
+        let Some(object) = self.api.get_opt(name).await? else {
+            return Ok(());
+        };
+        let mut conds = object.status.map(|s| s.conditions).unwrap_or_default();
+        conditions::upsert(&mut conds, acceptance(accepted));
+        self.patch_status(name, json!({"conditions": conds})).await
+    }
+
+    /// Marks an existing WorkloadCluster as removed by an admin: `Joined=False`, `Accepted=False`.
+    /// The object stays (an admin may keep its labels for a later join) but no longer makes
+    /// the hub wait for the cluster after a start.
+    pub async fn removed(&self, name: &str) -> Result<(), kube::Error> {
+        let Some(object) = self.api.get_opt(name).await? else {
+            return Ok(());
+        };
+        let mut conds = object.status.map(|s| s.conditions).unwrap_or_default();
+        conditions::upsert(
+            &mut conds,
+            condition(
+                types::JOINED,
+                conditions::FALSE,
+                reasons::CLUSTER_REMOVED,
+                "an admin removed the cluster; its agent must join again",
+            ),
+        );
+        conditions::upsert(&mut conds, acceptance(false));
+        self.patch_status(name, json!({"conditions": conds})).await
+    }
+
+    /// Creates the WorkloadCluster when missing and sets `Joined=True` and `Accepted`.
+    pub async fn joined(&self, request: &RegisterRequest, accepted: bool) -> Result<(), kube::Error> {
         let object = self.ensure(&request.cluster_name, Some(request)).await?;
         let mut conds = object.status.map(|s| s.conditions).unwrap_or_default();
+        conditions::upsert(&mut conds, acceptance(accepted));
         conditions::upsert(
             &mut conds,
             condition(
@@ -127,6 +159,24 @@ impl ClusterObjects {
             status["kubernetesVersion"] = json!(v);
         }
         self.patch_status(name, status).await
+    }
+}
+
+fn acceptance(accepted: bool) -> Condition {
+    if accepted {
+        condition(
+            types::ACCEPTED,
+            conditions::TRUE,
+            reasons::CLUSTER_ACCEPTED,
+            "the hub places work here",
+        )
+    } else {
+        condition(
+            types::ACCEPTED,
+            conditions::FALSE,
+            reasons::AWAITING_ACCEPTANCE,
+            "waits for an admin: POST /api/v1/clusters/<name>/acceptance {\"accepted\": true}",
+        )
     }
 }
 

@@ -793,6 +793,149 @@ async fn rest_api_serves_clusters_placements_history_and_simulations_as_document
         .await;
     }
 
+    // The admin endpoints, with an admin token only: a join token, the cluster it registers,
+    // its credentials revoked, its acceptance withdrawn, then its removal.
+    let join_tokens = "/api/v1/join-tokens";
+    let spare = json!({"cluster": "spare"});
+    rest.call(
+        "POST",
+        Some(join_tokens),
+        join_tokens,
+        Some(READ_TOKEN),
+        Body::Json(spare.clone()),
+        403,
+    )
+    .await;
+    rest.call(
+        "POST",
+        Some(join_tokens),
+        join_tokens,
+        Some(ADMIN_TOKEN),
+        Body::Json(json!({"cluster": "Not A Name"})),
+        422,
+    )
+    .await;
+    let issued = rest
+        .call(
+            "POST",
+            Some(join_tokens),
+            join_tokens,
+            Some(ADMIN_TOKEN),
+            Body::Json(spare),
+            201,
+        )
+        .await;
+    let listed = rest
+        .call(
+            "GET",
+            Some(join_tokens),
+            join_tokens,
+            Some(ADMIN_TOKEN),
+            Body::None,
+            200,
+        )
+        .await;
+    assert_eq!(listed["items"][0]["state"], "usable", "{listed}");
+    let token = issued["token"].as_str().expect("the token is shown once");
+    let request = RegisterRequest {
+        cluster_name: "spare".to_owned(),
+        agent_version: "0.1.0".to_owned(),
+        ..RegisterRequest::default()
+    };
+    let spare = FakeAgent::try_register(&base, request, token)
+        .await
+        .expect("spare joins with its join token");
+    let credentials = "/api/v1/clusters/{name}/credentials";
+    let listed = rest
+        .call(
+            "GET",
+            Some(credentials),
+            "/api/v1/clusters/spare/credentials",
+            Some(ADMIN_TOKEN),
+            Body::None,
+            200,
+        )
+        .await;
+    assert_eq!(listed["items"].as_array().map(Vec::len), Some(1), "{listed}");
+    rest.call(
+        "GET",
+        Some(credentials),
+        "/api/v1/clusters/spare/credentials",
+        Some(READ_TOKEN),
+        Body::None,
+        403,
+    )
+    .await;
+    let revoked = rest
+        .call(
+            "DELETE",
+            Some(credentials),
+            "/api/v1/clusters/spare/credentials",
+            Some(ADMIN_TOKEN),
+            Body::None,
+            200,
+        )
+        .await;
+    assert_eq!(revoked, json!({"revoked": 1}));
+    assert_eq!(spare.work_status().await, 401, "a revoked credential is refused");
+    let cluster = "/api/v1/clusters/{name}";
+    rest.call(
+        "DELETE",
+        Some(cluster),
+        "/api/v1/clusters/spare",
+        Some(ADMIN_TOKEN),
+        Body::None,
+        409,
+    )
+    .await;
+    let acceptance = "/api/v1/clusters/{name}/acceptance";
+    let withdrawn = json!({"accepted": false});
+    rest.call(
+        "PUT",
+        Some(acceptance),
+        "/api/v1/clusters/nowhere/acceptance",
+        Some(ADMIN_TOKEN),
+        Body::Json(withdrawn.clone()),
+        404,
+    )
+    .await;
+    let now = rest
+        .call(
+            "PUT",
+            Some(acceptance),
+            "/api/v1/clusters/spare/acceptance",
+            Some(ADMIN_TOKEN),
+            Body::Json(withdrawn.clone()),
+            200,
+        )
+        .await;
+    assert_eq!(now, withdrawn);
+    rest.call(
+        "DELETE",
+        Some(cluster),
+        "/api/v1/clusters/spare",
+        Some(ADMIN_TOKEN),
+        Body::None,
+        200,
+    )
+    .await;
+    // Its WorkloadCluster stays (an admin's object): declared, neither joined nor accepted.
+    let gone = rest
+        .call(
+            "GET",
+            Some(cluster),
+            "/api/v1/clusters/spare",
+            Some(READ_TOKEN),
+            Body::None,
+            200,
+        )
+        .await;
+    assert_eq!(
+        (&gone["joined"], &gone["accepted"]),
+        (&json!(false), &json!(false)),
+        "{gone}"
+    );
+
     // The document: exactly the expected operations, each exercised, other methods 405.
     let document = rest
         .get("/api/v1/openapi.json", "/api/v1/openapi.json", 200)
@@ -823,6 +966,12 @@ async fn rest_api_serves_clusters_placements_history_and_simulations_as_document
         ("GET", "/api/v1/placements/{namespace}/{name}"),
         ("GET", "/api/v1/placements/{namespace}/{name}/history"),
         ("POST", "/api/v1/placements/simulate"),
+        ("POST", "/api/v1/join-tokens"),
+        ("GET", "/api/v1/join-tokens"),
+        ("PUT", "/api/v1/clusters/{name}/acceptance"),
+        ("GET", "/api/v1/clusters/{name}/credentials"),
+        ("DELETE", "/api/v1/clusters/{name}/credentials"),
+        ("DELETE", "/api/v1/clusters/{name}"),
     ]
     .into_iter()
     .map(|(m, p)| (m.to_owned(), p.to_owned()))
@@ -908,7 +1057,12 @@ async fn rest_api_serves_clusters_placements_history_and_simulations_as_document
         usage: Arc::default(),
         grace: Duration::from_secs(40),
     };
-    let closed = nave_hub::rest::router(sources, store, nave_hub::rest::ApiTokens::default());
+    let closed = nave_hub::rest::router(
+        sources,
+        store,
+        nave_hub::rest::ApiTokens::default(),
+        Default::default(),
+    );
     let response = tower::ServiceExt::oneshot(
         closed,
         axum::http::Request::get("/api/v1/clusters")

@@ -200,6 +200,8 @@ conformance!(
     migrations_are_idempotent,
     connect_url_picks_the_backend,
     identity_is_created_with_the_store_and_kept,
+    join_tokens_register_one_name_once_before_they_expire,
+    acceptance_is_stored_and_a_removed_cluster_leaves_nothing,
 );
 
 // Fixtures.
@@ -219,6 +221,7 @@ fn mk_cluster(name: &str) -> ClusterUpsert {
         kubernetes_version: Some("v1.34.1".to_owned()),
         cordoned: false,
         burst_only: false,
+        accepted: true,
     }
 }
 
@@ -273,6 +276,153 @@ async fn register(store: &dyn Store, names: &[&str]) {
 mod cases {
     use super::*;
 
+    pub async fn join_tokens_register_one_name_once_before_they_expire(db: TestDb) {
+        let store = db.open().await;
+        let now = Timestamp::now();
+        let issued = store
+            .create_join_token("eu-1", now + SignedDuration::from_secs(3600))
+            .await
+            .expect("issuing a join token");
+        let token = issued.token.expose().to_owned();
+        assert!(token.starts_with(store::JOIN_TOKEN_PREFIX), "{}", issued.id);
+        let found = store.find_join_token(&token, now).await.expect("finding it");
+        assert_eq!(
+            found.map(|t| (t.cluster, t.used_at)),
+            Some(("eu-1".to_owned(), None))
+        );
+        let wrong_secret = format!("{}x", &token[..token.len() - 1]);
+        assert!(
+            store
+                .find_join_token(&wrong_secret, now)
+                .await
+                .expect("lookup")
+                .is_none()
+        );
+        assert!(
+            !store
+                .redeem_join_token(&token, "us-1", now)
+                .await
+                .expect("redeem"),
+            "a token does not register another name"
+        );
+        // Two redemptions race; exactly one wins.
+        let (a, b) = tokio::join!(
+            store.redeem_join_token(&token, "eu-1", now),
+            store.redeem_join_token(&token, "eu-1", now)
+        );
+        assert_eq!(
+            [a.expect("first"), b.expect("second")]
+                .iter()
+                .filter(|won| **won)
+                .count(),
+            1,
+            "one of two concurrent redemptions succeeds"
+        );
+        assert!(
+            store
+                .find_join_token(&token, now)
+                .await
+                .expect("lookup")
+                .is_none(),
+            "used"
+        );
+
+        let short = store
+            .create_join_token("eu-2", now + SignedDuration::from_secs(60))
+            .await
+            .expect("issuing another");
+        let later = now + SignedDuration::from_secs(61);
+        assert!(
+            store
+                .find_join_token(short.token.expose(), later)
+                .await
+                .expect("lookup")
+                .is_none()
+        );
+        assert!(
+            !store
+                .redeem_join_token(short.token.expose(), "eu-2", later)
+                .await
+                .expect("redeem")
+        );
+        let listed = store.list_join_tokens().await.expect("listing");
+        assert_eq!(listed.len(), 2, "{listed:?}");
+        assert!(
+            listed.iter().any(|t| t.id == issued.id && t.used_at.is_some()),
+            "{listed:?}"
+        );
+        assert!(
+            !store
+                .redeem_join_token("nave-join-zz.secret", "eu-1", now)
+                .await
+                .expect("junk")
+        );
+    }
+
+    pub async fn acceptance_is_stored_and_a_removed_cluster_leaves_nothing(db: TestDb) {
+        let store = db.open().await;
+        let waiting = store
+            .upsert_cluster(&ClusterUpsert {
+                accepted: false,
+                ..mk_cluster("eu-1")
+            })
+            .await
+            .expect("registering");
+        assert!(!waiting.accepted);
+        let accepted = store.set_accepted("eu-1", true).await.expect("accepting");
+        assert_eq!(accepted.map(|c| c.accepted), Some(true));
+        assert!(
+            store
+                .set_accepted("nowhere", true)
+                .await
+                .expect("unknown")
+                .is_none()
+        );
+
+        store.issue_credential("eu-1").await.expect("a credential");
+        store
+            .record_heartbeat(&heartbeat("eu-1", Timestamp::now(), 4))
+            .await
+            .expect("a heartbeat");
+        store
+            .put_work("eu-1", &[deployment("web", 2)])
+            .await
+            .expect("work");
+        store
+            .put_work_status(&WorkStatus {
+                cluster: "eu-1".to_owned(),
+                applied_revision: 1,
+                objects: json!([]),
+                reported_at: Timestamp::now(),
+            })
+            .await
+            .expect("a status");
+        assert!(store.delete_cluster("eu-1").await.expect("removing"));
+        assert!(store.get_cluster("eu-1").await.expect("get").is_none());
+        assert!(store.get_work("eu-1").await.expect("work").is_none());
+        assert!(store.get_work_status("eu-1").await.expect("status").is_none());
+        assert!(
+            store
+                .list_credentials("eu-1")
+                .await
+                .expect("credentials")
+                .is_empty()
+        );
+        assert!(
+            store
+                .list_heartbeats("eu-1", 10)
+                .await
+                .expect("heartbeats")
+                .is_empty()
+        );
+        assert!(
+            !store.delete_cluster("eu-1").await.expect("again"),
+            "gone already"
+        );
+        // The name can join again from scratch.
+        register(&*store, &["eu-1"]).await;
+    }
+
     pub async fn identity_is_created_with_the_store_and_kept(db: TestDb) {
         let store = db.open().await;
         let first = store.identity().await.expect("reading the store identity");
@@ -309,6 +459,7 @@ mod cases {
             capacity: None,
             cordoned: false,
             burst_only: false,
+            accepted: true,
         };
         assert_eq!(first, expected, "upsert returns the stored row");
         assert!(
@@ -334,6 +485,7 @@ mod cases {
             kubernetes_version: Some("v1.35.0".to_owned()),
             cordoned: true,
             burst_only: true,
+            accepted: true,
             ..mk_cluster("eu-1")
         };
         let updated = store.upsert_cluster(&update).await.expect("upsert eu-1 again");
@@ -345,6 +497,7 @@ mod cases {
             kubernetes_version: Some("v1.35.0".to_owned()),
             cordoned: true,
             burst_only: true,
+            accepted: true,
             ..expected
         };
         assert_eq!(updated, expected, "upsert of an existing cluster");

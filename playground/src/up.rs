@@ -336,6 +336,7 @@ impl Playground {
             database_url: format!("sqlite://{}", self.dir.join("hub.db").display()),
             listen: hub_addr,
             bootstrap_token_file: token_file.clone(),
+            accept_new_clusters: true,
             api_tokens_file: Some(api_tokens_file),
             api_tokens_secret: None,
             kubeconfig: Some(management_kubeconfig),

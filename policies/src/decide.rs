@@ -128,7 +128,9 @@ fn evaluate<'a>(fleet: &'a Fleet, ledger: &Ledger, request: &Request) -> Table<'
                 .as_ref()
                 .is_some_and(|t| t.matches(&cluster.labels));
         let role = if burst { Role::Burst } else { Role::Regular };
-        let mut filter = if !allow.is_empty() && !allow.contains(name) {
+        let mut filter = if cluster.unaccepted {
+            Some(Filter::NotAccepted)
+        } else if !allow.is_empty() && !allow.contains(name) {
             Some(Filter::NotAllowed)
         } else {
             policy

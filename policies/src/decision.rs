@@ -17,11 +17,13 @@ pub enum Role {
     Burst,
 }
 
-/// Why a cluster takes no new replicas. The first three also move its replicas away.
+/// Why a cluster takes no new replicas. The first four also move its replicas away.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Filter {
     /// The current assignment names a cluster the fleet no longer has.
     NotInFleet,
+    /// The fleet's admin has not accepted the cluster (or withdrew the acceptance).
+    NotAccepted,
     /// Not in the `clusters` allow-list.
     NotAllowed,
     /// `clusterSelector` does not match; the first unmet part, with the value seen.
@@ -49,7 +51,7 @@ impl Filter {
     pub fn moves_replicas_away(&self) -> bool {
         matches!(
             self,
-            Filter::NotInFleet | Filter::NotAllowed | Filter::SelectorMismatch(_)
+            Filter::NotInFleet | Filter::NotAccepted | Filter::NotAllowed | Filter::SelectorMismatch(_)
         )
     }
 }
@@ -58,6 +60,7 @@ impl fmt::Display for Filter {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Filter::NotInFleet => f.write_str("not in the fleet"),
+            Filter::NotAccepted => f.write_str("not accepted into the fleet by its admin"),
             Filter::NotAllowed => f.write_str("not in the clusters allow-list"),
             Filter::SelectorMismatch(why) => write!(f, "clusterSelector needs {why}"),
             Filter::NotReady => f.write_str("not Ready"),

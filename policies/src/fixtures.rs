@@ -93,6 +93,10 @@ impl ClusterBuilder {
     pub(crate) fn zone(self, zone: &str) -> Self {
         self.label(ZONE_LABEL, zone)
     }
+    pub(crate) fn unaccepted(mut self) -> Self {
+        self.cluster.unaccepted = true;
+        self
+    }
     pub(crate) fn cordoned(mut self) -> Self {
         self.cluster.unschedulable = true;
         self

@@ -47,6 +47,9 @@ pub struct Cluster {
     pub labels: Labels,
     /// Cordoned: keeps its replicas, gets no new ones.
     pub unschedulable: bool,
+    /// Joined but not accepted by the fleet's admin: gets no replicas, and those it has move
+    /// away. Its labels select nothing meanwhile.
+    pub unaccepted: bool,
     /// Condition `Ready`. A cluster that is not ready gets no new replicas and keeps its
     /// current ones here; moving them (failover after a grace period) is the caller's call,
     /// through [`Request::evacuate`](crate::Request::evacuate).

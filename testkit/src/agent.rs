@@ -42,32 +42,45 @@ impl FakeAgent {
         .await
     }
 
+    /// Registers `request` once presenting `token` (a join token, a credential, the bootstrap
+    /// token): the agent, or the hub's status and body.
+    pub async fn try_register(
+        hub: &str,
+        request: RegisterRequest,
+        token: &str,
+    ) -> Result<FakeAgent, (u16, String)> {
+        let http = reqwest::Client::new();
+        let res = http
+            .post(format!("{hub}{}", wire::REGISTER_PATH))
+            .bearer_auth(token)
+            .json(&request)
+            .send()
+            .await
+            .map_err(|e| (0, e.to_string()))?;
+        let status = res.status().as_u16();
+        if status != 200 {
+            return Err((status, res.text().await.unwrap_or_default()));
+        }
+        let response: RegisterResponse = res.json().await.map_err(|e| (status, e.to_string()))?;
+        Ok(FakeAgent {
+            http,
+            hub: hub.to_owned(),
+            cluster: request.cluster_name,
+            credential: response.credential,
+            capacity: CapacityModel::default(),
+        })
+    }
+
     /// Registers with `request` as sent (Kubernetes version, region, ...), retrying until the
     /// hub answers.
     pub async fn register_with(hub: &str, request: RegisterRequest) -> FakeAgent {
-        let http = reqwest::Client::new();
         let cluster = request.cluster_name.clone();
-        let response: RegisterResponse = wait_for(&format!("{cluster} to register"), DEADLINE, || async {
-            let res = http
-                .post(format!("{hub}{}", wire::REGISTER_PATH))
-                .bearer_auth(BOOTSTRAP)
-                .json(&request)
-                .send()
+        wait_for(&format!("{cluster} to register"), DEADLINE, || async {
+            FakeAgent::try_register(hub, request.clone(), BOOTSTRAP)
                 .await
-                .map_err(|e| e.to_string())?;
-            if !res.status().is_success() {
-                return Err(format!("status {}", res.status()));
-            }
-            res.json().await.map_err(|e| e.to_string())
+                .map_err(|(status, body)| format!("status {status}: {body}"))
         })
-        .await;
-        FakeAgent {
-            http,
-            hub: hub.to_owned(),
-            cluster,
-            credential: response.credential,
-            capacity: CapacityModel::default(),
-        }
+        .await
     }
 
     /// Registers `cluster` and sends its first heartbeat with `capacity`: a Ready cluster.
@@ -124,6 +137,18 @@ impl FakeAgent {
         res.json()
             .await
             .unwrap_or_else(|e| panic!("heartbeat answer of {cluster}: {e}"))
+    }
+
+    /// The HTTP status of a work request with this agent's credential (`401` once revoked).
+    pub async fn work_status(&self) -> u16 {
+        let res = self
+            .http
+            .get(format!("{}{}", self.hub, wire::WORK_PATH))
+            .bearer_auth(&self.credential)
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("work of {}: {e}", self.cluster));
+        res.status().as_u16()
     }
 
     /// The cluster's current work set (no long-poll).

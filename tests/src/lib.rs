@@ -231,6 +231,7 @@ impl Env {
             database_url,
             listen,
             bootstrap_token_file: token_file,
+            accept_new_clusters: true,
             api_tokens_file: Some(api_tokens),
             api_tokens_secret: None,
             kubeconfig: Some(kubeconfig),

@@ -71,15 +71,26 @@ fn empty_beat(cluster: &str) -> Value {
 }
 
 async fn register(state: &AgentState, cluster: &str) -> String {
+    let (status, value) = register_with(state, cluster, BOOTSTRAP).await;
+    assert_eq!(status, StatusCode::OK, "register {cluster}: {value}");
+    let response: RegisterResponse = serde_json::from_value(value).unwrap();
+    response.credential
+}
+
+/// Registers `cluster` presenting `token`; the status and body.
+async fn register_with(state: &AgentState, cluster: &str, token: &str) -> (StatusCode, Value) {
     let body = serde_json::to_string(&RegisterRequest {
         cluster_name: cluster.to_owned(),
         agent_version: "0.1.0".to_owned(),
+        labels: [("tier".to_owned(), "gold".to_owned())].into(),
         ..RegisterRequest::default()
     })
     .unwrap();
-    let (status, value) = call(state, Method::POST, wire::REGISTER_PATH, BOOTSTRAP, Some(body)).await;
-    assert_eq!(status, StatusCode::OK, "register {cluster}: {value}");
-    let response: RegisterResponse = serde_json::from_value(value).unwrap();
+    call(state, Method::POST, wire::REGISTER_PATH, token, Some(body)).await
+}
+
+fn credential_of(value: &Value) -> String {
+    let response: RegisterResponse = serde_json::from_value(value.clone()).unwrap();
     response.credential
 }
 
@@ -136,13 +147,128 @@ async fn unknown_or_revoked_credential_is_401() {
     assert_eq!(status, StatusCode::UNAUTHORIZED);
     assert_eq!(error_code(&value), error_codes::UNAUTHORIZED);
     let first = register(&h.state, "eu-1").await;
-    let _second = register(&h.state, "eu-1").await;
+    // Registering again with the current credential rotates it.
+    let (status, value) = register_with(&h.state, "eu-1", &first).await;
+    assert_eq!(status, StatusCode::OK, "{value}");
     let (status, _) = call(&h.state, Method::GET, wire::WORK_PATH, &first, None).await;
     assert_eq!(
         status,
         StatusCode::UNAUTHORIZED,
         "registering again must revoke the old credential"
     );
+    let second = credential_of(&value);
+    let (status, _) = call(&h.state, Method::GET, wire::WORK_PATH, &second, None).await;
+    assert_eq!(status, StatusCode::OK);
+}
+
+#[tokio::test]
+async fn the_fleet_token_cannot_take_over_a_cluster_that_joined() {
+    let h = harness().await;
+    let real = register(&h.state, "prod-eu").await;
+    // The impostor holds the fleet's bootstrap token, read from any workload cluster.
+    let (status, value) = register_with(&h.state, "prod-eu", BOOTSTRAP).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{value}");
+    assert_eq!(error_code(&value), error_codes::CONFLICT);
+    assert!(
+        value["message"].as_str().unwrap().contains("join token"),
+        "{value}"
+    );
+    // Nor with another cluster's credential.
+    let other = register(&h.state, "prod-us").await;
+    let (status, value) = register_with(&h.state, "prod-eu", &other).await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{value}");
+    // The real agent is untouched: its credential still works, no new one was issued.
+    let (status, _) = call(&h.state, Method::GET, wire::WORK_PATH, &real, None).await;
+    assert_eq!(status, StatusCode::OK, "the real agent keeps its credential");
+    let credentials = h.state.store.list_credentials("prod-eu").await.unwrap();
+    assert_eq!(credentials.len(), 1, "{credentials:?}");
+}
+
+#[tokio::test]
+async fn a_new_cluster_from_the_fleet_token_waits_for_acceptance_and_selects_nothing() {
+    let h = harness().await;
+    assert!(
+        !h.state.accept_new_clusters,
+        "the hub does not accept new clusters by default"
+    );
+    let rogue = register(&h.state, "rogue").await;
+    let record = h.state.store.get_cluster("rogue").await.unwrap().unwrap();
+    assert!(!record.accepted, "{record:?}");
+    let cluster = crate::placement::inputs::fleet_cluster(
+        "rogue",
+        Some(&record),
+        None,
+        jiff::Timestamp::now(),
+        Duration::from_secs(30),
+    );
+    assert!(cluster.unaccepted, "placement sees it as awaiting acceptance");
+    // It may report (so an admin sees what it claims) but gets no work.
+    let (status, _) = call(
+        &h.state,
+        Method::POST,
+        wire::HEARTBEAT_PATH,
+        &rogue,
+        Some(empty_beat("rogue").to_string()),
+    )
+    .await;
+    assert!(status.is_success(), "{status}");
+    let (status, value) = call(&h.state, Method::GET, wire::WORK_PATH, &rogue, None).await;
+    assert_eq!((status, value["revision"].as_u64()), (StatusCode::OK, Some(0)));
+
+    let accepting = harness().await;
+    let state = accepting.state.clone().accepting_new_clusters(true);
+    register(&state, "lab").await;
+    assert!(state.store.get_cluster("lab").await.unwrap().unwrap().accepted);
+}
+
+#[tokio::test]
+async fn a_join_token_registers_its_one_name_once_and_is_accepted() {
+    let h = harness().await;
+    let expires = jiff::Timestamp::now() + jiff::SignedDuration::from_secs(600);
+    let token = h.state.store.create_join_token("eu-1", expires).await.unwrap();
+    let token = token.token.expose().to_owned();
+    let (status, value) = register_with(&h.state, "us-1", &token).await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "another name: {value}");
+    let (status, value) = register_with(&h.state, "eu-1", &token).await;
+    assert_eq!(
+        status,
+        StatusCode::OK,
+        "the token was not spent by the refused attempt: {value}"
+    );
+    assert!(h.state.store.get_cluster("eu-1").await.unwrap().unwrap().accepted);
+    let (status, value) = register_with(&h.state, "eu-1", &token).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED, "used once: {value}");
+
+    // An admin's join token is how a name that joined is claimed again (a lost credential).
+    let again = h.state.store.create_join_token("eu-1", expires).await.unwrap();
+    let reclaimed = credential_of(&value_of_ok(
+        register_with(&h.state, "eu-1", again.token.expose()).await,
+    ));
+    let (status, _) = call(&h.state, Method::GET, wire::WORK_PATH, &reclaimed, None).await;
+    assert_eq!(status, StatusCode::OK);
+    let credentials = h.state.store.list_credentials("eu-1").await.unwrap();
+    assert_eq!(
+        credentials.iter().filter(|c| c.revoked_at.is_none()).count(),
+        1,
+        "{credentials:?}"
+    );
+
+    let expired = h
+        .state
+        .store
+        .create_join_token(
+            "eu-2",
+            jiff::Timestamp::now() - jiff::SignedDuration::from_secs(1),
+        )
+        .await
+        .unwrap();
+    let (status, _) = register_with(&h.state, "eu-2", expired.token.expose()).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED, "expired");
+}
+
+fn value_of_ok((status, value): (StatusCode, Value)) -> Value {
+    assert_eq!(status, StatusCode::OK, "{value}");
+    value
 }
 
 #[tokio::test]

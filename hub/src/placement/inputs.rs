@@ -53,6 +53,7 @@ pub fn fleet_cluster(
     // The WorkloadCluster is what admins edit; the record mirrors it when there is no object.
     cluster.unschedulable = object.map_or(record.is_some_and(|r| r.cordoned), |o| o.spec.unschedulable);
     cluster.burst_only = object.map_or(record.is_some_and(|r| r.burst_only), |o| o.spec.burst_only);
+    cluster.unaccepted = record.is_some_and(|r| !r.accepted);
     cluster.ready = record
         .and_then(|r| r.last_heartbeat_at)
         .is_some_and(|at| now.duration_since(at).unsigned_abs() < grace);

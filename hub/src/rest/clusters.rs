@@ -38,6 +38,9 @@ pub(super) struct ClusterView {
     ready: bool,
     /// Its agent has registered with the hub.
     joined: bool,
+    /// The hub may place work on it: an admin accepted it, it joined with a join token, or the
+    /// hub accepts new clusters. A joined cluster that is not accepted runs nothing.
+    accepted: bool,
     /// Cordoned (`unschedulable`): takes no new replicas.
     cordoned: bool,
     /// Used only for overflow, and emptied first.
@@ -255,6 +258,7 @@ async fn view(
         labels: cluster.map(|c| c.labels.clone()).unwrap_or_default(),
         ready: cluster.is_some_and(|c| c.ready),
         joined: record.is_some(),
+        accepted: record.is_some_and(|r| r.accepted),
         cordoned: cluster.is_some_and(|c| c.unschedulable),
         burst_only: cluster.is_some_and(|c| c.burst_only),
         registered_at: record.map(|r| r.registered_at.to_string()),

@@ -3,7 +3,28 @@
 use std::sync::Arc;
 
 use crate::fleet::Sources;
+use crate::signals::ReconcileTrigger;
 use crate::store::Store;
+use crate::workload_clusters::ClusterObjects;
+
+/// What the admin endpoints change besides the store; `None` where there is no management
+/// cluster or controller (tests).
+#[derive(Clone, Default)]
+pub struct AdminHandles {
+    /// Writes the WorkloadClusters' `Accepted` and `Joined` conditions.
+    pub objects: Option<ClusterObjects>,
+    /// Asks the controllers for a pass when the fleet changed.
+    pub trigger: Option<ReconcileTrigger>,
+}
+
+impl std::fmt::Debug for AdminHandles {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AdminHandles")
+            .field("objects", &self.objects.is_some())
+            .field("trigger", &self.trigger.is_some())
+            .finish()
+    }
+}
 
 /// State of the REST handlers.
 #[derive(Clone, Debug)]
@@ -14,4 +35,6 @@ pub struct RestState {
     pub(super) store: Arc<dyn Store>,
     /// The OpenAPI document, serialized once.
     pub(super) document: Arc<str>,
+    /// What the admin endpoints change besides the store.
+    pub(super) admin: AdminHandles,
 }

@@ -57,6 +57,40 @@ pub trait Store: Send + Sync + fmt::Debug {
     /// A cluster's credentials, oldest first, without their tokens.
     fn list_credentials<'a>(&'a self, cluster: &'a str) -> StoreFuture<'a, Vec<CredentialInfo>>;
 
+    /// Accepts a cluster or withdraws its acceptance; the stored row, `None` if unknown.
+    fn set_accepted<'a>(&'a self, cluster: &'a str, accepted: bool)
+    -> StoreFuture<'a, Option<ClusterRecord>>;
+
+    /// Forgets a cluster: its row, credentials, heartbeats, work set and status. `false` if
+    /// unknown.
+    fn delete_cluster<'a>(&'a self, cluster: &'a str) -> StoreFuture<'a, bool>;
+
+    /// Issues a join token for `cluster`, usable once until `expires_at`.
+    fn create_join_token<'a>(
+        &'a self,
+        cluster: &'a str,
+        expires_at: Timestamp,
+    ) -> StoreFuture<'a, IssuedJoinToken>;
+
+    /// The join token `token` is, if it is one and still usable at `now` (unused, unexpired).
+    fn find_join_token<'a>(
+        &'a self,
+        token: &'a str,
+        now: Timestamp,
+    ) -> StoreFuture<'a, Option<JoinTokenInfo>>;
+
+    /// Uses join token `token` to register `cluster`: `true` (and it is spent) only when it is
+    /// usable at `now` and issued for `cluster`; two redemptions of one token never both succeed.
+    fn redeem_join_token<'a>(
+        &'a self,
+        token: &'a str,
+        cluster: &'a str,
+        now: Timestamp,
+    ) -> StoreFuture<'a, bool>;
+
+    /// Every join token, newest first, without their secrets.
+    fn list_join_tokens(&self) -> StoreFuture<'_, Vec<JoinTokenInfo>>;
+
     /// Records a heartbeat and, unless a newer one was already recorded, makes its capacity and
     /// versions the cluster's latest. Returns the heartbeat's id.
     fn record_heartbeat<'a>(&'a self, heartbeat: &'a NewHeartbeat) -> StoreFuture<'a, i64>;
@@ -137,6 +171,12 @@ pub enum StoreOp {
     RevokeCredential,
     AuthenticateAgent,
     ListCredentials,
+    SetAccepted,
+    DeleteCluster,
+    CreateJoinToken,
+    FindJoinToken,
+    RedeemJoinToken,
+    ListJoinTokens,
     RecordHeartbeat,
     ListHeartbeats,
     PruneHeartbeats,
@@ -166,6 +206,12 @@ impl StoreOp {
             StoreOp::RevokeCredential => "revoke_credential",
             StoreOp::AuthenticateAgent => "authenticate_agent",
             StoreOp::ListCredentials => "list_credentials",
+            StoreOp::SetAccepted => "set_accepted",
+            StoreOp::DeleteCluster => "delete_cluster",
+            StoreOp::CreateJoinToken => "create_join_token",
+            StoreOp::FindJoinToken => "find_join_token",
+            StoreOp::RedeemJoinToken => "redeem_join_token",
+            StoreOp::ListJoinTokens => "list_join_tokens",
             StoreOp::RecordHeartbeat => "record_heartbeat",
             StoreOp::ListHeartbeats => "list_heartbeats",
             StoreOp::PruneHeartbeats => "prune_heartbeats",
@@ -420,6 +466,27 @@ pub(super) fn new_token(op: StoreOp) -> Result<AgentToken, StoreError> {
     let mut bytes = [0u8; 32];
     getrandom::fill(&mut bytes).map_err(|source| StoreError::Random { op, source })?;
     Ok(AgentToken(format!("nave_{}", URL_SAFE_NO_PAD.encode(bytes))))
+}
+
+/// Prefix of join tokens: `nave-join-<id>.<secret>`.
+pub const JOIN_TOKEN_PREFIX: &str = "nave-join-";
+
+/// A new join token: an id of 8 hex digits, a 256-bit secret, and the token's whole text.
+pub(super) fn new_join_token(op: StoreOp) -> Result<(String, String, AgentToken), StoreError> {
+    let mut id = [0u8; 4];
+    let mut secret = [0u8; 32];
+    getrandom::fill(&mut id).map_err(|source| StoreError::Random { op, source })?;
+    getrandom::fill(&mut secret).map_err(|source| StoreError::Random { op, source })?;
+    let id = hex(&id);
+    let secret = URL_SAFE_NO_PAD.encode(secret);
+    let token = format!("{JOIN_TOKEN_PREFIX}{id}.{secret}");
+    Ok((id, secret, AgentToken(token)))
+}
+
+/// The id and secret of a join token's text; `None` when it is not one.
+pub(super) fn split_join_token(token: &str) -> Option<(&str, &str)> {
+    let (id, secret) = token.strip_prefix(JOIN_TOKEN_PREFIX)?.split_once('.')?;
+    (id.len() == 8 && id.bytes().all(|b| b.is_ascii_hexdigit()) && !secret.is_empty()).then_some((id, secret))
 }
 
 /// The stored form of an agent token: hex SHA-256 of its text.

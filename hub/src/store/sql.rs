@@ -107,7 +107,7 @@ where
 macro_rules! cluster_columns {
     () => {
         "name, labels, region, zone, latitude, longitude, registered_at_ms, agent_version, \
-         kubernetes_version, last_heartbeat_at_ms, capacity, cordoned, burst_only"
+         kubernetes_version, last_heartbeat_at_ms, capacity, cordoned, burst_only, accepted"
     };
 }
 macro_rules! placement_columns {
@@ -145,6 +145,7 @@ where
     (String, String): for<'r> FromRow<'r, DB::Row>,
     ClusterRow: for<'r> FromRow<'r, DB::Row>,
     CredentialRow: for<'r> FromRow<'r, DB::Row>,
+    JoinTokenRow: for<'r> FromRow<'r, DB::Row>,
     HeartbeatRow: for<'r> FromRow<'r, DB::Row>,
     PlacementRow: for<'r> FromRow<'r, DB::Row>,
     HistoryRow: for<'r> FromRow<'r, DB::Row>,
@@ -177,13 +178,14 @@ where
             const OP: StoreOp = StoreOp::UpsertCluster;
             let row: ClusterRow = sqlx::query_as(concat!(
                 "INSERT INTO clusters (name, labels, region, zone, latitude, longitude, registered_at_ms, \
-                 agent_version, kubernetes_version, cordoned, burst_only) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) \
+                 agent_version, kubernetes_version, cordoned, burst_only, accepted) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) \
                  ON CONFLICT (name) DO UPDATE SET labels = excluded.labels, region = excluded.region, \
                  zone = excluded.zone, latitude = excluded.latitude, longitude = excluded.longitude, \
                  agent_version = COALESCE(excluded.agent_version, clusters.agent_version), \
                  kubernetes_version = COALESCE(excluded.kubernetes_version, clusters.kubernetes_version), \
-                 cordoned = excluded.cordoned, burst_only = excluded.burst_only \
+                 cordoned = excluded.cordoned, burst_only = excluded.burst_only, \
+                 accepted = excluded.accepted \
                  RETURNING ",
                 cluster_columns!()
             ))
@@ -198,6 +200,7 @@ where
             .bind(cluster.kubernetes_version.as_deref())
             .bind(cluster.cordoned)
             .bind(cluster.burst_only)
+            .bind(cluster.accepted)
             .fetch_one(&self.pool)
             .await
             .map_err(query_error(OP))?;
@@ -317,6 +320,147 @@ where
                  WHERE cluster = $1 ORDER BY id",
             )
             .bind(cluster)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(query_error(OP))?;
+            rows.into_iter().map(|row| row.into_info(OP)).collect()
+        })
+    }
+
+    fn set_accepted<'a>(
+        &'a self,
+        cluster: &'a str,
+        accepted: bool,
+    ) -> StoreFuture<'a, Option<ClusterRecord>> {
+        Box::pin(async move {
+            const OP: StoreOp = StoreOp::SetAccepted;
+            let row: Option<ClusterRow> = sqlx::query_as(concat!(
+                "UPDATE clusters SET accepted = $1 WHERE name = $2 RETURNING ",
+                cluster_columns!()
+            ))
+            .bind(accepted)
+            .bind(cluster)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(query_error(OP))?;
+            row.map(|row| row.into_record(OP)).transpose()
+        })
+    }
+
+    fn delete_cluster<'a>(&'a self, cluster: &'a str) -> StoreFuture<'a, bool> {
+        Box::pin(async move {
+            const OP: StoreOp = StoreOp::DeleteCluster;
+            let mut tx = self.begin_write(OP).await?;
+            // Credentials and heartbeats go with the row (ON DELETE CASCADE); the work set
+            // does not, on purpose (see the schema), so it goes first, explicitly.
+            for statement in [
+                "DELETE FROM work_status WHERE cluster = $1",
+                "DELETE FROM work WHERE cluster = $1",
+            ] {
+                sqlx::query(statement)
+                    .bind(cluster)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(query_error(OP))?;
+            }
+            let done = sqlx::query("DELETE FROM clusters WHERE name = $1")
+                .bind(cluster)
+                .execute(&mut *tx)
+                .await
+                .map_err(query_error(OP))?;
+            tx.commit().await.map_err(query_error(OP))?;
+            Ok(DB::rows_affected(&done) == 1)
+        })
+    }
+
+    fn create_join_token<'a>(
+        &'a self,
+        cluster: &'a str,
+        expires_at: Timestamp,
+    ) -> StoreFuture<'a, IssuedJoinToken> {
+        Box::pin(async move {
+            const OP: StoreOp = StoreOp::CreateJoinToken;
+            let (id, secret, token) = new_join_token(OP)?;
+            sqlx::query(
+                "INSERT INTO join_tokens (id, cluster, secret_sha256, created_at_ms, expires_at_ms) \
+                 VALUES ($1, $2, $3, $4, $5)",
+            )
+            .bind(id.as_str())
+            .bind(cluster)
+            .bind(token_hash(&secret))
+            .bind(millis(Timestamp::now()))
+            .bind(millis(expires_at))
+            .execute(&self.pool)
+            .await
+            .map_err(query_error(OP))?;
+            Ok(IssuedJoinToken {
+                id,
+                cluster: cluster.to_owned(),
+                token,
+                expires_at,
+            })
+        })
+    }
+
+    fn find_join_token<'a>(
+        &'a self,
+        token: &'a str,
+        now: Timestamp,
+    ) -> StoreFuture<'a, Option<JoinTokenInfo>> {
+        Box::pin(async move {
+            const OP: StoreOp = StoreOp::FindJoinToken;
+            let Some((id, secret)) = split_join_token(token) else {
+                return Ok(None);
+            };
+            let row: Option<JoinTokenRow> = sqlx::query_as(
+                "SELECT id, cluster, created_at_ms, expires_at_ms, used_at_ms FROM join_tokens \
+                 WHERE id = $1 AND secret_sha256 = $2 AND used_at_ms IS NULL AND expires_at_ms > $3",
+            )
+            .bind(id)
+            .bind(token_hash(secret))
+            .bind(millis(now))
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(query_error(OP))?;
+            row.map(|row| row.into_info(OP)).transpose()
+        })
+    }
+
+    fn redeem_join_token<'a>(
+        &'a self,
+        token: &'a str,
+        cluster: &'a str,
+        now: Timestamp,
+    ) -> StoreFuture<'a, bool> {
+        Box::pin(async move {
+            const OP: StoreOp = StoreOp::RedeemJoinToken;
+            let Some((id, secret)) = split_join_token(token) else {
+                return Ok(false);
+            };
+            // One conditional UPDATE: of two concurrent redemptions, the second finds the row
+            // already used (Postgres re-checks the WHERE on the updated row; SQLite serializes).
+            let done = sqlx::query(
+                "UPDATE join_tokens SET used_at_ms = $1 WHERE id = $2 AND secret_sha256 = $3 \
+                 AND cluster = $4 AND used_at_ms IS NULL AND expires_at_ms > $1",
+            )
+            .bind(millis(now))
+            .bind(id)
+            .bind(token_hash(secret))
+            .bind(cluster)
+            .execute(&self.pool)
+            .await
+            .map_err(query_error(OP))?;
+            Ok(DB::rows_affected(&done) == 1)
+        })
+    }
+
+    fn list_join_tokens(&self) -> StoreFuture<'_, Vec<JoinTokenInfo>> {
+        Box::pin(async move {
+            const OP: StoreOp = StoreOp::ListJoinTokens;
+            let rows: Vec<JoinTokenRow> = sqlx::query_as(
+                "SELECT id, cluster, created_at_ms, expires_at_ms, used_at_ms FROM join_tokens \
+                 ORDER BY created_at_ms DESC, id",
+            )
             .fetch_all(&self.pool)
             .await
             .map_err(query_error(OP))?;
@@ -782,6 +926,7 @@ struct ClusterRow {
     capacity: Option<Json<Value>>,
     cordoned: bool,
     burst_only: bool,
+    accepted: bool,
 }
 
 impl ClusterRow {
@@ -802,6 +947,7 @@ impl ClusterRow {
             capacity: self.capacity.map(|c| c.0),
             cordoned: self.cordoned,
             burst_only: self.burst_only,
+            accepted: self.accepted,
         })
     }
 }
@@ -821,6 +967,27 @@ impl CredentialRow {
             cluster: self.cluster,
             created_at: timestamp(op, "created_at", self.created_at_ms)?,
             revoked_at: opt_timestamp(op, "revoked_at", self.revoked_at_ms)?,
+        })
+    }
+}
+
+#[derive(sqlx::FromRow)]
+struct JoinTokenRow {
+    id: String,
+    cluster: String,
+    created_at_ms: i64,
+    expires_at_ms: i64,
+    used_at_ms: Option<i64>,
+}
+
+impl JoinTokenRow {
+    fn into_info(self, op: StoreOp) -> Result<JoinTokenInfo, StoreError> {
+        Ok(JoinTokenInfo {
+            id: self.id,
+            cluster: self.cluster,
+            created_at: timestamp(op, "created_at", self.created_at_ms)?,
+            expires_at: timestamp(op, "expires_at", self.expires_at_ms)?,
+            used_at: opt_timestamp(op, "used_at", self.used_at_ms)?,
         })
     }
 }

@@ -54,6 +54,9 @@ pub struct ClusterUpsert {
     pub cordoned: bool,
     /// Used only for overflow, as last seen on the `WorkloadCluster`.
     pub burst_only: bool,
+    /// Whether the hub may place work on the cluster (an admin accepted it, or it joined with
+    /// a join token, or the hub accepts new clusters).
+    pub accepted: bool,
 }
 
 /// A registered cluster as stored.
@@ -83,6 +86,36 @@ pub struct ClusterRecord {
     pub cordoned: bool,
     /// Burst-only, as last seen.
     pub burst_only: bool,
+    /// Whether the hub may place work on it.
+    pub accepted: bool,
+}
+
+/// A join token just issued: the only time its text is available.
+#[derive(Clone, Debug, PartialEq)]
+pub struct IssuedJoinToken {
+    /// The public part, for lists.
+    pub id: String,
+    /// The one cluster name it registers.
+    pub cluster: String,
+    /// The whole token, `nave-join-<id>.<secret>`, for the agent's bootstrap token file.
+    pub token: AgentToken,
+    /// When it stops working.
+    pub expires_at: Timestamp,
+}
+
+/// A stored join token, without its secret.
+#[derive(Clone, Debug, PartialEq)]
+pub struct JoinTokenInfo {
+    /// The public part.
+    pub id: String,
+    /// The one cluster name it registers.
+    pub cluster: String,
+    /// When it was issued.
+    pub created_at: Timestamp,
+    /// When it stops working.
+    pub expires_at: Timestamp,
+    /// When it was used; `None` while unused.
+    pub used_at: Option<Timestamp>,
 }
 
 /// A per-cluster agent token, shown once when it is issued. The store keeps only its hash.

@@ -228,6 +228,22 @@ fn cordoned_cluster_keeps_its_replicas_and_gets_no_new_ones() {
 }
 
 #[test]
+fn an_unaccepted_cluster_gets_nothing_and_its_replicas_move_away() {
+    let fleet = fleet([mk_cluster("eu-1").cpu(16).unaccepted(), mk_cluster("eu-2").cpu(8)]);
+    let decision = ask(5).current(&[("eu-1", 3)]).on(&fleet);
+    assert_eq!(placed(&decision), [("eu-2", 5)], "seen\n{decision}");
+    assert_eq!(
+        decision.cluster("eu-1").and_then(|c| c.filter.clone()),
+        Some(Filter::NotAccepted)
+    );
+    assert!(
+        line(&decision, "eu-1").contains("not accepted into the fleet by its admin"),
+        "{}",
+        line(&decision, "eu-1")
+    );
+}
+
+#[test]
 fn not_ready_cluster_keeps_its_replicas_and_gets_no_new_ones() {
     let fleet = fleet([mk_cluster("eu-1").cpu(16).not_ready(), mk_cluster("eu-2").cpu(8)]);
     let decision = ask(5).current(&[("eu-1", 3)]).on(&fleet);

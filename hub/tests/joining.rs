@@ -1,0 +1,277 @@
+//! Who may join the fleet, and taking access away, against the hub on a real socket: the fleet's
+//! bootstrap token cannot take over a cluster that joined, a cluster it adds gets no work until
+//! an admin accepts it (whatever capacity and labels it claims), a join token registers its one
+//! name once, and an admin can withdraw a cluster's work, remove it and revoke credentials.
+
+mod support;
+
+use kube::api::{Api, PostParams};
+use nave_api::conditions::{self, reasons, types};
+use nave_api::wire::RegisterRequest;
+use nave_api::{MultiClusterDeployment, WorkloadCluster};
+use nave_testkit::{BOOTSTRAP, DEADLINE, FakeAgent, Mcd, idle_capacity, wait_for};
+use reqwest::Method;
+use serde_json::{Value, json};
+
+const ADMIN: &str = "admin-token";
+const READER: &str = "read-token";
+
+struct Rest {
+    http: reqwest::Client,
+    base: String,
+}
+
+impl Rest {
+    /// The status and body of a REST call with `token`.
+    async fn call(&self, token: &str, method: Method, path: &str, body: Option<Value>) -> (u16, Value) {
+        let mut request = self
+            .http
+            .request(method, format!("{}{path}", self.base))
+            .bearer_auth(token);
+        if let Some(body) = body {
+            request = request.json(&body);
+        }
+        let res = request.send().await.unwrap_or_else(|e| panic!("{path}: {e}"));
+        let status = res.status().as_u16();
+        let text = res.text().await.unwrap_or_default();
+        (status, serde_json::from_str(&text).unwrap_or(Value::Null))
+    }
+
+    async fn admin(&self, method: Method, path: &str, body: Option<Value>) -> Value {
+        let (status, value) = self.call(ADMIN, method, path, body).await;
+        assert!((200..300).contains(&status), "{path}: {status} {value}");
+        value
+    }
+}
+
+fn request(cluster: &str) -> RegisterRequest {
+    RegisterRequest {
+        cluster_name: cluster.to_owned(),
+        agent_version: "0.1.0".to_owned(),
+        labels: [("tier".to_owned(), "gold".to_owned())].into(),
+        ..RegisterRequest::default()
+    }
+}
+
+async fn deployments_in(agent: &FakeAgent) -> Vec<String> {
+    agent
+        .work()
+        .await
+        .objects
+        .iter()
+        .filter(|o| o["kind"] == "Deployment")
+        .map(|o| o["metadata"]["name"].as_str().unwrap_or_default().to_owned())
+        .collect()
+}
+
+async fn wait_deployments(agent: &FakeAgent, expected: &[&str]) {
+    wait_for(
+        &format!(
+            "{}'s work set to hold the Deployments {expected:?}",
+            agent.cluster()
+        ),
+        DEADLINE,
+        || async {
+            let found = deployments_in(agent).await;
+            if found == expected {
+                Ok(())
+            } else {
+                Err(format!("{found:?}"))
+            }
+        },
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn joining_needs_acceptance_or_a_join_token_and_admins_can_take_access_away() {
+    let (management, client) = support::management_cluster().await;
+    let dir = tempfile::tempdir().unwrap();
+    let tokens = dir.path().join("api-tokens");
+    std::fs::write(&tokens, format!("admin {ADMIN}\nread {READER}\n")).unwrap();
+    let hub = support::start_hub(&management, dir.path(), |args| {
+        args.accept_new_clusters = false;
+        args.api_tokens_file = Some(tokens);
+    });
+    let rest = Rest {
+        http: reqwest::Client::new(),
+        base: hub.base.clone(),
+    };
+
+    // A rogue cluster joins with the fleet's token, claiming a huge capacity and the label the
+    // workload selects. It is registered, but nothing is placed there.
+    let mut rogue = FakeAgent::register_with(&hub.base, request("rogue")).await;
+    rogue.set_capacity(idle_capacity("rogue", 50, 64_000));
+    rogue.heartbeat().await;
+    let mcds: Api<MultiClusterDeployment> = Api::namespaced(client.clone(), "default");
+    let gold = Mcd::new("web")
+        .replicas(2)
+        .placement(json!({"policy": "worst-fit", "clusterSelector": {"matchLabels": {"tier": "gold"}}}))
+        .build();
+    mcds.create(&PostParams::default(), &gold)
+        .await
+        .expect("MCD created");
+    wait_for("web to be Scheduled=False", DEADLINE, || async {
+        let mcd = mcds.get("web").await.map_err(|e| e.to_string())?;
+        let conds = mcd.status.map(|s| s.conditions).unwrap_or_default();
+        match conditions::find(&conds, types::SCHEDULED) {
+            Some(c) if c.status == conditions::FALSE => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    assert!(
+        deployments_in(&rogue).await.is_empty(),
+        "nothing is sent to a cluster awaiting acceptance"
+    );
+    let objects: Api<WorkloadCluster> = Api::all(client.clone());
+    wait_for(
+        "rogue's WorkloadCluster to say Accepted=False",
+        DEADLINE,
+        || async {
+            let object = objects.get("rogue").await.map_err(|e| e.to_string())?;
+            let conds = object.status.map(|s| s.conditions).unwrap_or_default();
+            match conditions::find(&conds, types::ACCEPTED) {
+                Some(c) if c.status == conditions::FALSE && c.reason == reasons::AWAITING_ACCEPTANCE => {
+                    Ok(())
+                }
+                other => Err(format!("{other:?}")),
+            }
+        },
+    )
+    .await;
+
+    // A join token, issued by an admin only, registers its one name, once, accepted at once.
+    let (status, _) = rest
+        .call(
+            READER,
+            Method::POST,
+            "/api/v1/join-tokens",
+            Some(json!({"cluster": "eu-1"})),
+        )
+        .await;
+    assert_eq!(status, 403, "a read token cannot issue join tokens");
+    let (status, body) = rest
+        .call(
+            ADMIN,
+            Method::POST,
+            "/api/v1/join-tokens",
+            Some(json!({"cluster": "eu-1", "ttlSeconds": 5})),
+        )
+        .await;
+    assert_eq!(status, 422, "a TTL under a minute is refused: {body}");
+    let issued = rest
+        .admin(
+            Method::POST,
+            "/api/v1/join-tokens",
+            Some(json!({"cluster": "eu-1"})),
+        )
+        .await;
+    let token = issued["token"]
+        .as_str()
+        .expect("the token is shown once")
+        .to_owned();
+    let refused = FakeAgent::try_register(&hub.base, request("eu-9"), &token)
+        .await
+        .err();
+    assert_eq!(
+        refused.map(|(status, _)| status),
+        Some(403),
+        "the token is for eu-1 only"
+    );
+    let mut eu1 = FakeAgent::try_register(&hub.base, request("eu-1"), &token)
+        .await
+        .expect("eu-1 joins with its join token");
+    eu1.set_capacity(idle_capacity("eu-1", 2, 4000));
+    eu1.heartbeat().await;
+    wait_deployments(&eu1, &["web"]).await;
+    let again = FakeAgent::try_register(&hub.base, request("eu-1"), &token)
+        .await
+        .err();
+    assert_eq!(
+        again.map(|(status, _)| status),
+        Some(401),
+        "a join token works once"
+    );
+    let listed = rest.admin(Method::GET, "/api/v1/join-tokens", None).await;
+    assert_eq!(listed["items"][0]["state"], "used", "{listed}");
+    assert!(
+        listed.to_string().find(&token[token.len() - 20..]).is_none(),
+        "lists hold no secret"
+    );
+
+    // The impostor: the fleet's token does not take eu-1 over, and eu-1 keeps its work.
+    let impostor = FakeAgent::try_register(&hub.base, request("eu-1"), BOOTSTRAP)
+        .await
+        .err();
+    assert_eq!(impostor.map(|(status, _)| status), Some(409));
+    assert_eq!(
+        eu1.work_status().await,
+        200,
+        "the real agent keeps its credential"
+    );
+    wait_deployments(&eu1, &["web"]).await;
+
+    // Accepting the rogue lets it take work (now it is the admin's call).
+    let accepted = rest
+        .admin(
+            Method::PUT,
+            "/api/v1/clusters/rogue/acceptance",
+            Some(json!({"accepted": true})),
+        )
+        .await;
+    assert_eq!(accepted, json!({"accepted": true}));
+    mcds.create(
+        &PostParams::default(),
+        &Mcd::new("api").placement(json!({"clusters": ["rogue"]})).build(),
+    )
+    .await
+    .expect("MCD created");
+    wait_deployments(&rogue, &["api"]).await;
+
+    // Withdrawing acceptance withdraws its work; removal waits until the agent applied that.
+    rest.admin(
+        Method::PUT,
+        "/api/v1/clusters/rogue/acceptance",
+        Some(json!({"accepted": false})),
+    )
+    .await;
+    wait_deployments(&rogue, &[]).await;
+    let (status, body) = rest
+        .call(ADMIN, Method::DELETE, "/api/v1/clusters/eu-1", None)
+        .await;
+    assert_eq!(status, 409, "an accepted cluster is not removed: {body}");
+    let (status, body) = rest
+        .call(ADMIN, Method::DELETE, "/api/v1/clusters/rogue", None)
+        .await;
+    assert_eq!(status, 409, "not before its agent applied the empty set: {body}");
+    rogue.report_all_ready().await;
+    let (status, body) = rest
+        .call(ADMIN, Method::DELETE, "/api/v1/clusters/rogue", None)
+        .await;
+    assert_eq!((status, body), (200, json!({"removed": "rogue"})));
+    assert_eq!(
+        rogue.work_status().await,
+        401,
+        "a removed cluster's credential is gone"
+    );
+    let (status, _) = rest
+        .call(READER, Method::GET, "/api/v1/clusters/rogue/credentials", None)
+        .await;
+    assert_eq!(status, 403, "credentials are for admins");
+
+    // Revoking eu-1's credentials: its agent is shut out (what it runs is not touched).
+    let revoked = rest
+        .admin(Method::DELETE, "/api/v1/clusters/eu-1/credentials", None)
+        .await;
+    assert_eq!(revoked, json!({"revoked": 1}));
+    assert_eq!(eu1.work_status().await, 401);
+    let listed = rest
+        .admin(Method::GET, "/api/v1/clusters/eu-1/credentials", None)
+        .await;
+    assert!(listed["items"][0]["revokedAt"].is_string(), "{listed}");
+
+    hub.shutdown.cancel();
+    hub.task.await.expect("hub task").expect("hub ends cleanly");
+    drop(management);
+}
