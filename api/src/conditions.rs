@@ -79,6 +79,10 @@ pub mod reasons {
     pub const PODS_PENDING: &str = "PodsPending";
     /// A cluster with replicas stopped sending heartbeats.
     pub const CLUSTER_NOT_READY: &str = "ClusterNotReady";
+    /// An agent refused or failed to apply one of the workload's objects (an object of the same
+    /// name that is not Nave's, a namespace or kind the agent does not allow); the message
+    /// names the cluster, the object and what the agent said.
+    pub const APPLY_FAILED: &str = "ApplyFailed";
     /// A per-cluster override could not be applied to the Deployment.
     pub const OVERRIDE_FAILED: &str = "OverrideFailed";
     /// A ConfigMap or Secret the pod template references does not exist in the management

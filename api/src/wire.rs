@@ -29,17 +29,20 @@
 //! one whenever the set changes (`0`: nothing was ever assigned). `GET` [`WORK_PATH`] with the
 //! [`WorkQuery`] `after` (the revision the agent has applied) and `wait` (seconds) answers:
 //! - `200` with a [`WorkSet`] as soon as the cluster's current revision differs from `after`
-//!   (at once when it already does). "Differs", not "is greater": a hub that lost its history and
-//!   starts again from a lower revision is still the source of truth, and the agent follows it.
+//!   (at once when it already does), or, with `held`, as soon as the hub's sets are complete.
+//!   A set from another store, or of a lower revision, is followed only once it is complete; a
+//!   set of revision 0 ("no work") never deletes anything (see [`WorkHeld`]).
 //! - `204 No Content` when the revision is still `after` after `wait` seconds. The hub caps
 //!   `wait` at [`MAX_WORK_WAIT_SECONDS`]; `wait=0` or no `wait` answers at once. `204` rather than
 //!   `304`: this is not an HTTP conditional request, and proxies and caches treat `304` specially.
 //!
 //! Applying a work set is idempotent. The agent applies every object with server-side apply (field
-//! manager [`crate::AGENT_FIELD_MANAGER`]), adds [`MANAGED_BY_LABEL`]=[`MANAGED_BY_VALUE`] and
-//! [`REVISION_ANNOTATION`], and then deletes the objects it applied before that are not in the
-//! set (objects without [`MANAGED_BY_LABEL`] are never touched, and Namespaces are never
-//! deleted, since that would delete what others keep in them).
+//! manager [`crate::AGENT_FIELD_MANAGER`]), adds [`MANAGED_BY_LABEL`]=[`MANAGED_BY_VALUE`],
+//! [`INSTALLATION_LABEL`] and [`REVISION_ANNOTATION`], and then deletes the objects it applied
+//! before that are not in the set. Objects that are not its installation's are never changed or
+//! deleted: one that exists with the same name is reported as an [`ApplyError`], not taken over.
+//! Namespaces are never deleted, since that would delete what others keep in them. The agent
+//! applies only the kinds and namespaces its own configuration allows, whatever the set holds.
 //!
 //! # Workloads
 //!
@@ -76,6 +79,9 @@ pub const STATUS_PATH: &str = "/agent/v1/status";
 pub const MANAGED_BY_LABEL: &str = "nave.dev/managed-by";
 /// Value of [`MANAGED_BY_LABEL`].
 pub const MANAGED_BY_VALUE: &str = "nave-agent";
+/// Label naming the agent installation that applied an object (the agent's namespace unless
+/// configured): two installations in one cluster never touch each other's objects.
+pub const INSTALLATION_LABEL: &str = "nave.dev/installation";
 /// Label naming the workload (MultiClusterDeployment) an object or pod belongs to, as
 /// `<namespace>.<name>` (label values cannot hold `/`; namespaces cannot hold `.`).
 pub const WORKLOAD_LABEL: &str = "nave.dev/workload";
@@ -718,6 +724,9 @@ pub struct ApplyError {
     pub name: String,
     /// What the API server (or the agent) said.
     pub message: String,
+    /// The workload the object belongs to (its [`WORKLOAD_LABEL`]), when it carries one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workload: Option<WorkloadRef>,
 }
 
 /// Body of every error answer of the hub: the agent endpoints and the REST API.

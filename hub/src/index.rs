@@ -243,7 +243,18 @@ impl Index {
                 reported_at: at,
             })
             .await?;
-        let changed = changed_workloads(before.as_ref().map(|b| b.objects.as_slice()), &report.objects);
+        let mut changed = changed_workloads(before.as_ref().map(|b| b.objects.as_slice()), &report.objects);
+        // Workloads whose apply errors came or went: their Degraded condition changes.
+        let errors_before = before
+            .as_ref()
+            .map(|b| b.apply_errors.as_slice())
+            .unwrap_or_default();
+        for error in errors_before.iter().chain(&report.apply_errors) {
+            let in_both = errors_before.contains(error) && report.apply_errors.contains(error);
+            if !in_both {
+                changed.extend(error.workload.clone());
+            }
+        }
         self.reports
             .write()
             .unwrap_or_else(|e| e.into_inner())

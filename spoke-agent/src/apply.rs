@@ -13,13 +13,15 @@ use kube::discovery::{ApiCapabilities, Scope};
 use kube::{Api, Client};
 use nave_api::AGENT_FIELD_MANAGER;
 use nave_api::wire::{
-    ApplyError, MANAGED_BY_LABEL, MANAGED_BY_VALUE, REVISION_ANNOTATION, WORKLOAD_LABEL, WorkSet, WorkloadRef,
+    ApplyError, INSTALLATION_LABEL, MANAGED_BY_LABEL, MANAGED_BY_VALUE, REVISION_ANNOTATION, WORKLOAD_LABEL,
+    WorkSet, WorkloadRef,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio::sync::Mutex;
 use tracing::{debug, info, instrument, warn};
 
+use crate::allowed::Allowed;
 use crate::capacity::workload_of;
 use crate::error::{Error, Result, api_code};
 
@@ -91,6 +93,10 @@ pub struct ApplyOutcome {
     pub errors: Vec<ApplyError>,
     /// Objects deleted by pruning.
     pub pruned: Vec<ObjectRef>,
+    /// A failure other than a refusal: the revision does not count as applied, nothing was
+    /// pruned, and the set is tried again. Refusals (outside the allow-list, someone else's
+    /// object) are reported in `errors` but do not block: retrying would not change them.
+    pub blocked: bool,
 }
 
 /// A work set object ready to apply.
@@ -105,6 +111,10 @@ struct Prepared {
 pub struct Applier {
     client: Client,
     namespace: String,
+    /// The installation its objects are labelled with ([`INSTALLATION_LABEL`]).
+    installation: String,
+    /// The kinds and namespaces it applies.
+    allowed: Allowed,
     /// Discovery results by (apiVersion, kind): kinds do not move while the agent runs.
     discovered: Mutex<HashMap<(String, String), (ApiResource, ApiCapabilities)>>,
 }
@@ -120,11 +130,36 @@ impl std::fmt::Debug for Applier {
 impl Applier {
     /// An applier keeping its state in `namespace`.
     pub fn new(client: Client, namespace: impl Into<String>) -> Self {
+        let namespace = namespace.into();
         Applier {
             client,
-            namespace: namespace.into(),
+            installation: namespace.clone(),
+            allowed: Allowed::defaults(&namespace),
+            namespace,
             discovered: Mutex::default(),
         }
+    }
+
+    /// The same applier, labelling its objects as `installation`'s and applying only what
+    /// `allowed` allows.
+    pub fn with_policy(mut self, installation: impl Into<String>, allowed: Allowed) -> Self {
+        self.installation = installation.into();
+        self.allowed = allowed;
+        self
+    }
+
+    /// The label selector of the objects this installation applied.
+    pub fn owned_selector(installation: &str) -> String {
+        format!("{MANAGED_BY_LABEL}={MANAGED_BY_VALUE},{INSTALLATION_LABEL}={installation}")
+    }
+
+    /// Whether an object with `labels` is this installation's to change or delete: it carries
+    /// the ownership label and this installation's name, or no installation at all (applied
+    /// before installations were named).
+    fn owns(&self, labels: Option<&BTreeMap<String, String>>) -> bool {
+        let label = |key: &str| labels.and_then(|l| l.get(key)).map(String::as_str);
+        label(MANAGED_BY_LABEL) == Some(MANAGED_BY_VALUE)
+            && label(INSTALLATION_LABEL).is_none_or(|i| i == self.installation)
     }
 
     fn state_api(&self) -> Api<ConfigMap> {
@@ -215,10 +250,25 @@ impl Applier {
             ..Default::default()
         };
         let mut prepared = Vec::new();
+        // Refused objects are neither applied nor pruned: what the agent applied of a kind the
+        // allow-list no longer holds stays, as does someone else's object.
+        let mut refused: BTreeMap<ObjectRef, Option<WorkloadRef>> = BTreeMap::new();
         for object in &set.objects {
             match self.prepare(object, set.revision).await {
                 Ok(p) => prepared.push(p),
-                Err((object_ref, e)) => outcome.errors.push(apply_error("apply", &object_ref, &e)),
+                Err((object_ref, e)) => {
+                    let workload = object
+                        .pointer("/metadata/labels")
+                        .and_then(|l| l.get(WORKLOAD_LABEL))
+                        .and_then(Value::as_str)
+                        .and_then(WorkloadRef::from_label_value);
+                    warn!(object = %object_ref, error = %e, "not applied");
+                    outcome.blocked |= !e.is_refusal();
+                    outcome
+                        .errors
+                        .push(apply_error("apply", &object_ref, workload.clone(), &e));
+                    refused.insert(object_ref, workload);
+                }
             }
         }
         prepared.sort_by_key(|p| (kind_order(&p.object_ref.kind), p.object_ref.clone()));
@@ -245,44 +295,71 @@ impl Applier {
                     namespace: None,
                     name: (*ns).to_owned(),
                 };
-                outcome.errors.push(apply_error("apply", &object_ref, &e));
+                outcome.blocked = true;
+                outcome.errors.push(apply_error("apply", &object_ref, None, &e));
             }
         }
 
         let mut applied = BTreeMap::new();
         for p in &prepared {
-            match self.apply_one(p).await {
+            // An object not applied before may exist already, someone else's: never taken over.
+            let result = match state.objects.contains_key(&p.object_ref) {
+                true => self.apply_one(p).await,
+                false => match self.check_not_foreign(p).await {
+                    Ok(()) => self.apply_one(p).await,
+                    Err(e) => Err(e),
+                },
+            };
+            match result {
                 Ok(()) => {
                     applied.insert(p.object_ref.clone(), p.workload.clone());
                 }
                 Err(e) => {
                     warn!(object = %p.object_ref, error = %e, "apply failed");
-                    outcome.errors.push(apply_error("apply", &p.object_ref, &e));
+                    outcome
+                        .errors
+                        .push(apply_error("apply", &p.object_ref, p.workload.clone(), &e));
+                    if e.is_refusal() {
+                        refused.insert(p.object_ref.clone(), p.workload.clone());
+                    } else {
+                        outcome.blocked = true;
+                    }
                 }
             }
         }
 
-        if !outcome.errors.is_empty() {
+        if outcome.blocked {
             state.objects.extend(applied);
             return outcome;
         }
         let previous = std::mem::take(&mut state.objects);
+        // Refused objects this installation applied before stay remembered (and running).
+        for (object_ref, workload) in &refused {
+            if let Some(remembered) = previous.get(object_ref) {
+                applied.insert(object_ref.clone(), remembered.clone().or(workload.clone()));
+            }
+        }
         state.objects = applied;
-        let candidates = self.prune_candidates(&previous, &state.objects).await;
+        let mut keep = state.objects.clone();
+        keep.extend(refused);
+        let candidates = self.prune_candidates(&previous, &keep).await;
         for object_ref in candidates {
             match self.prune_one(&object_ref).await {
                 Ok(true) => outcome.pruned.push(object_ref),
                 Ok(false) => {}
                 Err(e) => {
                     warn!(object = %object_ref, error = %e, "prune failed");
-                    outcome.errors.push(apply_error("prune", &object_ref, &e));
-                    // Remembered so the next apply tries again.
                     let workload = previous.get(&object_ref).cloned().flatten();
+                    outcome
+                        .errors
+                        .push(apply_error("prune", &object_ref, workload.clone(), &e));
+                    // Remembered so the next apply tries again.
                     state.objects.insert(object_ref, workload);
+                    outcome.blocked = true;
                 }
             }
         }
-        if outcome.errors.is_empty() {
+        if !outcome.blocked {
             state.revision = Some(set.revision);
             if set.store.is_some() {
                 state.store = set.store.clone();
@@ -318,6 +395,9 @@ impl Applier {
             let e = Error::InvalidObject("apiVersion, kind and metadata.name are required".to_owned());
             return Err((object_ref, e));
         }
+        if let Err(why) = self.allowed.check_kind(&object_ref.api_version, &object_ref.kind) {
+            return Err((object_ref, Error::Refused(why)));
+        }
         let (resource, caps) = match self.resolve(&object_ref.api_version, &object_ref.kind).await {
             Ok(found) => found,
             Err(e) => return Err((object_ref, e)),
@@ -328,11 +408,8 @@ impl Applier {
             }
             Scope::Cluster => object_ref.namespace = None,
         }
-        if object_ref.namespace.as_deref() == Some(self.namespace.as_str())
-            && [crate::identity::CREDENTIAL_SECRET, STATE_CONFIG_MAP].contains(&object_ref.name.as_str())
-        {
-            let e = Error::InvalidObject("the name is reserved for the agent's own state".to_owned());
-            return Err((object_ref, e));
+        if let Err(why) = self.allowed.check(&object_ref) {
+            return Err((object_ref, Error::Refused(why)));
         }
 
         let mut body = object.clone();
@@ -364,6 +441,10 @@ impl Applier {
         }
         let labels = object_field(meta, "labels");
         labels.insert(MANAGED_BY_LABEL.into(), Value::String(MANAGED_BY_VALUE.into()));
+        labels.insert(
+            INSTALLATION_LABEL.into(),
+            Value::String(self.installation.clone()),
+        );
         let workload_label = labels.get(WORKLOAD_LABEL).cloned();
         let workload = workload_label
             .as_ref()
@@ -412,6 +493,34 @@ impl Applier {
             Some(ns) => Api::namespaced_with(self.client.clone(), ns, resource),
             None => Api::all_with(self.client.clone(), resource),
         }
+    }
+
+    /// `Ok` when `p` does not exist yet or is this installation's; an error naming who
+    /// manages it otherwise.
+    async fn check_not_foreign(&self, p: &Prepared) -> Result<()> {
+        let api = self.api(&p.resource, p.object_ref.namespace.as_deref());
+        let Some(existing) = api
+            .get_metadata_opt(&p.object_ref.name)
+            .await
+            .map_err(Error::kube(format!("reading {}", p.object_ref)))?
+        else {
+            return Ok(());
+        };
+        let labels = existing.metadata.labels.as_ref();
+        if self.owns(labels) {
+            return Ok(());
+        }
+        let label = |key: &str| {
+            labels
+                .and_then(|l| l.get(key))
+                .map_or("none", String::as_str)
+                .to_owned()
+        };
+        Err(Error::NotOwned {
+            object: p.object_ref.to_string(),
+            managed_by: label(MANAGED_BY_LABEL),
+            installation: label(INSTALLATION_LABEL),
+        })
     }
 
     #[instrument(skip_all, fields(object = %p.object_ref))]
@@ -482,7 +591,7 @@ impl Applier {
                 .chain(wanted.keys())
                 .map(|r| (r.api_version.clone(), r.kind.clone())),
         );
-        let selector = format!("{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}");
+        let selector = Self::owned_selector(&self.installation);
         for (api_version, kind) in kinds {
             if kind == "Namespace" {
                 continue;
@@ -521,16 +630,9 @@ impl Applier {
         else {
             return Ok(false);
         };
-        let owned = current
-            .metadata
-            .labels
-            .as_ref()
-            .and_then(|l| l.get(MANAGED_BY_LABEL))
-            .map(String::as_str)
-            == Some(MANAGED_BY_VALUE);
-        if !owned {
+        if !self.owns(current.metadata.labels.as_ref()) {
             // Someone else took the name over (or removed the label): theirs now.
-            info!("not pruning: the object no longer carries the ownership label");
+            info!("not pruning: the object is no longer this installation's");
             return Ok(false);
         }
         match api.delete(&object_ref.name, &DeleteParams::background()).await {
@@ -571,8 +673,14 @@ fn object_field<'a>(
     entry.as_object_mut().expect("just made an object")
 }
 
-fn apply_error(operation: &str, object_ref: &ObjectRef, e: &Error) -> ApplyError {
+fn apply_error(
+    operation: &str,
+    object_ref: &ObjectRef,
+    workload: Option<WorkloadRef>,
+    e: &Error,
+) -> ApplyError {
     ApplyError {
+        workload,
         operation: operation.to_owned(),
         api_version: object_ref.api_version.clone(),
         kind: object_ref.kind.clone(),

@@ -72,6 +72,22 @@ pub enum Error {
     /// An object of a work set cannot be applied as it is.
     #[error("invalid object in the work set: {0}")]
     InvalidObject(String),
+    /// An object of a work set is outside what this agent applies (see [`crate::allowed`]).
+    #[error("refused by the agent: {0}")]
+    Refused(String),
+    /// An object of a work set exists and is not this installation's: it is left as it is.
+    #[error(
+        "{object} exists and is not managed by this Nave installation (managed-by: {managed_by}, \
+         installation: {installation}); it is left as it is"
+    )]
+    NotOwned {
+        /// The object.
+        object: String,
+        /// Its ownership label, or `none`.
+        managed_by: String,
+        /// Its installation label, or `none`.
+        installation: String,
+    },
     /// Stored agent state (credential Secret, state ConfigMap) could not be decoded.
     #[error("decoding {what}: {source}")]
     Decode {
@@ -99,6 +115,16 @@ pub enum Error {
 }
 
 impl Error {
+    /// Whether applying the same object again would fail the same way: refused by the
+    /// allow-list, someone else's object, or not a valid object. Such failures are reported
+    /// but do not hold back the rest of the set.
+    pub fn is_refusal(&self) -> bool {
+        matches!(
+            self,
+            Error::Refused(_) | Error::NotOwned { .. } | Error::InvalidObject(_)
+        )
+    }
+
     /// A [`Error::Kube`] for `operation`.
     pub(crate) fn kube(operation: impl Into<String>) -> impl FnOnce(kube::Error) -> Error {
         let operation = operation.into();

@@ -28,6 +28,7 @@
 //! credential and the last applied revision back, so it neither registers again nor re-applies.
 #![forbid(unsafe_code)]
 
+pub mod allowed;
 pub mod apply;
 pub mod backoff;
 pub mod capacity;
@@ -53,8 +54,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client};
 use nave_api::Coordinates;
 use nave_api::wire::{
-    ApplyError, Heartbeat, HeldReason, LatencySample, MANAGED_BY_LABEL, MANAGED_BY_VALUE, WorkHeld,
-    WorkQuery, WorkSet, WorkloadRef,
+    ApplyError, Heartbeat, HeldReason, LatencySample, WorkHeld, WorkQuery, WorkSet, WorkloadRef,
 };
 use tokio::sync::{Notify, RwLock};
 use tokio_util::sync::CancellationToken;
@@ -120,6 +120,33 @@ pub struct Args {
     /// Seconds between two rounds of probes to the peers the hub names.
     #[arg(long, env = "NAVE_PROBE_INTERVAL_SECONDS", default_value_t = 10)]
     pub probe_interval_seconds: u64,
+    /// Name of this agent installation, labelled on every object it applies
+    /// (`nave.dev/installation`); it changes and prunes only objects of its own installation.
+    /// Default: the agent's namespace.
+    #[arg(long, env = "NAVE_INSTALLATION")]
+    pub installation: Option<String>,
+    /// Kinds the agent applies, `Kind.group` or `Kind` for the core group (`Deployment.apps`,
+    /// `Service`); repeatable or comma-separated. Default: what the hub sends (Deployment.apps,
+    /// Service, ConfigMap, Secret, Namespace). Anything else in a work set is refused.
+    #[arg(long = "allow-kind", env = "NAVE_ALLOW_KINDS", value_delimiter = ',')]
+    pub allow_kinds: Vec<String>,
+    /// Namespaces the agent may write to, names or prefixes ending in `*`; repeatable or
+    /// comma-separated. Default: any namespace not denied.
+    #[arg(
+        long = "allow-namespace",
+        env = "NAVE_ALLOW_NAMESPACES",
+        value_delimiter = ','
+    )]
+    pub allow_namespaces: Vec<String>,
+    /// Namespaces the agent never writes to, names or prefixes ending in `*`; repeatable or
+    /// comma-separated. The agent's own namespace is always denied.
+    #[arg(
+        long = "deny-namespace",
+        env = "NAVE_DENY_NAMESPACES",
+        value_delimiter = ',',
+        default_value = "kube-*"
+    )]
+    pub deny_namespaces: Vec<String>,
     /// Extra delay on the link to a peer (`hub` for the hub), `PEER=MILLISECONDS`, added to
     /// every round trip measured on it; repeatable. Emulates distance for tests and
     /// demonstrations; never needed on real networks.
@@ -187,6 +214,34 @@ pub struct Config {
     /// Extra delay per link, by peer (`hub` for the hub), added inside every round trip
     /// measured on it: emulated distance for tests and the playground.
     pub link_latency: BTreeMap<String, Duration>,
+    /// The installation labelled on applied objects; `None`: the namespace.
+    pub installation: Option<String>,
+    /// Kinds applied (`Kind.group`); empty: [`allowed::DEFAULT_KINDS`].
+    pub allow_kinds: Vec<String>,
+    /// Namespace patterns written to; empty: any not denied.
+    pub allow_namespaces: Vec<String>,
+    /// Namespace patterns never written to; `None`: [`allowed::DEFAULT_DENIED_NAMESPACES`].
+    pub deny_namespaces: Option<Vec<String>>,
+}
+
+impl Config {
+    /// The installation name its objects carry.
+    pub fn installation(&self) -> &str {
+        self.installation.as_deref().unwrap_or(&self.namespace)
+    }
+
+    /// What the agent applies, from the configuration.
+    pub fn allowed(&self) -> allowed::Allowed {
+        let mut allowed = allowed::Allowed::defaults(&self.namespace);
+        if !self.allow_kinds.is_empty() {
+            allowed.kinds = self.allow_kinds.iter().cloned().collect();
+        }
+        allowed.namespaces = self.allow_namespaces.clone();
+        if let Some(denied) = &self.deny_namespaces {
+            allowed.denied_namespaces = denied.clone();
+        }
+        allowed
+    }
 }
 
 impl Config {
@@ -215,6 +270,10 @@ impl Config {
             probe_url: None,
             probe_interval: Duration::from_secs(10),
             link_latency: BTreeMap::new(),
+            installation: None,
+            allow_kinds: Vec::new(),
+            allow_namespaces: Vec::new(),
+            deny_namespaces: None,
         }
     }
 }
@@ -270,6 +329,10 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     config.probe_url = args.probe_url;
     config.probe_interval = Duration::from_secs(args.probe_interval_seconds.max(1));
     config.link_latency = args.link_latency.into_iter().collect();
+    config.installation = args.installation;
+    config.allow_kinds = args.allow_kinds;
+    config.allow_namespaces = args.allow_namespaces;
+    config.deny_namespaces = Some(args.deny_namespaces);
 
     let shutdown = CancellationToken::new();
     tokio::spawn(nave_runtime::cancel_on_signal(shutdown.clone()));
@@ -307,7 +370,9 @@ pub async fn run_agent(config: Config, client: Client, shutdown: CancellationTok
         }
     };
     let hub = HubClient::new(&config.hub_url)?.with_metrics(metrics.clone());
-    let applier = Applier::new(client.clone(), &config.namespace);
+    let applier =
+        Applier::new(client.clone(), &config.namespace).with_policy(config.installation(), config.allowed());
+    info!(installation = config.installation(), allowed = ?config.allowed(), "applying only what this agent allows");
     ensure_with_retries(&applier, &config, &shutdown).await?;
     let state = load_with_retries(&applier, &config, &shutdown).await?;
     info!(applied_revision = ?state.revision, objects = state.objects.len(), "resuming");
@@ -371,7 +436,7 @@ pub async fn run_agent(config: Config, client: Client, shutdown: CancellationTok
         })
         .boxed();
     tasks.spawn(drain_items(stream, shutdown.clone(), "pods"));
-    let selector = format!("{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}");
+    let selector = Applier::owned_selector(agent.config.installation());
     let stream = reflector::reflector(
         deployments_writer,
         watcher(
@@ -695,7 +760,7 @@ async fn apply_set(agent: &Agent, set: &nave_api::wire::WorkSet) -> bool {
     let outcome = agent.applier.apply(set, &mut state).await;
     agent.metrics.observe_apply(started.elapsed(), &outcome.errors);
     agent.metrics.set_applied(state.revision, state.objects.len());
-    let mut ok = outcome.errors.is_empty();
+    let mut ok = !outcome.blocked;
     if let Err(e) = agent.applier.save_state(&state).await {
         // Unsaved, a restart would re-apply (harmless) and prune by label (still correct); retry.
         warn!(error = %e, "cannot persist the applied state");

@@ -18,9 +18,9 @@ use kube::api::{ObjectMeta, PostParams};
 use kube::{Api, Client};
 use nave_agent::Config;
 use nave_api::wire::{
-    ErrorBody, HEARTBEAT_PATH, Heartbeat, HeldReason, MANAGED_BY_LABEL, REGISTER_PATH, REVISION_ANNOTATION,
-    RegisterRequest, RegisterResponse, STATUS_PATH, StatusReport, WORK_PATH, WORKLOAD_LABEL, WorkQuery,
-    WorkSet,
+    ErrorBody, HEARTBEAT_PATH, Heartbeat, HeldReason, INSTALLATION_LABEL, MANAGED_BY_LABEL, REGISTER_PATH,
+    REVISION_ANNOTATION, RegisterRequest, RegisterResponse, STATUS_PATH, StatusReport, WORK_PATH,
+    WORKLOAD_LABEL, WorkQuery, WorkSet,
 };
 use nave_sim::{ClusterConfig, ServeOptions, SimCluster};
 use nave_testkit::{DEADLINE, wait_for};
@@ -756,6 +756,147 @@ async fn a_lost_or_replaced_hub_store_deletes_nothing_until_the_hub_has_publishe
 }
 
 #[tokio::test]
+async fn objects_it_does_not_own_and_kinds_or_namespaces_it_does_not_allow_are_left_alone_and_reported() {
+    let (sim, client) = start_cluster().await;
+    let hub = HubDouble::start().await;
+    let token = token_file();
+    // Made by hand, and by another Nave installation in the same cluster.
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    namespaces
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "shop"}})).unwrap(),
+        )
+        .await
+        .expect("namespace shop");
+    let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), "shop");
+    let hand_made: ConfigMap = serde_json::from_value(json!({
+        "metadata": {"name": "web-config", "namespace": "shop"},
+        "data": {"owner": "a person"}
+    }))
+    .unwrap();
+    config_maps
+        .create(&PostParams::default(), &hand_made)
+        .await
+        .expect("hand-made ConfigMap");
+    let other: ConfigMap = serde_json::from_value(json!({
+        "metadata": {"name": "other-config", "namespace": "shop", "labels": {
+            MANAGED_BY_LABEL: "nave-agent", INSTALLATION_LABEL: "team-b"}},
+        "data": {"owner": "installation team-b"}
+    }))
+    .unwrap();
+    config_maps
+        .create(&PostParams::default(), &other)
+        .await
+        .expect("team-b's ConfigMap");
+
+    let mut in_kube_system = deployment("sneaky", 1, "10m");
+    in_kube_system["metadata"]["namespace"] = json!("kube-system");
+    let daemon_set = json!({
+        "apiVersion": "apps/v1", "kind": "DaemonSet",
+        "metadata": {"name": "miner", "namespace": "shop", "labels": {WORKLOAD_LABEL: "shop.web"}},
+        "spec": {}
+    });
+    let mut agent_credential = config_map("nave-agent-credential");
+    agent_credential["metadata"]["namespace"] = json!("nave-system");
+    let mut other_config = config_map("other-config");
+    other_config["data"] = json!({"owner": "the hub"});
+    hub.set_work(
+        1,
+        vec![
+            deployment("web", 1, "100m"),
+            config_map("web-config"),
+            other_config,
+            in_kube_system,
+            daemon_set,
+            agent_credential,
+        ],
+    );
+    let agent = start_agent(&client, &hub, &token);
+    // Refusals do not hold the rest back: revision 1 counts as applied.
+    let report = wait_applied(&hub, 1).await;
+    let web: Deployment = get_opt(&client, "web").await.expect("web is applied");
+    let labels = web.metadata.labels.unwrap_or_default();
+    assert_eq!(
+        labels.get(INSTALLATION_LABEL).map(String::as_str),
+        Some("nave-system")
+    );
+    let hand_made = get_opt::<ConfigMap>(&client, "web-config")
+        .await
+        .expect("still there");
+    assert_eq!(
+        hand_made
+            .data
+            .unwrap_or_default()
+            .get("owner")
+            .map(String::as_str),
+        Some("a person")
+    );
+    assert!(
+        hand_made.metadata.labels.is_none(),
+        "not labelled, not taken over"
+    );
+    let other = get_opt::<ConfigMap>(&client, "other-config")
+        .await
+        .expect("still there");
+    assert_eq!(
+        other.data.unwrap_or_default().get("owner").map(String::as_str),
+        Some("installation team-b"),
+        "another installation's object is not overwritten"
+    );
+    let in_kube_system: Option<Deployment> = Api::namespaced(client.clone(), "kube-system")
+        .get_opt("sneaky")
+        .await
+        .expect("GET works");
+    assert!(in_kube_system.is_none(), "nothing is applied in kube-system");
+    let own: Option<ConfigMap> = Api::namespaced(client.clone(), "nave-system")
+        .get_opt("nave-agent-credential")
+        .await
+        .expect("GET works");
+    assert!(own.is_none(), "nothing is applied in the agent's own namespace");
+
+    let errors: BTreeMap<String, String> = report
+        .apply_errors
+        .iter()
+        .map(|e| (e.name.clone(), e.message.clone()))
+        .collect();
+    for (name, says) in [
+        (
+            "web-config",
+            "is not managed by this Nave installation (managed-by: none",
+        ),
+        ("other-config", "installation: team-b"),
+        ("sneaky", "namespace kube-system is denied"),
+        ("miner", "kind DaemonSet.apps is not in this agent's allow-list"),
+        ("nave-agent-credential", "the agent's own"),
+    ] {
+        let message = errors
+            .get(name)
+            .unwrap_or_else(|| panic!("no error reported for {name}: {errors:?}"));
+        assert!(message.contains(says), "{name}: {message}");
+    }
+    let web_config = report
+        .apply_errors
+        .iter()
+        .find(|e| e.name == "web-config")
+        .unwrap();
+    assert_eq!(
+        web_config.workload.as_ref().map(|w| w.label_value()),
+        Some("shop.web".to_owned()),
+        "the error names its workload, for the hub"
+    );
+
+    // The next set drops them all: nothing that is not this installation's is deleted.
+    hub.set_work(2, vec![deployment("web", 1, "100m")]);
+    wait_applied(&hub, 2).await;
+    assert!(get_opt::<ConfigMap>(&client, "web-config").await.is_some());
+    assert!(get_opt::<ConfigMap>(&client, "other-config").await.is_some());
+    agent.stop().await;
+    hub.stop();
+    sim.shutdown().await;
+}
+
+#[tokio::test]
 async fn hub_outage_keeps_workloads_and_the_agent_recovers() {
     let (sim, client) = start_cluster().await;
     let hub = HubDouble::start().await;
@@ -982,6 +1123,13 @@ async fn metrics_show_the_applied_revision_hub_requests_and_apply_errors() {
         .unwrap();
     let mut config = test_config(&hub, &token);
     config.metrics_listen = Some(addr);
+    // Widgets are allowed here, so that one the cluster does not serve is a failure to apply
+    // (tried again), not a refusal.
+    config.allow_kinds = nave_agent::allowed::DEFAULT_KINDS
+        .iter()
+        .map(|k| (*k).to_owned())
+        .chain(["Widget.example.com".to_owned()])
+        .collect();
     hub.set_work(
         1,
         vec![

@@ -646,6 +646,10 @@ fn the_hub_chart_renders_a_coherent_install_with_sqlite_by_default() {
         None,
         "no API tokens unless given"
     );
+    assert!(
+        !args.get_flag("accept_new_clusters"),
+        "new clusters wait for an admin unless the chart says otherwise"
+    );
 
     // The Service serves the agents, the REST API and /metrics from the hub's one listener.
     let listen = string_arg(&args, "listen").expect("a listen address");
@@ -1020,6 +1024,33 @@ fn the_agent_chart_renders_a_coherent_install() {
     // Not probed unless asked; it still probes the others every 10 s.
     assert_eq!(string_arg(&args, "probe_url"), None);
     assert_eq!(args.get_one::<u64>("probe_interval_seconds"), Some(&10));
+    // kube-* is denied by default; the installation defaults to the namespace.
+    let strings = |id: &str| -> Vec<String> {
+        args.get_raw(id)
+            .map(|v| v.map(|s| s.to_string_lossy().into_owned()).collect())
+            .unwrap_or_default()
+    };
+    assert_eq!(strings("deny_namespaces"), ["kube-*"]);
+    assert_eq!(string_arg(&args, "installation"), None);
+
+    // An apply policy of the cluster's admin reaches the agent's arguments.
+    let mut policy = set.clone();
+    policy.extend([
+        "applyPolicy.installation=platform",
+        "applyPolicy.allowedKinds={Deployment.apps,Service}",
+        "applyPolicy.allowedNamespaces={team-*}",
+    ]);
+    let rendered = render(&helm, "nave-agent", &policy);
+    let (_, container) = check_coherent(&rendered, &External::default(), AGENT_PROBES);
+    let args = parse_args(nave_agent::Args::command(), None, &container, &["RUST_LOG"]);
+    let strings = |id: &str| -> Vec<String> {
+        args.get_raw(id)
+            .map(|v| v.map(|s| s.to_string_lossy().into_owned()).collect())
+            .unwrap_or_default()
+    };
+    assert_eq!(string_arg(&args, "installation").as_deref(), Some("platform"));
+    assert_eq!(strings("allow_kinds"), ["Deployment.apps", "Service"]);
+    assert_eq!(strings("allow_namespaces"), ["team-*"]);
 
     // Probed at the pod's IP: the downward API gives it, Kubernetes expands it in the argument.
     set.extend(["probe.podIP=true", "probe.intervalSeconds=5"]);

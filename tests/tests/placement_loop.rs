@@ -619,3 +619,116 @@ async fn labelling_a_workload_cluster_places_what_waited_for_it() {
     );
     env.shutdown().await;
 }
+
+/// A Deployment made by hand in a workload cluster, with the name an MCD later takes: the agent
+/// leaves it as it is (not overwritten, not pruned), and the MCD says why its replicas there do
+/// not come up, in a condition and a Warning event naming the cluster and the object.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hand_made_object_of_the_same_name_is_left_alone_and_the_conflict_is_reported() {
+    let mut env = env(2).await;
+    let cluster = env.cluster_names()[0].clone();
+    let theirs: Deployment = serde_json::from_value(json!({
+        "metadata": {"name": "web", "namespace": NS, "labels": {"owner": "a-person"}},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": {"app": "hand-made"}},
+            "template": {
+                "metadata": {"labels": {"app": "hand-made"}},
+                "spec": {"containers": [{"name": "app", "image": "hand/made:1"}]}
+            }
+        }
+    }))
+    .unwrap();
+    let in_cluster: Api<Deployment> = Api::namespaced(env.cluster_client(&cluster), NS);
+    let created = in_cluster
+        .create(&PostParams::default(), &theirs)
+        .await
+        .expect("the hand-made Deployment");
+    let mcd = Mcd::new("web")
+        .namespace(NS)
+        .replicas(2)
+        .placement(json!({"policy": "worst-fit", "clusters": [cluster.clone()]}))
+        .build();
+    mcds(&env)
+        .create(&PostParams::default(), &mcd)
+        .await
+        .expect("MCD created");
+
+    let api = mcds(&env);
+    let condition = wait_for("Degraded=True/ApplyFailed on the MCD", DEADLINE, || {
+        let api = api.clone();
+        async move {
+            let mcd = api.get("web").await.map_err(|e| e.to_string())?;
+            let conditions = mcd.status.map(|s| s.conditions).unwrap_or_default();
+            conditions
+                .iter()
+                .find(|c| c.type_ == types::DEGRADED && c.reason == reasons::APPLY_FAILED)
+                .cloned()
+                .ok_or_else(|| format!("conditions: {conditions:?}"))
+        }
+    })
+    .await;
+    assert!(
+        condition
+            .message
+            .contains(&format!("{cluster}: Deployment {NS}/web"))
+            && condition
+                .message
+                .contains("not managed by this Nave installation"),
+        "the condition names the cluster, the object and why: {}",
+        condition.message
+    );
+    let events: Api<Event> = Api::namespaced(env.client.clone(), NS);
+    wait_for("an ApplyFailed Warning event on the MCD", DEADLINE, || {
+        let events = events.clone();
+        async move {
+            let list = events
+                .list(&ListParams::default().fields("involvedObject.name=web"))
+                .await
+                .map_err(|e| e.to_string())?;
+            list.items
+                .iter()
+                .find(|e| {
+                    e.reason.as_deref() == Some(reasons::APPLY_FAILED)
+                        && e.type_.as_deref() == Some("Warning")
+                })
+                .map(drop)
+                .ok_or_else(|| {
+                    format!(
+                        "events: {:?}",
+                        list.items.iter().map(|e| e.reason.clone()).collect::<Vec<_>>()
+                    )
+                })
+        }
+    })
+    .await;
+    let now = in_cluster.get("web").await.expect("still there");
+    assert_eq!(now.metadata.uid, created.metadata.uid, "the same object");
+    assert_eq!(
+        now.spec.replicas,
+        Some(1),
+        "its replicas are the person's, not the placement's"
+    );
+    assert_eq!(
+        now.metadata
+            .labels
+            .unwrap_or_default()
+            .get("owner")
+            .map(String::as_str),
+        Some("a-person")
+    );
+
+    // Deleting the MCD deletes nothing of theirs.
+    mcds(&env)
+        .delete("web", &DeleteParams::default())
+        .await
+        .expect("deleted");
+    env.wait_mcd_gone(NS, "web").await;
+    let still = in_cluster
+        .get("web")
+        .await
+        .expect("still there after the MCD is gone");
+    assert_eq!(still.metadata.uid, created.metadata.uid);
+    env.stop_agent(&cluster).await;
+    env.shutdown().await;
+}

@@ -234,12 +234,14 @@ fn status_report_round_trips() {
             namespace: Some("shop".into()),
             name: "creds".into(),
             message: "forbidden".into(),
+            workload: Some(WorkloadRef::new("shop", "web")),
         }],
     };
     let json = round_trip(&report);
     assert_eq!(json["objects"][0]["conditions"][0]["type"], "Available");
     assert_eq!(json["objects"][0]["readyReplicas"], 2);
     assert_eq!(json["applyErrors"][0]["operation"], "apply");
+    assert_eq!(json["applyErrors"][0]["workload"], json!({"namespace": "shop", "name": "web"}));
 }
 
 #[test]

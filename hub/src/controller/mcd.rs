@@ -341,7 +341,26 @@ async fn apply(mcd: Arc<MultiClusterDeployment>, ctx: &Context) -> Result<Action
         &missing,
         planned.moving.as_ref(),
     );
+    let failed_apply = |status: Option<&MultiClusterDeploymentStatus>| {
+        status
+            .and_then(|s| conditions::find(&s.conditions, types::DEGRADED))
+            .filter(|c| c.reason == reasons::APPLY_FAILED)
+            .map(|c| c.message.clone())
+    };
+    let newly_failed =
+        failed_apply(Some(&status)).filter(|now| failed_apply(mcd.status.as_ref()).as_ref() != Some(now));
     write_status(ctx, &mcd, &status).await?;
+    if let Some(message) = newly_failed {
+        publish(
+            ctx,
+            &mcd,
+            EventType::Warning,
+            reasons::APPLY_FAILED,
+            ACTION_SCHEDULE,
+            &message,
+        )
+        .await;
+    }
     ctx.sources.index.settle(&workload, planned.settled);
     ctx.metrics.observe_mcd(&workload, &status);
     if !services.is_empty() {

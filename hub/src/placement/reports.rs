@@ -11,6 +11,33 @@ pub type Reports = BTreeMap<String, Arc<StatusReport>>;
 /// Each cluster's Pending pods, from its latest heartbeat.
 pub type Pending = BTreeMap<String, Arc<Vec<PendingPod>>>;
 
+/// What the agents refused or failed to apply of the workload's objects, as
+/// `cluster: Kind namespace/name: message`, by cluster.
+pub fn apply_errors(reports: &Reports, workload: &WorkloadRef) -> Vec<String> {
+    let mut out = Vec::new();
+    for (cluster, report) in reports {
+        for error in &report.apply_errors {
+            let ours = error.workload.as_ref() == Some(workload)
+                || (error.workload.is_none()
+                    && error.kind == "Deployment"
+                    && error.name == workload.name
+                    && error.namespace.as_deref() == Some(&workload.namespace));
+            if ours {
+                let namespace = error
+                    .namespace
+                    .as_deref()
+                    .map(|n| format!("{n}/"))
+                    .unwrap_or_default();
+                out.push(format!(
+                    "{cluster}: {} {namespace}{}: {}",
+                    error.kind, error.name, error.message
+                ));
+            }
+        }
+    }
+    out
+}
+
 /// `(ready, available, pending)` of the workload's Deployment in one report.
 pub fn deployment_status(report: Option<&StatusReport>, workload: &WorkloadRef) -> Option<(i32, i32, i32)> {
     let object = report?.objects.iter().find(|o| {

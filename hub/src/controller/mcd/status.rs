@@ -128,6 +128,7 @@ pub fn status_of(
             generation,
         )
     };
+    let apply_errors = crate::placement::reports::apply_errors(reports, workload);
     let not_ready: Vec<(&str, i32)> = clusters
         .iter()
         .filter(|c| fleet.get(&c.name).is_some_and(|f| !f.ready))
@@ -192,6 +193,14 @@ pub fn status_of(
                     .collect::<Vec<_>>()
                     .join(", ")
             ),
+            generation,
+        )
+    } else if !apply_errors.is_empty() {
+        condition(
+            types::DEGRADED,
+            conditions::TRUE,
+            reasons::APPLY_FAILED,
+            truncate(&apply_errors.join("; "), 1024),
             generation,
         )
     } else if status.pending_replicas > 0 {
