@@ -35,6 +35,14 @@ pub struct RunArgs {
     /// Address of the HTTP server (agent endpoints and REST API).
     #[arg(long, env = "NAVE_LISTEN", default_value = "0.0.0.0:8443")]
     pub listen: SocketAddr,
+    /// PEM file of the certificate chain the hub serves over HTTPS: its certificate, then the
+    /// intermediates and the CA (agents that pin the CA by hash find it there). Read again when
+    /// it changes. With `--tls-key-file`; without both the hub serves plain HTTP.
+    #[arg(long, env = "NAVE_TLS_CERT_FILE", requires = "tls_key_file")]
+    pub tls_cert_file: Option<PathBuf>,
+    /// PEM file of the private key of `--tls-cert-file`.
+    #[arg(long, env = "NAVE_TLS_KEY_FILE", requires = "tls_cert_file")]
+    pub tls_key_file: Option<PathBuf>,
     /// File holding the fleet's bootstrap token, which agents present to register.
     #[arg(long, env = "NAVE_BOOTSTRAP_TOKEN_FILE")]
     pub bootstrap_token_file: PathBuf,

@@ -5,6 +5,9 @@ use crate::store::StoreError;
 /// Why an operation of the hub failed. Each variant names the operation and keeps its cause.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
+    /// The TLS certificate or key cannot be used.
+    #[error(transparent)]
+    Tls(crate::tls::TlsError),
     /// Reading the bootstrap token file failed.
     #[error("reading the bootstrap token file {path}")]
     ReadBootstrapToken {

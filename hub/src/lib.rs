@@ -70,6 +70,7 @@ pub mod serve;
 pub mod settings;
 pub mod signals;
 pub mod store;
+pub mod tls;
 pub mod tokens;
 pub mod usage;
 pub mod watch;
@@ -230,7 +231,25 @@ pub async fn run_until(args: RunArgs, shutdown: CancellationToken) -> Result<(),
             addr: args.listen.to_string(),
             source,
         })?;
-    info!(addr = %args.listen, backend = %store.backend(), "hub started");
+    let (serving, acceptor) = match (&args.tls_cert_file, &args.tls_key_file) {
+        (Some(cert), Some(key)) => {
+            let serving = tls::ServingCert::load(cert, key).map_err(Error::Tls)?;
+            let config = serving.server_config().map_err(Error::Tls)?;
+            info!(ca_sha256 = %serving.ca_sha256(), "serving HTTPS; agents may pin the CA with --hub-ca-sha256");
+            (
+                Some(serving),
+                Some(tokio_rustls::TlsAcceptor::from(Arc::new(config))),
+            )
+        }
+        _ => {
+            warn!(
+                "serving plain HTTP: agents' credentials and work sets (with Secrets) cross the \
+                 network in clear; give --tls-cert-file and --tls-key-file"
+            );
+            (None, None)
+        }
+    };
+    info!(addr = %args.listen, backend = %store.backend(), https = acceptor.is_some(), "hub started");
     let routes = agent_api::router(state)
         .merge(rest::router(
             sources,
@@ -239,6 +258,7 @@ pub async fn run_until(args: RunArgs, shutdown: CancellationToken) -> Result<(),
             rest::AdminHandles {
                 objects: Some(ClusterObjects::new(client.clone())),
                 trigger: Some(trigger.clone()),
+                hub_ca_sha256: serving.as_ref().map(|s| s.ca_sha256()),
             },
         ))
         .merge(metrics::router(MetricsState {
@@ -248,7 +268,20 @@ pub async fn run_until(args: RunArgs, shutdown: CancellationToken) -> Result<(),
             grace: timings.heartbeat_grace,
         }))
         .merge(readiness::router(store.clone()));
-    let server = serve::serve(listener, routes, serve::Limits::default(), shutdown.clone());
+    let server = serve::serve(
+        listener,
+        routes,
+        serve::Limits::default(),
+        acceptor,
+        shutdown.clone(),
+    );
+    let reload = async {
+        if let Some(serving) = serving {
+            serving
+                .watch(std::time::Duration::from_secs(30), shutdown.clone())
+                .await;
+        }
+    };
     let controllers = controller::run(ctx, triggered, shutdown.clone());
     let usage = async {
         if let Some(refresher) = refresher {
@@ -260,7 +293,7 @@ pub async fn run_until(args: RunArgs, shutdown: CancellationToken) -> Result<(),
         store::retention::Retention::default(),
         shutdown.clone(),
     );
-    let (served, (), (), (), (), ()) = tokio::join!(
+    let (served, (), (), (), (), (), ()) = tokio::join!(
         async {
             server.await;
             // The controllers stop too when the server stops.
@@ -271,7 +304,8 @@ pub async fn run_until(args: RunArgs, shutdown: CancellationToken) -> Result<(),
         health,
         usage,
         watching,
-        pruning
+        pruning,
+        reload
     );
     store.close().await.map_err(Error::OpenStore)?;
     served

@@ -336,6 +336,8 @@ impl Playground {
             database_url: format!("sqlite://{}", self.dir.join("hub.db").display()),
             listen: hub_addr,
             bootstrap_token_file: token_file.clone(),
+            tls_cert_file: None,
+            tls_key_file: None,
             accept_new_clusters: true,
             api_tokens_file: Some(api_tokens_file),
             api_tokens_secret: None,
@@ -377,6 +379,8 @@ impl Playground {
             .zip(agent_metrics)
         {
             let mut agent = nave_agent::Config::new(self.hub_url.clone(), cluster.name(), token_file.clone());
+            // The playground's hub is on loopback, over plain HTTP.
+            agent.trust.insecure_http = true;
             agent.metrics_listen = Some(metrics);
             agent.region = config.region.clone();
             agent.zone = config.zone.clone();

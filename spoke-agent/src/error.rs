@@ -69,6 +69,23 @@ pub enum Error {
         #[source]
         source: kube::Error,
     },
+    /// The hub URL is `http://` and `--insecure-http` was not given.
+    #[error(
+        "the hub URL {0} is plain HTTP: credentials and work sets would cross the network in clear; \
+         use https:// or pass --insecure-http"
+    )]
+    InsecureHub(String),
+    /// The hub URL is neither `https://` nor `http://`.
+    #[error("the hub URL {0} must start with https:// (or http:// with --insecure-http)")]
+    HubUrl(String),
+    /// The CA file or pin of the hub cannot be used.
+    #[error("the hub's CA ({path}): {message}")]
+    HubCa {
+        /// The file, or the pin as given.
+        path: PathBuf,
+        /// What is wrong.
+        message: String,
+    },
     /// An object of a work set cannot be applied as it is.
     #[error("invalid object in the work set: {0}")]
     InvalidObject(String),

@@ -3,6 +3,7 @@
 //! Transport only: no retries here. The loops retry with [`crate::backoff::Backoff`] and the
 //! [`crate::identity::Identity`] registers again when a credential is rejected.
 
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -22,6 +23,20 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// Time for a whole request that does not wait on purpose.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(20);
 
+/// How the agent trusts the hub it talks to.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HubTrust {
+    /// PEM file of the CA certificates that may sign the hub's certificate; the public CAs are
+    /// then not trusted. `None`: the public CAs.
+    pub ca_file: Option<PathBuf>,
+    /// Hex SHA-256 of the hub's CA certificate (DER), as a join token shows it: the CA is taken
+    /// from the chain the hub serves and must hash to this; no other CA is trusted.
+    pub ca_sha256: Option<String>,
+    /// Allow an `http://` hub URL: credentials and work sets (with Secrets) then cross the
+    /// network in clear. For playgrounds and tests.
+    pub insecure_http: bool,
+}
+
 /// Client of one hub.
 #[derive(Debug, Clone)]
 pub struct HubClient {
@@ -31,15 +46,60 @@ pub struct HubClient {
 }
 
 impl HubClient {
-    /// A client of the hub at `base_url` (e.g. `https://hub.example:8443`), over rustls with the
-    /// platform's webpki roots.
+    /// A client of the hub at `base_url` (e.g. `https://hub.example:8443`) over rustls with the
+    /// public CAs; `http://` only with [`HubTrust::insecure_http`].
     pub fn new(base_url: &str) -> Result<Self> {
-        let http = reqwest::Client::builder()
+        Self::with_trust(
+            base_url,
+            &HubTrust {
+                insecure_http: true,
+                ..HubTrust::default()
+            },
+        )
+    }
+
+    /// A client of the hub at `base_url`, trusting what `trust` says.
+    pub fn with_trust(base_url: &str, trust: &HubTrust) -> Result<Self> {
+        let mut builder = reqwest::Client::builder()
             .connect_timeout(CONNECT_TIMEOUT)
             .timeout(REQUEST_TIMEOUT)
-            .user_agent(crate::USER_AGENT)
-            .build()
-            .map_err(|source| Error::HttpClient { source })?;
+            .user_agent(crate::USER_AGENT);
+        if base_url.starts_with("http://") {
+            if !trust.insecure_http {
+                return Err(Error::InsecureHub(base_url.to_owned()));
+            }
+            tracing::warn!(
+                hub = base_url,
+                "talking to the hub over plain HTTP (--insecure-http)"
+            );
+        } else if !base_url.starts_with("https://") {
+            return Err(Error::HubUrl(base_url.to_owned()));
+        }
+        if let Some(pin) = &trust.ca_sha256 {
+            builder =
+                builder.use_preconfigured_tls(crate::pinned::client_config(pin, trust.ca_file.as_deref())?);
+        } else if let Some(file) = &trust.ca_file {
+            let pem = std::fs::read(file).map_err(|source| Error::HubCa {
+                path: file.clone(),
+                message: source.to_string(),
+            })?;
+            let certificates =
+                reqwest::Certificate::from_pem_bundle(&pem).map_err(|source| Error::HubCa {
+                    path: file.clone(),
+                    message: source.to_string(),
+                })?;
+            if certificates.is_empty() {
+                return Err(Error::HubCa {
+                    path: file.clone(),
+                    message: "no CERTIFICATE block".to_owned(),
+                });
+            }
+            builder = builder.tls_built_in_root_certs(false);
+            for certificate in certificates {
+                builder = builder.add_root_certificate(certificate);
+            }
+        }
+        let http = builder.build().map_err(|source| Error::HttpClient { source })?;
         Ok(HubClient {
             http,
             base: base_url.trim_end_matches('/').to_owned(),

@@ -37,6 +37,7 @@ pub mod fence;
 pub mod hub;
 pub mod identity;
 pub mod metrics;
+mod pinned;
 pub mod probe;
 pub mod status;
 
@@ -89,6 +90,18 @@ pub struct Args {
     /// Name of this workload cluster at the hub.
     #[arg(long, env = "NAVE_CLUSTER_NAME")]
     pub cluster_name: String,
+    /// PEM file of the CA(s) that sign the hub's certificate; the public CAs are then not
+    /// trusted.
+    #[arg(long, env = "NAVE_HUB_CA_FILE")]
+    pub hub_ca_file: Option<PathBuf>,
+    /// SHA-256 (hex) of the hub's CA certificate, as a join token shows it: the agent trusts
+    /// the CA in the hub's chain that hashes to it, and no other.
+    #[arg(long, env = "NAVE_HUB_CA_SHA256")]
+    pub hub_ca_sha256: Option<String>,
+    /// Allow an `http://` hub URL (credentials and Secrets cross the network in clear); for
+    /// playgrounds and tests only.
+    #[arg(long, env = "NAVE_INSECURE_HTTP")]
+    pub insecure_http: bool,
     /// File holding the bootstrap token (read again at every registration).
     #[arg(long, env = "NAVE_BOOTSTRAP_TOKEN_FILE")]
     pub bootstrap_token_file: PathBuf,
@@ -180,6 +193,8 @@ pub struct Config {
     pub hub_url: String,
     /// Name of this cluster at the hub.
     pub cluster_name: String,
+    /// How the hub is trusted (its CA; whether `http://` is allowed).
+    pub trust: hub::HubTrust,
     /// File holding the bootstrap token.
     pub bootstrap_token_file: PathBuf,
     /// Namespace of the agent's own state.
@@ -254,6 +269,7 @@ impl Config {
         Config {
             hub_url: hub_url.into(),
             cluster_name: cluster_name.into(),
+            trust: hub::HubTrust::default(),
             bootstrap_token_file: token_file.into(),
             namespace: "nave-system".to_owned(),
             labels: BTreeMap::new(),
@@ -330,6 +346,11 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     config.probe_interval = Duration::from_secs(args.probe_interval_seconds.max(1));
     config.link_latency = args.link_latency.into_iter().collect();
     config.installation = args.installation;
+    config.trust = hub::HubTrust {
+        ca_file: args.hub_ca_file,
+        ca_sha256: args.hub_ca_sha256,
+        insecure_http: args.insecure_http,
+    };
     config.allow_kinds = args.allow_kinds;
     config.allow_namespaces = args.allow_namespaces;
     config.deny_namespaces = Some(args.deny_namespaces);
@@ -369,7 +390,7 @@ pub async fn run_agent(config: Config, client: Client, shutdown: CancellationTok
             None
         }
     };
-    let hub = HubClient::new(&config.hub_url)?.with_metrics(metrics.clone());
+    let hub = HubClient::with_trust(&config.hub_url, &config.trust)?.with_metrics(metrics.clone());
     let applier =
         Applier::new(client.clone(), &config.namespace).with_policy(config.installation(), config.allowed());
     info!(installation = config.installation(), allowed = ?config.allowed(), "applying only what this agent allows");

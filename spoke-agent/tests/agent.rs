@@ -275,6 +275,7 @@ fn start_agent(client: &Client, hub: &HubDouble, token: &tempfile::NamedTempFile
 /// The agent's configuration for tests: quick heartbeats, short waits and retries.
 fn test_config(hub: &HubDouble, token: &tempfile::NamedTempFile) -> Config {
     let mut config = Config::new(hub.url(), "sim-1", token.path());
+    config.trust.insecure_http = true;
     config.heartbeat_interval = Some(Duration::from_millis(200));
     config.status_interval = Duration::from_secs(1);
     config.work_wait = Duration::from_secs(2);

@@ -5,7 +5,8 @@
 //! - [`FakeAgent`]: an agent speaking the hub's wire protocol over HTTP (register, heartbeat,
 //!   work, status), so a test controls exactly what the hub hears; [`capacity`] builds the
 //!   capacity model it reports;
-//! - [`Mcd`]: a MultiClusterDeployment fixture builder.
+//! - [`Mcd`]: a MultiClusterDeployment fixture builder;
+//! - [`TestPki`]: a CA and a serving certificate for the hub's HTTPS.
 //!
 //! ```text
 //!   test ── Mcd::new("web")...build() ──> management cluster ──> hub
@@ -20,8 +21,10 @@
 
 mod agent;
 mod mcd;
+mod pki;
 mod wait;
 
 pub use agent::{BOOTSTRAP, FakeAgent, capacity, idle_capacity, ready_deployment};
 pub use mcd::Mcd;
+pub use pki::TestPki;
 pub use wait::{DEADLINE, wait_for};

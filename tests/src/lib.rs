@@ -116,6 +116,8 @@ pub struct Env {
     pub hub_url: String,
     /// A token of the REST API with the `admin` scope.
     pub admin_token: String,
+    /// The hub's CA and serving certificate when it serves HTTPS.
+    pub pki: Option<nave_testkit::TestPki>,
     fleet_config: FleetConfig,
     dir: tempfile::TempDir,
     hub_args: nave_hub::cli::RunArgs,
@@ -203,7 +205,17 @@ impl Env {
         let mut ports = nave_playground::prometheus::free_loopback_ports(2 + fleet.clusters.len())?;
         let agent_ports = ports.split_off(2);
         let (listen, prometheus_addr) = (ports[0], ports[1]);
-        let hub_url = format!("http://{listen}");
+        // HTTPS with a CA made for this environment, pinned by the agents as a join token's hash
+        // would be; plain HTTP only where Prometheus scrapes the hub's /metrics (which shares
+        // the hub's listener, and whose scrape configuration here has no CA).
+        let pki = options
+            .prometheus
+            .is_none()
+            .then(|| nave_testkit::TestPki::generate(dir.path(), "hub"));
+        let hub_url = match &pki {
+            Some(_) => format!("https://{listen}"),
+            None => format!("http://{listen}"),
+        };
         // Every agent serves its listener: Prometheus scrapes `/metrics` when it runs, and the
         // other agents probe `/probe`.
         let agent_metrics: BTreeMap<String, SocketAddr> = fleet
@@ -231,6 +243,8 @@ impl Env {
             database_url,
             listen,
             bootstrap_token_file: token_file,
+            tls_cert_file: pki.as_ref().map(|p| p.chain_file.clone()),
+            tls_key_file: pki.as_ref().map(|p| p.key_file.clone()),
             accept_new_clusters: true,
             api_tokens_file: Some(api_tokens),
             api_tokens_secret: None,
@@ -245,6 +259,7 @@ impl Env {
             client,
             hub_url,
             admin_token,
+            pki,
             fleet_config,
             dir,
             hub_args,
@@ -287,7 +302,8 @@ impl Env {
     /// body, or what went wrong.
     pub async fn rest(&self, path: &str) -> Result<Value, String> {
         let url = format!("{}/api/v1{path}", self.hub_url);
-        let res = reqwest::Client::new()
+        let res = self
+            .http()
             .get(&url)
             .bearer_auth(&self.admin_token)
             .send()
@@ -300,6 +316,18 @@ impl Env {
         } else {
             Err(format!("GET {url}: {status} {body}"))
         }
+    }
+
+    /// An HTTP client of the hub: it trusts the hub's CA when the hub serves HTTPS.
+    pub fn http(&self) -> reqwest::Client {
+        let mut builder = reqwest::Client::builder();
+        if let Some(pki) = &self.pki {
+            let pem = std::fs::read(&pki.ca_file).expect("the hub's CA file");
+            builder = builder
+                .tls_built_in_root_certs(false)
+                .add_root_certificate(reqwest::Certificate::from_pem(&pem).expect("a PEM CA"));
+        }
+        builder.build().expect("an HTTP client")
     }
 
     /// The workload clusters' names, in order.
@@ -383,6 +411,12 @@ impl Env {
         config.region = cluster.region.clone();
         config.zone = cluster.zone.clone();
         config.labels = cluster.labels.clone();
+        // The agent trusts the hub's CA by its hash alone, as given with a join token.
+        config.trust = nave_agent::hub::HubTrust {
+            ca_sha256: self.pki.as_ref().map(|p| p.ca_sha256.clone()),
+            insecure_http: self.pki.is_none(),
+            ..Default::default()
+        };
         // Quick retries: the tests restart the hub and want the agents back soon. Frequent
         // heartbeats: the adaptive tests wait for capacity changes to reach the hub.
         config.retry_max = Duration::from_secs(2);

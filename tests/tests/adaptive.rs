@@ -97,7 +97,8 @@ async fn event(env: &Env, name: &str, reason: &str) -> String {
 
 /// The placement history of `name` from the REST API, newest first.
 async fn history(env: &Env, name: &str) -> Vec<Value> {
-    let body: Value = reqwest::Client::new()
+    let body: Value = env
+        .http()
         .get(format!("{}/api/v1/placements/{NS}/{name}/history", env.hub_url))
         .bearer_auth(&env.admin_token)
         .send()

@@ -241,7 +241,10 @@ fn status_report_round_trips() {
     assert_eq!(json["objects"][0]["conditions"][0]["type"], "Available");
     assert_eq!(json["objects"][0]["readyReplicas"], 2);
     assert_eq!(json["applyErrors"][0]["operation"], "apply");
-    assert_eq!(json["applyErrors"][0]["workload"], json!({"namespace": "shop", "name": "web"}));
+    assert_eq!(
+        json["applyErrors"][0]["workload"],
+        json!({"namespace": "shop", "name": "web"})
+    );
 }
 
 #[test]

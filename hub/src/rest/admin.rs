@@ -81,6 +81,9 @@ pub(super) struct IssuedJoinTokenView {
     token: String,
     /// When it stops working (RFC 3339).
     expires_at: String,
+    /// SHA-256 (hex) of the CA of the hub's TLS chain: give it to the agent as `hubCaSha256` so
+    /// it trusts this hub and no other. `null` when the hub serves plain HTTP.
+    hub_ca_sha256: Option<String>,
 }
 
 /// A join token, without its secret.
@@ -152,6 +155,7 @@ pub(super) async fn create_join_token(
             cluster: issued.cluster,
             token: issued.token.expose().to_owned(),
             expires_at: rfc3339(issued.expires_at),
+            hub_ca_sha256: state.admin.hub_ca_sha256.clone(),
         }),
     ))
 }

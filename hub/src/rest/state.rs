@@ -15,6 +15,8 @@ pub struct AdminHandles {
     pub objects: Option<ClusterObjects>,
     /// Asks the controllers for a pass when the fleet changed.
     pub trigger: Option<ReconcileTrigger>,
+    /// SHA-256 of the CA of the hub's TLS chain, shown with join tokens; `None` over plain HTTP.
+    pub hub_ca_sha256: Option<String>,
 }
 
 impl std::fmt::Debug for AdminHandles {

@@ -84,6 +84,8 @@ pub fn start_hub(management: &SimCluster, dir: &Path, configure: impl FnOnce(&mu
         database_url: database_url.clone(),
         listen: ([127, 0, 0, 1], port).into(),
         bootstrap_token_file: token_file,
+        tls_cert_file: None,
+        tls_key_file: None,
         accept_new_clusters: true,
         api_tokens_file: None,
         api_tokens_secret: None,
