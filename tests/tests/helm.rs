@@ -11,6 +11,8 @@
 //! Without `helm` on `PATH` the tests print `skipped:` and pass, unless `NAVE_REQUIRE_HELM=1`
 //! (CI) makes that a failure.
 
+use base64::Engine as _;
+use sha2::Digest as _;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -585,14 +587,14 @@ fn the_hub_chart_renders_a_coherent_install_with_sqlite_by_default() {
                 ("CustomResourceDefinition", 3),
                 ("Deployment", 1),
                 ("PersistentVolumeClaim", 1),
-                ("Secret", 1),
+                ("Secret", 2),
                 ("Service", 1),
                 ("ServiceAccount", 1),
             ]
             .map(|(k, n)| (k.to_owned(), n))
         ),
-        "the default install: the dashboards ConfigMap, no ServiceMonitor, no Postgres or API \
-         tokens Secret"
+        "the default install: the dashboards ConfigMap, the bootstrap token and TLS Secrets, no \
+         ServiceMonitor, no Postgres or API tokens Secret"
     );
     let (deployment, container) = check_coherent(&rendered, &External::default(), HUB_PROBES);
     let args = parse_args(
@@ -651,6 +653,41 @@ fn the_hub_chart_renders_a_coherent_install_with_sqlite_by_default() {
         "new clusters wait for an admin unless the chart says otherwise"
     );
 
+    // HTTPS by default, with a chain the hub can load whose last certificate is the Secret's CA.
+    let dir = tempfile::tempdir().unwrap();
+    let mut files = Vec::new();
+    for id in ["tls_cert_file", "tls_key_file"] {
+        let path = string_arg(&args, id).unwrap_or_else(|| panic!("--{id} is set"));
+        let (secret, key) = secret_file(&deployment, &container, &path)
+            .unwrap_or_else(|| panic!("{path} is a mounted Secret key"));
+        let file = dir.path().join(&key);
+        std::fs::write(&file, secret_text(&rendered, &secret, &key)).unwrap();
+        files.push((file, secret));
+    }
+    let serving = nave_hub::tls::ServingCert::load(&files[0].0, &files[1].0)
+        .expect("the hub loads the generated chain and key");
+    let ca_pem = secret_text(&rendered, &files[0].1, "ca.crt");
+    let ca_der = ca_pem
+        .lines()
+        .filter(|l| !l.starts_with("-----"))
+        .collect::<String>();
+    let ca_der = base64::engine::general_purpose::STANDARD
+        .decode(ca_der)
+        .expect("a PEM CA");
+    let expected: String = sha2::Sha256::digest(&ca_der)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    assert_eq!(serving.ca_sha256(), expected, "the served chain ends with ca.crt");
+    for probe in [&container.liveness_probe, &container.readiness_probe] {
+        let get = probe.clone().and_then(|p| p.http_get).expect("an HTTP probe");
+        assert_eq!(
+            get.scheme.as_deref(),
+            Some("HTTPS"),
+            "probes speak HTTPS to an HTTPS hub"
+        );
+    }
+
     // The Service serves the agents, the REST API and /metrics from the hub's one listener.
     let listen = string_arg(&args, "listen").expect("a listen address");
     let port: i32 = listen.rsplit(':').next().unwrap().parse().unwrap();
@@ -688,6 +725,7 @@ fn the_hub_chart_takes_postgres_and_every_secret_from_existing_secrets() {
             "bootstrapToken.existingSecret=fleet-bootstrap",
             "bootstrapToken.existingSecretKey=value",
             "apiTokens.existingSecret=hub-api-tokens",
+            "tls.existingSecret=hub-tls",
             "serviceMonitor.enabled=true",
             "serviceMonitor.labels.release=prometheus",
         ],
@@ -702,7 +740,11 @@ fn the_hub_chart_takes_postgres_and_every_secret_from_existing_secrets() {
         "no SQLite volume with Postgres"
     );
     let external = External {
-        secrets: BTreeMap::from([("hub-db", vec!["dsn"]), ("fleet-bootstrap", vec!["value"])]),
+        secrets: BTreeMap::from([
+            ("hub-db", vec!["dsn"]),
+            ("fleet-bootstrap", vec!["value"]),
+            ("hub-tls", vec!["tls.crt", "tls.key"]),
+        ]),
         claims: Vec::new(),
     };
     let (deployment, container) = check_coherent(&rendered, &external, HUB_PROBES);
@@ -1032,6 +1074,8 @@ fn the_agent_chart_renders_a_coherent_install() {
     };
     assert_eq!(strings("deny_namespaces"), ["kube-*"]);
     assert_eq!(string_arg(&args, "installation"), None);
+    assert_eq!(string_arg(&args, "hub_ca_sha256"), None);
+    assert!(!args.get_flag("insecure_http"));
 
     // An apply policy of the cluster's admin reaches the agent's arguments.
     let mut policy = set.clone();
@@ -1039,6 +1083,7 @@ fn the_agent_chart_renders_a_coherent_install() {
         "applyPolicy.installation=platform",
         "applyPolicy.allowedKinds={Deployment.apps,Service}",
         "applyPolicy.allowedNamespaces={team-*}",
+        "hubTls.caSha256=abc123",
     ]);
     let rendered = render(&helm, "nave-agent", &policy);
     let (_, container) = check_coherent(&rendered, &External::default(), AGENT_PROBES);
@@ -1051,6 +1096,7 @@ fn the_agent_chart_renders_a_coherent_install() {
     assert_eq!(string_arg(&args, "installation").as_deref(), Some("platform"));
     assert_eq!(strings("allow_kinds"), ["Deployment.apps", "Service"]);
     assert_eq!(strings("allow_namespaces"), ["team-*"]);
+    assert_eq!(string_arg(&args, "hub_ca_sha256").as_deref(), Some("abc123"));
 
     // Probed at the pod's IP: the downward API gives it, Kubernetes expands it in the argument.
     set.extend(["probe.podIP=true", "probe.intervalSeconds=5"]);

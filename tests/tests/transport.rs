@@ -59,7 +59,8 @@ async fn agents_reach_the_hub_over_https_only_with_its_ca() {
     );
 
     let plain = env.hub_url.replacen("https://", "http://", 1);
-    let refused = HubClient::with_trust(&plain, &HubTrust::default()).expect_err("http:// needs --insecure-http");
+    let refused =
+        HubClient::with_trust(&plain, &HubTrust::default()).expect_err("http:// needs --insecure-http");
     assert!(refused.to_string().contains("--insecure-http"), "{refused}");
     env.shutdown().await;
 }

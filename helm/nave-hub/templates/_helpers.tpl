@@ -85,3 +85,17 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- fail "database.type=postgres needs database.postgres.existingSecret (a Secret with the URL) or database.postgres.url" }}
 {{- end }}
 {{- end }}
+
+{{/* The Secret with the hub's serving certificate (tls.crt, tls.key). */}}
+{{- define "nave-hub.tlsSecretName" -}}
+{{- .Values.tls.existingSecret | default (printf "%s-tls" (include "nave-hub.fullname" .)) }}
+{{- end }}
+
+{{/* An HTTP probe from values, over HTTPS when the hub serves it. */}}
+{{- define "nave-hub.probe" -}}
+{{- $probe := deepCopy .probe }}
+{{- if and .tls $probe.httpGet }}
+{{- $_ := set $probe.httpGet "scheme" "HTTPS" }}
+{{- end }}
+{{- toYaml $probe }}
+{{- end }}
