@@ -35,6 +35,10 @@ pub struct RunArgs {
     /// Address of the HTTP server (agent endpoints and REST API).
     #[arg(long, env = "NAVE_LISTEN", default_value = "0.0.0.0:8443")]
     pub listen: SocketAddr,
+    /// Address of the plain-HTTP listener for `/metrics`, `/healthz` and `/readyz`, apart from
+    /// the agents' listener.
+    #[arg(long, env = "NAVE_METRICS_LISTEN", default_value = "0.0.0.0:9090")]
+    pub metrics_listen: SocketAddr,
     /// PEM file of the certificate chain the hub serves over HTTPS: its certificate, then the
     /// intermediates and the CA (agents that pin the CA by hash find it there). Read again when
     /// it changes. With `--tls-key-file`; without both the hub serves plain HTTP.

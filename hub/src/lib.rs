@@ -249,7 +249,8 @@ pub async fn run_until(args: RunArgs, shutdown: CancellationToken) -> Result<(),
             (None, None)
         }
     };
-    info!(addr = %args.listen, backend = %store.backend(), https = acceptor.is_some(), "hub started");
+    info!(addr = %args.listen, metrics = %args.metrics_listen, backend = %store.backend(),
+        https = acceptor.is_some(), "hub started");
     let routes = agent_api::router(state)
         .merge(rest::router(
             sources,
@@ -261,13 +262,29 @@ pub async fn run_until(args: RunArgs, shutdown: CancellationToken) -> Result<(),
                 hub_ca_sha256: serving.as_ref().map(|s| s.ca_sha256()),
             },
         ))
-        .merge(metrics::router(MetricsState {
-            metrics,
-            store: store.clone(),
-            usage,
-            grace: timings.heartbeat_grace,
-        }))
         .merge(readiness::router(store.clone()));
+    // /metrics on a listener of its own, plain HTTP inside the management cluster, with the
+    // probes: scrapers and kubelets need neither the agents' port nor its certificate.
+    let metrics_listener = tokio::net::TcpListener::bind(args.metrics_listen)
+        .await
+        .map_err(|source| Error::Listen {
+            addr: args.metrics_listen.to_string(),
+            source,
+        })?;
+    let metrics_routes = metrics::router(MetricsState {
+        metrics,
+        store: store.clone(),
+        usage,
+        grace: timings.heartbeat_grace,
+    })
+    .merge(readiness::router(store.clone()));
+    let metrics_server = serve::serve(
+        metrics_listener,
+        metrics_routes,
+        serve::Limits::default(),
+        None,
+        shutdown.clone(),
+    );
     let server = serve::serve(
         listener,
         routes,
@@ -293,7 +310,7 @@ pub async fn run_until(args: RunArgs, shutdown: CancellationToken) -> Result<(),
         store::retention::Retention::default(),
         shutdown.clone(),
     );
-    let (served, (), (), (), (), (), ()) = tokio::join!(
+    let (served, (), (), (), (), (), (), ()) = tokio::join!(
         async {
             server.await;
             // The controllers stop too when the server stops.
@@ -305,7 +322,8 @@ pub async fn run_until(args: RunArgs, shutdown: CancellationToken) -> Result<(),
         usage,
         watching,
         pruning,
-        reload
+        reload,
+        metrics_server
     );
     store.close().await.map_err(Error::OpenStore)?;
     served

@@ -92,6 +92,7 @@ impl Harness {
             database_url,
             shutdown,
             task: hub,
+            ..
         } = support::start_hub(&management, dir.path(), |args| {
             args.failover.heartbeat_grace = GRACE;
         });

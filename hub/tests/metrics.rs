@@ -109,6 +109,7 @@ async fn metrics_show_cluster_capacity_mcd_replicas_and_forget_deleted_mcds() {
     let dir = tempfile::tempdir().unwrap();
     let support::Hub {
         base,
+        metrics,
         shutdown,
         task: hub,
         ..
@@ -116,7 +117,7 @@ async fn metrics_show_cluster_capacity_mcd_replicas_and_forget_deleted_mcds() {
     let http = reqwest::Client::new();
 
     // Before any agent: the endpoint answers, with no cluster series.
-    let samples = wait_for("/metrics to answer", DEADLINE, || scrape(&http, &base)).await;
+    let samples = wait_for("/metrics to answer", DEADLINE, || scrape(&http, &metrics)).await;
     assert_eq!(
         value(&samples, "nave_cluster_ready", &[("cluster", "eu-1")]),
         None,
@@ -126,7 +127,7 @@ async fn metrics_show_cluster_capacity_mcd_replicas_and_forget_deleted_mcds() {
     // eu-1 (2 nodes of 4 CPU) and us-1 (1 node of 4 CPU) heartbeat: their capacity shows.
     FakeAgent::join(&base, "eu-1", idle_capacity("eu", 2, 4000)).await;
     FakeAgent::join(&base, "us-1", idle_capacity("us", 1, 4000)).await;
-    let samples = scrape(&http, &base).await.unwrap();
+    let samples = scrape(&http, &metrics).await.unwrap();
     let eu = [("cluster", "eu-1")];
     let eu_cpu = [("cluster", "eu-1"), ("resource", "cpu")];
     assert_eq!(
@@ -174,7 +175,7 @@ async fn metrics_show_cluster_capacity_mcd_replicas_and_forget_deleted_mcds() {
     .unwrap();
     let web = |cluster: &'static str| [("namespace", "default"), ("name", "web"), ("cluster", cluster)];
     let samples = wait_for("web's desired replicas per cluster", DEADLINE, || async {
-        let samples = scrape(&http, &base).await?;
+        let samples = scrape(&http, &metrics).await?;
         let seen = (
             value(&samples, "nave_mcd_desired_replicas", &web("eu-1")),
             value(&samples, "nave_mcd_desired_replicas", &web("us-1")),
@@ -211,7 +212,7 @@ async fn metrics_show_cluster_capacity_mcd_replicas_and_forget_deleted_mcds() {
     // Deleting the MCD removes its series.
     mcds.delete("web", &DeleteParams::default()).await.unwrap();
     wait_for("web's series to go", DEADLINE, || async {
-        let samples = scrape(&http, &base).await?;
+        let samples = scrape(&http, &metrics).await?;
         let left: Vec<String> = samples
             .iter()
             .filter(|s| s.name.starts_with("nave_mcd_"))
@@ -226,7 +227,7 @@ async fn metrics_show_cluster_capacity_mcd_replicas_and_forget_deleted_mcds() {
     })
     .await;
     // The clusters' series stay.
-    let samples = scrape(&http, &base).await.unwrap();
+    let samples = scrape(&http, &metrics).await.unwrap();
     assert_eq!(value(&samples, "nave_cluster_ready", &eu), Some(1.0));
 
     shutdown.cancel();

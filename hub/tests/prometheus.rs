@@ -187,7 +187,7 @@ async fn usage_from_prometheus_steers_scores_and_expires_when_prometheus_fails()
     assert_eq!(
         metric(
             &http,
-            &base,
+            &hub.metrics,
             "nave_cluster_used",
             r#"cluster="eu-1",resource="cpu""#
         )
@@ -196,15 +196,20 @@ async fn usage_from_prometheus_steers_scores_and_expires_when_prometheus_fails()
         "nave_cluster_used in cores"
     );
     assert!(
-        metric(&http, &base, "nave_prometheus_queries_total", r#"signal="cpu""#)
-            .await
-            .is_some_and(|n| n >= 1.0),
+        metric(
+            &http,
+            &hub.metrics,
+            "nave_prometheus_queries_total",
+            r#"signal="cpu""#
+        )
+        .await
+        .is_some_and(|n| n >= 1.0),
         "queries are counted"
     );
     assert_eq!(
         metric(
             &http,
-            &base,
+            &hub.metrics,
             "nave_prometheus_query_errors_total",
             r#"signal="cpu""#
         )
@@ -268,7 +273,7 @@ async fn usage_from_prometheus_steers_scores_and_expires_when_prometheus_fails()
     wait_for("query failures to be counted", DEADLINE, || async {
         match metric(
             &http,
-            &base,
+            &hub.metrics,
             "nave_prometheus_query_errors_total",
             r#"signal="cpu""#,
         )
@@ -291,7 +296,7 @@ async fn usage_from_prometheus_steers_scores_and_expires_when_prometheus_fails()
     assert_eq!(
         metric(
             &http,
-            &base,
+            &hub.metrics,
             "nave_cluster_used",
             r#"cluster="eu-1",resource="cpu""#
         )

@@ -99,8 +99,10 @@ pub struct Playground {
     pub management: SimCluster,
     /// The workload clusters.
     pub fleet: SimFleet,
-    /// The hub's URL (agent endpoints, REST API under `/api/v1`, `/metrics`).
+    /// The hub's URL (agent endpoints, REST API under `/api/v1`).
     pub hub_url: String,
+    /// The hub's metrics listener (`/metrics`, `/healthz`, `/readyz`).
+    pub hub_metrics_url: String,
     /// The Prometheus server, when its binary was found.
     pub prometheus: Option<Prometheus>,
     /// Why there is no Prometheus, when there is none.
@@ -237,13 +239,14 @@ impl PlaygroundClusters {
             opts,
         } = self;
         // The hub, Prometheus and each agent's metrics: distinct ports, chosen together.
-        let mut ports = prometheus::free_loopback_ports(2 + fleet.clusters.len())?;
-        let agent_metrics = ports.split_off(2);
-        let (hub_addr, prometheus_addr) = (ports[0], ports[1]);
+        let mut ports = prometheus::free_loopback_ports(3 + fleet.clusters.len())?;
+        let agent_metrics = ports.split_off(3);
+        let (hub_addr, hub_metrics, prometheus_addr) = (ports[0], ports[1], ports[2]);
         let mut playground = Playground {
             management,
             fleet,
             hub_url: format!("http://{hub_addr}"),
+            hub_metrics_url: format!("http://{hub_metrics}"),
             prometheus: None,
             prometheus_absent: None,
             dir: opts.dir.clone(),
@@ -315,7 +318,7 @@ impl Playground {
                 Some("Prometheus not started (--no-prometheus); scores use requests".to_owned()),
             )
         } else if let Some(binary) = prometheus::find_binary() {
-            let targets = scrape_targets(&self.fleet, &self.dir, &self.hub_url, &agent_metrics)?;
+            let targets = scrape_targets(&self.fleet, &self.dir, &self.hub_metrics_url, &agent_metrics)?;
             let dir = self.dir.join("prometheus");
             match Prometheus::start_at(prometheus_addr, &binary, &dir, &targets, SCRAPE_INTERVAL).await {
                 Ok(p) => (Some(p), None),
@@ -335,6 +338,7 @@ impl Playground {
         let hub_args = nave_hub::cli::RunArgs {
             database_url: format!("sqlite://{}", self.dir.join("hub.db").display()),
             listen: hub_addr,
+            metrics_listen: self.hub_metrics_url.trim_start_matches("http://").parse()?,
             bootstrap_token_file: token_file.clone(),
             tls_cert_file: None,
             tls_key_file: None,
@@ -454,6 +458,7 @@ impl Playground {
             },
             "hub": {
                 "url": self.hub_url,
+                "metricsUrl": self.hub_metrics_url,
                 "api": {
                     "url": format!("{}/api/v1", self.hub_url),
                     "adminTokenFile": self.dir.join(ADMIN_TOKEN_FILE).display().to_string(),
@@ -525,12 +530,12 @@ impl Playground {
 }
 
 /// What the playground's Prometheus scrapes: each workload cluster (its series labelled with
-/// its name; over HTTPS with its CA, written under `dir`), the hub, and each agent (labelled
-/// with its cluster).
+/// its name; over HTTPS with its CA, written under `dir`), the hub's metrics listener at
+/// `hub_metrics_url`, and each agent (labelled with its cluster).
 pub fn scrape_targets(
     fleet: &SimFleet,
     dir: &Path,
-    hub_url: &str,
+    hub_metrics_url: &str,
     agent_metrics: &[std::net::SocketAddr],
 ) -> anyhow::Result<Vec<ScrapeTarget>> {
     let mut targets = Vec::new();
@@ -550,7 +555,10 @@ pub fn scrape_targets(
                 .label(CLUSTER_LABEL, name),
         );
     }
-    targets.push(ScrapeTarget::from_url("nave-hub", &format!("{hub_url}/metrics"))?);
+    targets.push(ScrapeTarget::from_url(
+        "nave-hub",
+        &format!("{hub_metrics_url}/metrics"),
+    )?);
     Ok(targets)
 }
 

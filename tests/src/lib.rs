@@ -116,8 +116,10 @@ pub struct Env {
     pub hub_url: String,
     /// A token of the REST API with the `admin` scope.
     pub admin_token: String,
-    /// The hub's CA and serving certificate when it serves HTTPS.
-    pub pki: Option<nave_testkit::TestPki>,
+    /// The hub's CA and serving certificate.
+    pub pki: nave_testkit::TestPki,
+    /// The hub's metrics listener (`/metrics`, `/healthz`, `/readyz`), plain HTTP.
+    pub hub_metrics_url: String,
     fleet_config: FleetConfig,
     dir: tempfile::TempDir,
     hub_args: nave_hub::cli::RunArgs,
@@ -202,20 +204,14 @@ impl Env {
         // The hub, Prometheus and each agent's metrics: distinct ports, chosen together. The hub
         // binds an address rather than taking a listener, and keeps it across restarts, as a
         // Service would.
-        let mut ports = nave_playground::prometheus::free_loopback_ports(2 + fleet.clusters.len())?;
-        let agent_ports = ports.split_off(2);
-        let (listen, prometheus_addr) = (ports[0], ports[1]);
+        let mut ports = nave_playground::prometheus::free_loopback_ports(3 + fleet.clusters.len())?;
+        let agent_ports = ports.split_off(3);
+        let (listen, metrics_listen, prometheus_addr) = (ports[0], ports[1], ports[2]);
         // HTTPS with a CA made for this environment, pinned by the agents as a join token's hash
-        // would be; plain HTTP only where Prometheus scrapes the hub's /metrics (which shares
-        // the hub's listener, and whose scrape configuration here has no CA).
-        let pki = options
-            .prometheus
-            .is_none()
-            .then(|| nave_testkit::TestPki::generate(dir.path(), "hub"));
-        let hub_url = match &pki {
-            Some(_) => format!("https://{listen}"),
-            None => format!("http://{listen}"),
-        };
+        // would be.
+        let pki = nave_testkit::TestPki::generate(dir.path(), "hub");
+        let hub_url = format!("https://{listen}");
+        let hub_metrics_url = format!("http://{metrics_listen}");
         // Every agent serves its listener: Prometheus scrapes `/metrics` when it runs, and the
         // other agents probe `/probe`.
         let agent_metrics: BTreeMap<String, SocketAddr> = fleet
@@ -227,7 +223,8 @@ impl Env {
         let mut prometheus = None;
         let mut hub_prometheus = options.hub_prometheus.clone();
         if let Some(binary) = &options.prometheus {
-            let targets = nave_playground::up::scrape_targets(&fleet, dir.path(), &hub_url, &agent_ports)?;
+            let targets =
+                nave_playground::up::scrape_targets(&fleet, dir.path(), &hub_metrics_url, &agent_ports)?;
             let server = nave_playground::prometheus::Prometheus::start_at(
                 prometheus_addr,
                 binary,
@@ -242,9 +239,10 @@ impl Env {
         let hub_args = nave_hub::cli::RunArgs {
             database_url,
             listen,
+            metrics_listen,
             bootstrap_token_file: token_file,
-            tls_cert_file: pki.as_ref().map(|p| p.chain_file.clone()),
-            tls_key_file: pki.as_ref().map(|p| p.key_file.clone()),
+            tls_cert_file: Some(pki.chain_file.clone()),
+            tls_key_file: Some(pki.key_file.clone()),
             accept_new_clusters: true,
             api_tokens_file: Some(api_tokens),
             api_tokens_secret: None,
@@ -260,6 +258,7 @@ impl Env {
             hub_url,
             admin_token,
             pki,
+            hub_metrics_url,
             fleet_config,
             dir,
             hub_args,
@@ -318,16 +317,14 @@ impl Env {
         }
     }
 
-    /// An HTTP client of the hub: it trusts the hub's CA when the hub serves HTTPS.
+    /// An HTTP client of the hub that trusts the hub's CA.
     pub fn http(&self) -> reqwest::Client {
-        let mut builder = reqwest::Client::builder();
-        if let Some(pki) = &self.pki {
-            let pem = std::fs::read(&pki.ca_file).expect("the hub's CA file");
-            builder = builder
-                .tls_built_in_root_certs(false)
-                .add_root_certificate(reqwest::Certificate::from_pem(&pem).expect("a PEM CA"));
-        }
-        builder.build().expect("an HTTP client")
+        let pem = std::fs::read(&self.pki.ca_file).expect("the hub's CA file");
+        reqwest::Client::builder()
+            .tls_built_in_root_certs(false)
+            .add_root_certificate(reqwest::Certificate::from_pem(&pem).expect("a PEM CA"))
+            .build()
+            .expect("an HTTP client")
     }
 
     /// The workload clusters' names, in order.
@@ -413,8 +410,7 @@ impl Env {
         config.labels = cluster.labels.clone();
         // The agent trusts the hub's CA by its hash alone, as given with a join token.
         config.trust = nave_agent::hub::HubTrust {
-            ca_sha256: self.pki.as_ref().map(|p| p.ca_sha256.clone()),
-            insecure_http: self.pki.is_none(),
+            ca_sha256: Some(self.pki.ca_sha256.clone()),
             ..Default::default()
         };
         // Quick retries: the tests restart the hub and want the agents back soon. Frequent

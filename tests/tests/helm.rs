@@ -588,7 +588,7 @@ fn the_hub_chart_renders_a_coherent_install_with_sqlite_by_default() {
                 ("Deployment", 1),
                 ("PersistentVolumeClaim", 1),
                 ("Secret", 2),
-                ("Service", 1),
+                ("Service", 2),
                 ("ServiceAccount", 1),
             ]
             .map(|(k, n)| (k.to_owned(), n))
@@ -679,16 +679,38 @@ fn the_hub_chart_renders_a_coherent_install_with_sqlite_by_default() {
         .map(|b| format!("{b:02x}"))
         .collect();
     assert_eq!(serving.ca_sha256(), expected, "the served chain ends with ca.crt");
+    // Probes and /metrics on the plain metrics listener, which only a ClusterIP Service exposes.
+    let metrics = string_arg(&args, "metrics_listen").expect("a metrics listener");
+    let metrics_port: i32 = metrics.rsplit(':').next().unwrap().parse().unwrap();
     for probe in [&container.liveness_probe, &container.readiness_probe] {
         let get = probe.clone().and_then(|p| p.http_get).expect("an HTTP probe");
-        assert_eq!(
-            get.scheme.as_deref(),
-            Some("HTTPS"),
-            "probes speak HTTPS to an HTTPS hub"
-        );
+        assert_eq!(get.port, IntOrString::String("metrics".to_owned()));
+        assert_eq!(get.scheme, None, "plain HTTP");
+    }
+    let ports = container.ports.clone().unwrap_or_default();
+    assert!(
+        ports
+            .iter()
+            .any(|p| p.container_port == metrics_port && p.name.as_deref() == Some("metrics")),
+        "the metrics listener's port {metrics_port} is the container port `metrics`"
+    );
+    for service in rendered.all::<Service>("Service") {
+        let spec = service.spec.unwrap_or_default();
+        let exposes_metrics = spec
+            .ports
+            .unwrap_or_default()
+            .iter()
+            .any(|p| p.target_port == Some(IntOrString::String("metrics".to_owned())));
+        if exposes_metrics {
+            assert_eq!(
+                spec.type_.as_deref(),
+                Some("ClusterIP"),
+                "metrics stay inside the cluster"
+            );
+        }
     }
 
-    // The Service serves the agents, the REST API and /metrics from the hub's one listener.
+    // The Service serves the agents and the REST API from the hub's main listener.
     let listen = string_arg(&args, "listen").expect("a listen address");
     let port: i32 = listen.rsplit(':').next().unwrap().parse().unwrap();
     let ports = container.ports.clone().unwrap_or_default();

@@ -90,12 +90,3 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- define "nave-hub.tlsSecretName" -}}
 {{- .Values.tls.existingSecret | default (printf "%s-tls" (include "nave-hub.fullname" .)) }}
 {{- end }}
-
-{{/* An HTTP probe from values, over HTTPS when the hub serves it. */}}
-{{- define "nave-hub.probe" -}}
-{{- $probe := deepCopy .probe }}
-{{- if and .tls $probe.httpGet }}
-{{- $_ := set $probe.httpGet "scheme" "HTTPS" }}
-{{- end }}
-{{- toYaml $probe }}
-{{- end }}

@@ -59,6 +59,8 @@ pub async fn management_cluster() -> (SimCluster, kube::Client) {
 pub struct Hub {
     /// Its base URL.
     pub base: String,
+    /// Its metrics listener's base URL (`/metrics`, `/healthz`, `/readyz`).
+    pub metrics: String,
     /// Its store's URL.
     pub database_url: String,
     /// Stops it.
@@ -74,15 +76,19 @@ pub fn start_hub(management: &SimCluster, dir: &Path, configure: impl FnOnce(&mu
     management.write_kubeconfig(&kubeconfig).unwrap();
     let token_file = dir.join("bootstrap-token");
     std::fs::write(&token_file, format!("{BOOTSTRAP}\n")).unwrap();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let free_port = || {
+        std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port()
+    };
+    let (port, metrics_port) = (free_port(), free_port());
     let database_url = format!("sqlite://{}", dir.join("hub.db").display());
     let mut args = RunArgs {
         database_url: database_url.clone(),
         listen: ([127, 0, 0, 1], port).into(),
+        metrics_listen: ([127, 0, 0, 1], metrics_port).into(),
         bootstrap_token_file: token_file,
         tls_cert_file: None,
         tls_key_file: None,
@@ -99,6 +105,7 @@ pub fn start_hub(management: &SimCluster, dir: &Path, configure: impl FnOnce(&mu
     let task = tokio::spawn(nave_hub::run_until(args, shutdown.clone()));
     Hub {
         base: format!("http://127.0.0.1:{port}"),
+        metrics: format!("http://127.0.0.1:{metrics_port}"),
         database_url,
         shutdown,
         task,

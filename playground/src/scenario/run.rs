@@ -568,7 +568,7 @@ async fn hub_figures(playground: &Playground, plan: &Plan) -> anyhow::Result<(u6
         moved += moved_replicas(&history);
     }
     let metrics = http
-        .get(format!("{}/metrics", playground.hub_url))
+        .get(format!("{}/metrics", playground.hub_metrics_url))
         .send()
         .await
         .and_then(reqwest::Response::error_for_status)
