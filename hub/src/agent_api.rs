@@ -375,15 +375,23 @@ async fn heartbeat(
         record.agent_version,
         record.kubernetes_version,
     );
-    state
-        .index
-        .put_pending(&identity.cluster, beat.pending_pods.clone());
+    // An agent lists at most this many; one that sends more does not get them all kept.
+    let mut pending = beat.pending_pods.clone();
+    pending.truncate(Heartbeat::MAX_PENDING_PODS);
+    state.index.put_pending(&identity.cluster, pending);
+    // A cluster that is not accepted neither publishes a probe URL (other agents would probe
+    // whatever it names) nor feeds the fleet's network coordinates.
+    let accepted = before.as_ref().is_some_and(|c| c.accepted);
     let network = state.index.network();
-    network.put(
-        &identity.cluster,
-        beat.probe_url.as_deref(),
-        &beat.latency_samples,
-    );
+    if accepted {
+        network.put(
+            &identity.cluster,
+            beat.probe_url.as_deref(),
+            &beat.latency_samples,
+        );
+    } else {
+        network.put(&identity.cluster, None, &[]);
+    }
     // A pass of the controllers only when placement inputs changed: new capacity, or a cluster
     // that was not Ready (no heartbeat within the grace period) coming back.
     let was_ready = before
@@ -417,6 +425,9 @@ async fn heartbeat(
                 Err(error) => warn!(error = %error, "writing WorkloadCluster status failed"),
             }
         }
+    }
+    if !accepted {
+        return Ok(Json(HeartbeatAnswer::default()));
     }
     Ok(Json(
         network.answer(&identity.cluster, state.timings.heartbeat_grace),

@@ -29,12 +29,20 @@ pub fn router(store: Arc<dyn Store>) -> Router {
 }
 
 async fn ready(State(store): State<Arc<dyn Store>>) -> Response {
-    match store.list_clusters().await {
-        Ok(_) => "ok\n".into_response(),
-        Err(error) => {
-            warn!(error = %error, "readiness: the store does not answer");
-            // The database's own text stays in the log (STYLE: never to a client).
-            (StatusCode::SERVICE_UNAVAILABLE, "the store does not answer\n").into_response()
-        }
+    if let Err(error) = store.list_clusters().await {
+        warn!(error = %error, "readiness: the store does not answer");
+        // The database's own text stays in the log (STYLE: never to a client).
+        return (StatusCode::SERVICE_UNAVAILABLE, "the store does not answer\n").into_response();
     }
+    // A store that reads but cannot write (a full disk, a read-only volume, a Postgres standby)
+    // would fail every heartbeat, report and placement while the hub looked healthy.
+    if let Err(error) = store.check_writable().await {
+        warn!(error = %error, "readiness: the store does not take writes");
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the store does not take writes\n",
+        )
+            .into_response();
+    }
+    "ok\n".into_response()
 }

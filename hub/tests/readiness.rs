@@ -57,6 +57,28 @@ async fn readiness_fails_when_the_store_does_not_answer_and_liveness_does_not() 
         "ready with an open store"
     );
 
+    // The same file opened read-only (as a read-only volume or a standby would be): it reads,
+    // but the hub is not ready.
+    let read_only = nave_hub::store::connect(&format!("{url}?mode=ro"))
+        .await
+        .expect("the store opens read-only");
+    read_only.list_clusters().await.expect("it reads");
+    let res = readiness::router(read_only.clone())
+        .oneshot(Request::get(READYZ_PATH).body(Body::empty()).unwrap())
+        .await
+        .unwrap();
+    let status = res.status();
+    let body = res.into_body().collect().await.unwrap().to_bytes();
+    assert_eq!(
+        (status, String::from_utf8_lossy(&body).as_ref()),
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the store does not take writes\n"
+        ),
+        "a store that cannot write is not ready"
+    );
+    read_only.close().await.expect("closes");
+
     // A closed pool refuses every query, as an unreachable database does.
     store.close().await.expect("the store closes");
     let (status, body) = probe(READYZ_PATH).await;

@@ -32,7 +32,8 @@ async fn harness() -> Harness {
         None,
         None,
         Timings::default(),
-    );
+    )
+    .accepting_new_clusters(true);
     Harness { state, _dir: dir }
 }
 
@@ -187,12 +188,10 @@ async fn the_fleet_token_cannot_take_over_a_cluster_that_joined() {
 #[tokio::test]
 async fn a_new_cluster_from_the_fleet_token_waits_for_acceptance_and_selects_nothing() {
     let h = harness().await;
-    assert!(
-        !h.state.accept_new_clusters,
-        "the hub does not accept new clusters by default"
-    );
-    let rogue = register(&h.state, "rogue").await;
-    let record = h.state.store.get_cluster("rogue").await.unwrap().unwrap();
+    let strict = h.state.clone().accepting_new_clusters(false);
+    let accepted = register(&h.state, "good").await;
+    let rogue = register(&strict, "rogue").await;
+    let record = strict.store.get_cluster("rogue").await.unwrap().unwrap();
     assert!(!record.accepted, "{record:?}");
     let cluster = crate::placement::inputs::fleet_cluster(
         "rogue",
@@ -201,24 +200,42 @@ async fn a_new_cluster_from_the_fleet_token_waits_for_acceptance_and_selects_not
         jiff::Timestamp::now(),
         Duration::from_secs(30),
     );
-    assert!(cluster.unaccepted, "placement sees it as awaiting acceptance");
-    // It may report (so an admin sees what it claims) but gets no work.
-    let (status, _) = call(
-        &h.state,
+    assert!(cluster.unaccepted, "placement sees it as not accepted");
+    // It may report (so an admin sees what it claims) but gets no work, no peers to probe, and
+    // neither its probe URL nor its round trips reach anyone.
+    let mut beat = empty_beat("rogue");
+    beat["probeUrl"] = json!("http://10.0.0.1:8080/internal");
+    beat["latencySamples"] = json!([{"peer": "good", "rttMillis": 0.001}]);
+    let (status, answer) = call(
+        &strict,
         Method::POST,
         wire::HEARTBEAT_PATH,
         &rogue,
-        Some(empty_beat("rogue").to_string()),
+        Some(beat.to_string()),
     )
     .await;
-    assert!(status.is_success(), "{status}");
-    let (status, value) = call(&h.state, Method::GET, wire::WORK_PATH, &rogue, None).await;
+    assert_eq!((status, answer), (StatusCode::OK, json!({"peers": []})));
+    let (status, answer) = call(
+        &strict,
+        Method::POST,
+        wire::HEARTBEAT_PATH,
+        &accepted,
+        Some(empty_beat("good").to_string()),
+    )
+    .await;
+    assert_eq!(
+        (status, answer),
+        (StatusCode::OK, json!({"peers": []})),
+        "the rogue's URL is not handed out"
+    );
+    let measured = strict.index.network().measured();
+    assert!(
+        measured.get("rogue").is_none_or(|m| m.is_empty()),
+        "its samples are not kept: {measured:?}"
+    );
+    let (status, value) = call(&strict, Method::GET, wire::WORK_PATH, &rogue, None).await;
     assert_eq!((status, value["revision"].as_u64()), (StatusCode::OK, Some(0)));
-
-    let accepting = harness().await;
-    let state = accepting.state.clone().accepting_new_clusters(true);
-    register(&state, "lab").await;
-    assert!(state.store.get_cluster("lab").await.unwrap().unwrap().accepted);
+    assert!(h.state.store.get_cluster("good").await.unwrap().unwrap().accepted);
 }
 
 #[tokio::test]
@@ -465,4 +482,26 @@ async fn credentials_are_checked_before_the_body_is_read_and_bodies_have_small_l
     )
     .await;
     assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE, "{value}");
+}
+
+#[tokio::test]
+async fn a_heartbeat_with_more_pending_pods_than_agents_send_keeps_only_the_first() {
+    let h = harness().await;
+    let credential = register(&h.state, "eu-1").await;
+    let mut beat = empty_beat("eu-1");
+    let pods: Vec<Value> = (0..Heartbeat::MAX_PENDING_PODS + 250)
+        .map(|i| json!({"namespace": "shop", "name": format!("web-{i}"), "reason": "Unschedulable"}))
+        .collect();
+    beat["pendingPods"] = json!(pods);
+    let (status, _) = call(
+        &h.state,
+        Method::POST,
+        wire::HEARTBEAT_PATH,
+        &credential,
+        Some(beat.to_string()),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    let kept = h.state.index.pending().get("eu-1").map(|p| p.len());
+    assert_eq!(kept, Some(Heartbeat::MAX_PENDING_PODS));
 }

@@ -27,6 +27,10 @@ pub trait Store: Send + Sync + fmt::Debug {
     /// Closes the connection pool, waiting for checked-out connections to come back.
     fn close(&self) -> StoreFuture<'_, ()>;
 
+    /// `Ok` when the store takes writes now: a write transaction that changes nothing. Fails on
+    /// a full disk, a read-only file or volume, or a read-only Postgres (a standby).
+    fn check_writable(&self) -> StoreFuture<'_, ()>;
+
     /// The store's identity: created with its schema, the same for every connection to it and
     /// for as long as it lives, different for every other store (a new file, a new database).
     /// Agents compare it to tell a replaced store from the one they followed.
@@ -162,6 +166,7 @@ impl fmt::Display for Backend {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[allow(missing_docs)] // Each variant is the `Store` method of the same name.
 pub enum StoreOp {
+    CheckWritable,
     Identity,
     UpsertCluster,
     GetCluster,
@@ -197,6 +202,7 @@ impl StoreOp {
     /// The operation's name as the `Store` method is spelled (a stable label for metrics).
     pub fn as_str(self) -> &'static str {
         match self {
+            StoreOp::CheckWritable => "check_writable",
             StoreOp::Identity => "identity",
             StoreOp::UpsertCluster => "upsert_cluster",
             StoreOp::GetCluster => "get_cluster",

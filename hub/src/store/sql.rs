@@ -163,6 +163,19 @@ where
         })
     }
 
+    fn check_writable(&self) -> StoreFuture<'_, ()> {
+        Box::pin(async move {
+            const OP: StoreOp = StoreOp::CheckWritable;
+            let mut tx = self.begin_write(OP).await?;
+            sqlx::query("UPDATE store_identity SET created_at_ms = created_at_ms WHERE singleton = 1")
+                .execute(&mut *tx)
+                .await
+                .map_err(query_error(OP))?;
+            tx.commit().await.map_err(query_error(OP))?;
+            Ok(())
+        })
+    }
+
     fn identity(&self) -> StoreFuture<'_, String> {
         Box::pin(async move {
             const OP: StoreOp = StoreOp::Identity;
