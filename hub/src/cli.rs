@@ -47,6 +47,11 @@ pub struct RunArgs {
     /// PEM file of the private key of `--tls-cert-file`.
     #[arg(long, env = "NAVE_TLS_KEY_FILE", requires = "tls_cert_file")]
     pub tls_key_file: Option<PathBuf>,
+    /// File holding the key (32 bytes, or their base64) that seals the Secret payloads of work
+    /// sets in the store (AES-256-GCM); the chart mounts it from a Secret. Without it they are
+    /// stored in clear. Keep it with (but apart from) the store's backups.
+    #[arg(long, env = "NAVE_STORE_KEY_FILE")]
+    pub store_key_file: Option<PathBuf>,
     /// File holding the fleet's bootstrap token, which agents present to register.
     #[arg(long, env = "NAVE_BOOTSTRAP_TOKEN_FILE")]
     pub bootstrap_token_file: PathBuf,

@@ -5,6 +5,14 @@ use crate::store::StoreError;
 /// Why an operation of the hub failed. Each variant names the operation and keeps its cause.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
+    /// The store key file cannot be read or holds no usable key.
+    #[error("the store key file {path}: {message}")]
+    ReadStoreKey {
+        /// The file named on the command line.
+        path: String,
+        /// What is wrong (never the key).
+        message: String,
+    },
     /// The TLS certificate or key cannot be used.
     #[error(transparent)]
     Tls(crate::tls::TlsError),

@@ -146,7 +146,28 @@ pub async fn run_until(args: RunArgs, shutdown: CancellationToken) -> Result<(),
         warn!("the REST API has no tokens and refuses every request; see --api-tokens-file");
     }
     check_crds(&client).await?;
-    let store = store::connect(&args.database_url)
+    let sealer = match &args.store_key_file {
+        Some(path) => {
+            let material = std::fs::read(path).map_err(|source| Error::ReadStoreKey {
+                path: path.display().to_string(),
+                message: source.to_string(),
+            })?;
+            let sealer = store::sealed::Sealer::new(&material).map_err(|e| Error::ReadStoreKey {
+                path: path.display().to_string(),
+                message: e.to_string(),
+            })?;
+            info!(
+                key_id = sealer.key_id(),
+                "Secret payloads are sealed in the store"
+            );
+            Some(Arc::new(sealer))
+        }
+        None => {
+            warn!("no --store-key-file: Secret payloads of work sets are stored in clear");
+            None
+        }
+    };
+    let store = store::connect_sealed(&args.database_url, sealer)
         .await
         .map_err(Error::OpenStore)?;
     let signals = Arc::new(WorkSignals::default());

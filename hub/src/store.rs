@@ -26,6 +26,7 @@
 mod contract;
 pub mod postgres;
 pub mod retention;
+pub mod sealed;
 mod sql;
 pub mod sqlite;
 pub mod types;
@@ -48,10 +49,18 @@ pub use self::types::*;
 ///
 /// Running it again on an up-to-date database changes nothing.
 pub async fn connect(url: &str) -> Result<Arc<dyn Store>, StoreError> {
+    connect_sealed(url, None).await
+}
+
+/// As [`connect`], sealing Secret payloads in work sets with `sealer` (see [`sealed`]).
+pub async fn connect_sealed(
+    url: &str,
+    sealer: Option<Arc<sealed::Sealer>>,
+) -> Result<Arc<dyn Store>, StoreError> {
     let scheme = url.split_once(':').map_or("", |(scheme, _)| scheme);
     match scheme {
-        "sqlite" => Ok(Arc::new(SqliteStore::connect(url).await?)),
-        "postgres" | "postgresql" => Ok(Arc::new(PgStore::connect(url).await?)),
+        "sqlite" => Ok(Arc::new(SqliteStore::connect(url).await?.with_sealer(sealer))),
+        "postgres" | "postgresql" => Ok(Arc::new(PgStore::connect(url).await?.with_sealer(sealer))),
         _ => Err(StoreError::UnsupportedUrl {
             scheme: scheme.to_owned(),
         }),

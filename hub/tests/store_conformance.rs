@@ -202,6 +202,7 @@ conformance!(
     identity_is_created_with_the_store_and_kept,
     join_tokens_register_one_name_once_before_they_expire,
     acceptance_is_stored_and_a_removed_cluster_leaves_nothing,
+    secret_payloads_are_sealed_at_rest_and_read_back_in_clear,
 );
 
 // Fixtures.
@@ -275,6 +276,58 @@ async fn register(store: &dyn Store, names: &[&str]) {
 
 mod cases {
     use super::*;
+
+    pub async fn secret_payloads_are_sealed_at_rest_and_read_back_in_clear(db: TestDb) {
+        let sealer = store::sealed::Sealer::new(&[42u8; 32]).expect("a key");
+        let sealed = store::connect_sealed(&db.url(), Some(Arc::new(sealer)))
+            .await
+            .expect("a sealed store");
+        register(&*sealed, &["eu-1"]).await;
+        let secret = json!({
+            "apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": "db", "namespace": "shop"},
+            "data": {"password": "aHVudGVyMg=="}
+        });
+        let objects = vec![deployment("web", 2), secret];
+        let first = sealed.put_work("eu-1", &objects).await.expect("put");
+        let again = sealed.put_work("eu-1", &objects).await.expect("put again");
+        assert_eq!(
+            (again.revision, again.changed),
+            (first.revision, false),
+            "sealing is stable"
+        );
+        let read = sealed.get_work("eu-1").await.expect("get").expect("a set");
+        assert_eq!(read.objects, objects, "read back in clear");
+        // What lies in the database: no Secret data in clear, and a store without the key
+        // refuses to hand out what it cannot open.
+        let plain = db.open().await;
+        let error = plain.get_work("eu-1").await.expect_err("no key");
+        assert!(error.to_string().contains("sealed"), "{error}");
+        let raw = match db.backend() {
+            Backend::Sqlite => {
+                let pool = sqlx::SqlitePool::connect(&db.url()).await.expect("raw SQLite");
+                let text: String = sqlx::query_scalar("SELECT objects FROM work WHERE cluster = 'eu-1'")
+                    .fetch_one(&pool)
+                    .await
+                    .expect("the row");
+                text
+            }
+            Backend::Postgres => {
+                let pool = sqlx::PgPool::connect(&db.url()).await.expect("raw Postgres");
+                let value: sqlx::types::Json<Value> =
+                    sqlx::query_scalar("SELECT objects FROM work WHERE cluster = 'eu-1'")
+                        .fetch_one(&pool)
+                        .await
+                        .expect("the row");
+                value.0.to_string()
+            }
+        };
+        assert!(
+            !raw.contains("aHVudGVyMg=="),
+            "no Secret data in clear at rest: {raw}"
+        );
+        assert!(raw.contains(store::sealed::SEALED_FIELD), "{raw}");
+    }
 
     pub async fn join_tokens_register_one_name_once_before_they_expire(db: TestDb) {
         let store = db.open().await;

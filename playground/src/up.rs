@@ -342,6 +342,7 @@ impl Playground {
             bootstrap_token_file: token_file.clone(),
             tls_cert_file: None,
             tls_key_file: None,
+            store_key_file: None,
             accept_new_clusters: true,
             api_tokens_file: Some(api_tokens_file),
             api_tokens_secret: None,

@@ -212,6 +212,9 @@ impl Env {
         let pki = nave_testkit::TestPki::generate(dir.path(), "hub");
         let hub_url = format!("https://{listen}");
         let hub_metrics_url = format!("http://{metrics_listen}");
+        // Secret payloads sealed at rest, as the chart sets the hub up.
+        let store_key = dir.path().join("store-key");
+        std::fs::write(&store_key, uuid::Uuid::new_v4().simple().to_string())?;
         // Every agent serves its listener: Prometheus scrapes `/metrics` when it runs, and the
         // other agents probe `/probe`.
         let agent_metrics: BTreeMap<String, SocketAddr> = fleet
@@ -243,6 +246,7 @@ impl Env {
             bootstrap_token_file: token_file,
             tls_cert_file: Some(pki.chain_file.clone()),
             tls_key_file: Some(pki.key_file.clone()),
+            store_key_file: Some(store_key),
             accept_new_clusters: true,
             api_tokens_file: Some(api_tokens),
             api_tokens_secret: None,

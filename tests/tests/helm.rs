@@ -587,14 +587,14 @@ fn the_hub_chart_renders_a_coherent_install_with_sqlite_by_default() {
                 ("CustomResourceDefinition", 3),
                 ("Deployment", 1),
                 ("PersistentVolumeClaim", 1),
-                ("Secret", 2),
+                ("Secret", 3),
                 ("Service", 2),
                 ("ServiceAccount", 1),
             ]
             .map(|(k, n)| (k.to_owned(), n))
         ),
-        "the default install: the dashboards ConfigMap, the bootstrap token and TLS Secrets, no \
-         ServiceMonitor, no Postgres or API tokens Secret"
+        "the default install: the dashboards ConfigMap, the bootstrap token, TLS and store key \
+         Secrets, no ServiceMonitor, no Postgres or API tokens Secret"
     );
     let (deployment, container) = check_coherent(&rendered, &External::default(), HUB_PROBES);
     let args = parse_args(
@@ -679,6 +679,12 @@ fn the_hub_chart_renders_a_coherent_install_with_sqlite_by_default() {
         .map(|b| format!("{b:02x}"))
         .collect();
     assert_eq!(serving.ca_sha256(), expected, "the served chain ends with ca.crt");
+    // The store key the chart generates is one the hub takes.
+    let key_file = string_arg(&args, "store_key_file").expect("--store-key-file is set");
+    let (secret, key) = secret_file(&deployment, &container, &key_file).expect("a mounted store key");
+    nave_hub::store::sealed::Sealer::new(secret_text(&rendered, &secret, &key).as_bytes())
+        .expect("the generated store key is a usable key");
+
     // Probes and /metrics on the plain metrics listener, which only a ClusterIP Service exposes.
     let metrics = string_arg(&args, "metrics_listen").expect("a metrics listener");
     let metrics_port: i32 = metrics.rsplit(':').next().unwrap().parse().unwrap();
@@ -748,6 +754,7 @@ fn the_hub_chart_takes_postgres_and_every_secret_from_existing_secrets() {
             "bootstrapToken.existingSecretKey=value",
             "apiTokens.existingSecret=hub-api-tokens",
             "tls.existingSecret=hub-tls",
+            "storeKey.existingSecret=hub-store-key",
             "serviceMonitor.enabled=true",
             "serviceMonitor.labels.release=prometheus",
         ],
@@ -766,6 +773,7 @@ fn the_hub_chart_takes_postgres_and_every_secret_from_existing_secrets() {
             ("hub-db", vec!["dsn"]),
             ("fleet-bootstrap", vec!["value"]),
             ("hub-tls", vec!["tls.crt", "tls.key"]),
+            ("hub-store-key", vec!["key"]),
         ]),
         claims: Vec::new(),
     };

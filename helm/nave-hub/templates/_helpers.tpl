@@ -90,3 +90,11 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- define "nave-hub.tlsSecretName" -}}
 {{- .Values.tls.existingSecret | default (printf "%s-tls" (include "nave-hub.fullname" .)) }}
 {{- end }}
+
+{{/* The Secret with the store key. */}}
+{{- define "nave-hub.storeKeySecretName" -}}
+{{- .Values.storeKey.existingSecret | default (printf "%s-store-key" (include "nave-hub.fullname" .)) }}
+{{- end }}
+{{- define "nave-hub.storeKeySecretKey" -}}
+{{- if .Values.storeKey.existingSecret }}{{ .Values.storeKey.existingSecretKey }}{{ else }}key{{ end }}
+{{- end }}

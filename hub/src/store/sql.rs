@@ -55,17 +55,26 @@ pub trait Dialect: Database {
 #[derive(Debug)]
 pub struct SqlStore<DB: Database> {
     pub(super) pool: Pool<DB>,
+    /// Seals Secret payloads in work sets; `None`: stored as they come.
+    pub(super) sealer: Option<std::sync::Arc<super::sealed::Sealer>>,
 }
 
 impl<DB: Database> Clone for SqlStore<DB> {
     fn clone(&self) -> Self {
         SqlStore {
             pool: self.pool.clone(),
+            sealer: self.sealer.clone(),
         }
     }
 }
 
 impl<DB: Dialect> SqlStore<DB> {
+    /// The same store, sealing the Secret payloads of work sets with `sealer`.
+    pub fn with_sealer(mut self, sealer: Option<std::sync::Arc<super::sealed::Sealer>>) -> Self {
+        self.sealer = sealer;
+        self
+    }
+
     /// The connection pool, for callers that need SQL of their own (tests, maintenance).
     pub fn pool(&self) -> &Pool<DB> {
         &self.pool
@@ -99,7 +108,7 @@ where
         backend: DB::BACKEND,
         source,
     })?;
-    Ok(SqlStore { pool })
+    Ok(SqlStore { pool, sealer: None })
 }
 
 // Column lists, as macros so that `concat!` can splice them into `&'static str` SQL (sqlx accepts
@@ -717,6 +726,7 @@ where
     fn put_work<'a>(&'a self, cluster: &'a str, objects: &'a [Value]) -> StoreFuture<'a, WorkWrite> {
         Box::pin(async move {
             const OP: StoreOp = StoreOp::PutWork;
+            let stored = super::sealed::seal(self.sealer.as_deref(), objects);
             let mut tx = self.begin_write(OP).await?;
             // The conditional upsert bumps the revision only when the content hash differs and
             // returns no row when it changed nothing. On Postgres it locks the row until commit
@@ -732,8 +742,10 @@ where
                  RETURNING revision",
             )
             .bind(cluster)
+            // Hashed in clear, stored sealed: sealing is deterministic, so an unchanged set
+            // keeps its revision either way.
             .bind(object_set_hash(objects))
-            .bind(Json(objects))
+            .bind(Json(stored.as_slice()))
             .bind(millis(Timestamp::now()))
             .fetch_optional(&mut *tx)
             .await
@@ -767,7 +779,17 @@ where
             .fetch_optional(&self.pool)
             .await
             .map_err(query_error(OP))?;
-            row.map(|row| row.into_set(OP)).transpose()
+            let Some(mut set) = row.map(|row| row.into_set(OP)).transpose()? else {
+                return Ok(None);
+            };
+            set.objects = super::sealed::open(self.sealer.as_deref(), set.objects).map_err(|source| {
+                StoreError::Corrupt {
+                    op: OP,
+                    what: "sealed Secret data",
+                    source: Box::new(source),
+                }
+            })?;
+            Ok(Some(set))
         })
     }
 

@@ -92,6 +92,7 @@ pub fn start_hub(management: &SimCluster, dir: &Path, configure: impl FnOnce(&mu
         bootstrap_token_file: token_file,
         tls_cert_file: None,
         tls_key_file: None,
+        store_key_file: None,
         accept_new_clusters: true,
         api_tokens_file: None,
         api_tokens_secret: None,
