@@ -101,7 +101,8 @@ fn routes() -> OpenApiRouter<RestState> {
         .routes(routes!(simulate::simulate))
         .routes(routes!(admin::create_join_token, admin::list_join_tokens))
         .routes(routes!(admin::set_acceptance))
-        .routes(routes!(admin::list_credentials, admin::revoke_credentials))
+        .routes(routes!(admin::list_credentials))
+        .routes(routes!(admin::revoke_credentials))
         .routes(routes!(openapi_document))
 }
 

@@ -262,7 +262,7 @@ async fn joining_needs_acceptance_or_a_join_token_and_admins_can_take_access_awa
 
     // Revoking eu-1's credentials: its agent is shut out (what it runs is not touched).
     let revoked = rest
-        .admin(Method::DELETE, "/api/v1/clusters/eu-1/credentials", None)
+        .admin(Method::POST, "/api/v1/clusters/eu-1/credentials/revoke", None)
         .await;
     assert_eq!(revoked, json!({"revoked": 1}));
     assert_eq!(eu1.work_status().await, 401);

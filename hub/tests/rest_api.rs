@@ -868,9 +868,9 @@ async fn rest_api_serves_clusters_placements_history_and_simulations_as_document
     .await;
     let revoked = rest
         .call(
-            "DELETE",
-            Some(credentials),
-            "/api/v1/clusters/spare/credentials",
+            "POST",
+            Some("/api/v1/clusters/{name}/credentials/revoke"),
+            "/api/v1/clusters/spare/credentials/revoke",
             Some(ADMIN_TOKEN),
             Body::None,
             200,
@@ -970,7 +970,7 @@ async fn rest_api_serves_clusters_placements_history_and_simulations_as_document
         ("GET", "/api/v1/join-tokens"),
         ("PUT", "/api/v1/clusters/{name}/acceptance"),
         ("GET", "/api/v1/clusters/{name}/credentials"),
-        ("DELETE", "/api/v1/clusters/{name}/credentials"),
+        ("POST", "/api/v1/clusters/{name}/credentials/revoke"),
         ("DELETE", "/api/v1/clusters/{name}"),
     ]
     .into_iter()

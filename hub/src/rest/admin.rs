@@ -5,7 +5,7 @@
 //!  GET    /join-tokens                     ◄─ store: every join token, without its secret
 //!  PUT    /clusters/{name}/acceptance      ─► store + index: accepted or not ─► reconcile every workload
 //!  GET    /clusters/{name}/credentials     ◄─ store: the cluster's credentials, without tokens
-//!  DELETE /clusters/{name}/credentials     ─► store: every valid credential revoked
+//!  POST   /clusters/{name}/credentials/revoke ─► store: every valid credential revoked
 //!  DELETE /clusters/{name}                 ─► store: the cluster forgotten (only once it runs nothing)
 //! ```
 //!
@@ -62,6 +62,11 @@ fn rfc3339(at: Timestamp) -> String {
 pub(super) struct JoinTokenRequest {
     /// The one cluster name the token registers. A name that has joined already is claimed
     /// again with it (an agent that lost its credential, or was revoked).
+    #[schema(
+        min_length = 1,
+        max_length = 253,
+        pattern = "^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)*$"
+    )]
     cluster: String,
     /// Seconds until the token stops working: 60 to 604800 (a week); default 3600.
     #[schema(minimum = 60, maximum = 604800)]
@@ -119,8 +124,10 @@ pub(super) struct JoinTokenList {
     request_body(content = JoinTokenRequest, content_type = "application/json"),
     responses(
         (status = 201, description = "The token; shown this once.", body = IssuedJoinTokenView),
+        (status = 400, description = "The body is not JSON.", body = ErrorBody),
         (status = 401, description = "No valid token.", body = ErrorBody),
         (status = 403, description = "The token is not an admin token.", body = ErrorBody),
+        (status = 415, description = "The body is not sent as `application/json`.", body = ErrorBody),
         (status = 422, description = "Invalid cluster name or TTL; the message names the field.", body = ErrorBody),
         (status = 503, description = "The store cannot be reached.", body = ErrorBody),
     )
@@ -222,9 +229,12 @@ pub(super) struct Acceptance {
     request_body(content = Acceptance, content_type = "application/json"),
     responses(
         (status = 200, description = "The cluster's acceptance now.", body = Acceptance),
+        (status = 400, description = "The body is not JSON.", body = ErrorBody),
         (status = 401, description = "No valid token.", body = ErrorBody),
         (status = 403, description = "The token is not an admin token.", body = ErrorBody),
         (status = 404, description = "No such registered cluster.", body = ErrorBody),
+        (status = 415, description = "The body is not sent as `application/json`.", body = ErrorBody),
+        (status = 422, description = "The body is not an acceptance; the message names the field.", body = ErrorBody),
         (status = 503, description = "The store cannot be reached.", body = ErrorBody),
     )
 )]
@@ -331,8 +341,8 @@ pub(super) async fn list_credentials(
 /// can join again only with a join token an admin issues for its name. What it runs keeps
 /// running: nothing is deleted in the cluster.
 #[utoipa::path(
-    delete,
-    path = "/api/v1/clusters/{name}/credentials",
+    post,
+    path = "/api/v1/clusters/{name}/credentials/revoke",
     tag = "admin",
     params(("name" = String, Path, description = "The cluster's name.")),
     responses(

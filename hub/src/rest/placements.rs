@@ -106,11 +106,12 @@ pub(super) struct ListQuery {
     /// Only placements with at least one replica in this cluster.
     cluster: Option<String>,
     /// Only placements of this policy: `worst-fit`, `best-fit`, `proximity` or `spread`.
+    #[param(pattern = "^(worst-fit|best-fit|proximity|spread)$")]
     policy: Option<String>,
     /// Page size, 1 to 500 (default 50).
     #[param(minimum = 1, maximum = 500)]
     limit: Option<u32>,
-    /// The `continue` value of the previous page.
+    /// The `continue` value of the previous page; absent or empty: the first page.
     #[serde(rename = "continue")]
     #[param(rename = "continue")]
     continue_: Option<String>,
@@ -124,7 +125,7 @@ pub(super) struct HistoryParams {
     /// Page size, 1 to 500 (default 50).
     #[param(minimum = 1, maximum = 500)]
     limit: Option<u32>,
-    /// The `continue` value of the previous page.
+    /// The `continue` value of the previous page; absent or empty: the first page.
     #[serde(rename = "continue")]
     #[param(rename = "continue")]
     continue_: Option<String>,
@@ -182,7 +183,13 @@ pub(super) async fn list(
             POLICIES.join(", ")
         )));
     }
-    let after = query.continue_.as_deref().map(parse_continue).transpose()?;
+    // An empty `continue` is the first page, as no `continue` is.
+    let after = query
+        .continue_
+        .as_deref()
+        .filter(|t| !t.is_empty())
+        .map(parse_continue)
+        .transpose()?;
     // The store lists by namespace and name; the filters and the page are applied here.
     let records = state.store.list_placements(query.namespace.as_deref()).await?;
     let mut matching = records
@@ -335,6 +342,7 @@ pub(super) async fn history(
     let after = query
         .continue_
         .as_deref()
+        .filter(|t| !t.is_empty())
         .map(|t| t.parse::<HistoryCursor>())
         .transpose()
         .map_err(|_| ApiError::BadRequest(BAD_CONTINUE.to_owned()))?;

@@ -25,8 +25,18 @@ pub(super) struct SimulateRequest {
     /// starts from that placement as applying the spec would: its current assignment, a move under
     /// way, the clusters it failed over from, its Pending pods and its last move (cooldown). Its
     /// own replicas that do not run yet take room, as they do for every placement.
+    #[schema(
+        min_length = 1,
+        max_length = 253,
+        pattern = "^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"
+    )]
     namespace: Option<String>,
     /// Name of the MultiClusterDeployment, to simulate a change of an existing one.
+    #[schema(
+        min_length = 1,
+        max_length = 253,
+        pattern = "^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"
+    )]
     name: Option<String>,
     /// A MultiClusterDeployment spec, as written under `spec:` in its manifest (`replicas`,
     /// `template`, `placement`, `overrides`, `dependencies`).
