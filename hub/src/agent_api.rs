@@ -34,7 +34,7 @@ use crate::index::Index;
 use crate::settings::Timings;
 use crate::signals::{ReconcileTrigger, WorkSignals};
 use crate::store::{AgentIdentity, ClusterUpsert, JoinTokenInfo, NewHeartbeat, Store};
-use crate::tokens;
+use crate::tokens::{self, Live};
 use crate::workload_clusters::{self, ClusterObjects};
 
 #[cfg(test)]
@@ -50,8 +50,8 @@ pub struct AgentState {
     pub index: Arc<Index>,
     /// Wakes long-polls when work changes.
     pub signals: Arc<WorkSignals>,
-    /// The fleet's bootstrap token, accepted by `register` only.
-    pub bootstrap_token: Arc<str>,
+    /// The fleet's bootstrap token, accepted by `register` only; replaced when its file changes.
+    pub bootstrap_token: Live<Arc<str>>,
     /// Writes WorkloadCluster objects; `None` where there is no management cluster (tests).
     pub cluster_objects: Option<ClusterObjects>,
     /// Asks the controllers for a pass when capacity or status changed.
@@ -90,7 +90,7 @@ impl AgentState {
             store,
             index,
             signals,
-            bootstrap_token: Arc::from(bootstrap_token),
+            bootstrap_token: Live::new(Arc::from(bootstrap_token)),
             cluster_objects,
             trigger,
             timings,
@@ -184,7 +184,7 @@ impl FromRequestParts<AgentState> for Joining {
 
     async fn from_request_parts(parts: &mut Parts, state: &AgentState) -> Result<Self, Self::Rejection> {
         let token = bearer(&parts.headers)?;
-        if constant_time_eq(token, &state.bootstrap_token) {
+        if constant_time_eq(token, &state.bootstrap_token.get()) {
             return Ok(Joining::Fleet);
         }
         if token.starts_with(crate::store::JOIN_TOKEN_PREFIX) {

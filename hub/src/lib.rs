@@ -132,16 +132,10 @@ pub async fn run_until(args: RunArgs, shutdown: CancellationToken) -> Result<(),
             path: args.bootstrap_token_file.display().to_string(),
         });
     }
-    let mut tokens = match &args.api_tokens_file {
-        Some(path) => rest::ApiTokens::from_file(path).map_err(Error::ApiTokens)?,
-        None => rest::ApiTokens::default(),
-    };
     let client = nave_runtime::kube_client(args.kubeconfig.as_deref(), USER_AGENT)
         .await
         .map_err(Error::KubeClient)?;
-    if let Some(reference) = &args.api_tokens_secret {
-        tokens = tokens.with(api_tokens_secret(&client, reference).await?);
-    }
+    let tokens = read_api_tokens(&args, &client).await?;
     if tokens.is_empty() {
         warn!("the REST API has no tokens and refuses every request; see --api-tokens-file");
     }
@@ -236,6 +230,7 @@ pub async fn run_until(args: RunArgs, shutdown: CancellationToken) -> Result<(),
         failback_settle: timings.failback_settle,
     };
     let health = controller::heartbeats::run(monitor, shutdown.clone());
+    let live_tokens = rest::Live::new(tokens);
     let state = AgentState::new(
         store.clone(),
         index,
@@ -246,6 +241,13 @@ pub async fn run_until(args: RunArgs, shutdown: CancellationToken) -> Result<(),
         timings.clone(),
     )
     .accepting_new_clusters(args.accept_new_clusters);
+    let reload_tokens = reload_tokens(
+        args.clone(),
+        client.clone(),
+        state.bootstrap_token.clone(),
+        live_tokens.clone(),
+        shutdown.clone(),
+    );
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .map_err(|source| Error::Listen {
@@ -276,7 +278,7 @@ pub async fn run_until(args: RunArgs, shutdown: CancellationToken) -> Result<(),
         .merge(rest::router(
             sources,
             store.clone(),
-            tokens,
+            live_tokens,
             rest::AdminHandles {
                 objects: Some(ClusterObjects::new(client.clone())),
                 trigger: Some(trigger.clone()),
@@ -331,7 +333,7 @@ pub async fn run_until(args: RunArgs, shutdown: CancellationToken) -> Result<(),
         store::retention::Retention::default(),
         shutdown.clone(),
     );
-    let (served, (), (), (), (), (), (), ()) = tokio::join!(
+    let (served, (), (), (), (), (), (), (), ()) = tokio::join!(
         async {
             server.await;
             // The controllers stop too when the server stops.
@@ -344,10 +346,87 @@ pub async fn run_until(args: RunArgs, shutdown: CancellationToken) -> Result<(),
         watching,
         pruning,
         reload,
-        metrics_server
+        metrics_server,
+        reload_tokens
     );
     store.close().await.map_err(Error::OpenStore)?;
     served
+}
+
+/// The REST API tokens of the file and the Secret the arguments name.
+async fn read_api_tokens(args: &RunArgs, client: &kube::Client) -> Result<rest::ApiTokens, Error> {
+    let mut tokens = match &args.api_tokens_file {
+        Some(path) => rest::ApiTokens::from_file(path).map_err(Error::ApiTokens)?,
+        None => rest::ApiTokens::default(),
+    };
+    if let Some(reference) = &args.api_tokens_secret {
+        tokens = tokens.with(api_tokens_secret(client, reference).await?);
+    }
+    Ok(tokens)
+}
+
+/// How often the token files' modification times, and the tokens Secret, are looked at.
+const TOKENS_RELOAD_INTERVAL: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Reads the bootstrap token and the REST API tokens again when their files (or the tokens
+/// Secret) change, until `shutdown`. A change that cannot be read keeps the tokens in use.
+async fn reload_tokens(
+    args: RunArgs,
+    client: kube::Client,
+    bootstrap: rest::Live<Arc<str>>,
+    api: rest::Live<rest::ApiTokens>,
+    shutdown: CancellationToken,
+) {
+    let modified = |path: &std::path::Path| std::fs::metadata(path).and_then(|m| m.modified()).ok();
+    let mut bootstrap_seen = modified(&args.bootstrap_token_file);
+    let mut api_seen = args.api_tokens_file.as_deref().and_then(modified);
+    let mut api_fingerprint = api.get().fingerprint();
+    let mut tick = tokio::time::interval(TOKENS_RELOAD_INTERVAL);
+    loop {
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        let now = modified(&args.bootstrap_token_file);
+        if now != bootstrap_seen {
+            bootstrap_seen = now;
+            match std::fs::read_to_string(&args.bootstrap_token_file) {
+                Ok(text) if !text.trim().is_empty() => {
+                    bootstrap.set(Arc::from(text.trim()));
+                    info!("the bootstrap token file changed; the new token is in use");
+                }
+                Ok(_) => warn!("the bootstrap token file is now empty; keeping the previous token"),
+                Err(error) => {
+                    warn!(error = %error, "cannot read the changed bootstrap token file; keeping the previous token")
+                }
+            }
+        }
+        let file_changed = {
+            let now = args.api_tokens_file.as_deref().and_then(modified);
+            let changed = now != api_seen;
+            api_seen = now;
+            changed
+        };
+        if !file_changed && args.api_tokens_secret.is_none() {
+            continue;
+        }
+        match read_api_tokens(&args, &client).await {
+            Ok(tokens) => {
+                let fingerprint = tokens.fingerprint();
+                if fingerprint != api_fingerprint {
+                    api_fingerprint = fingerprint;
+                    info!(
+                        tokens = tokens.len(),
+                        "the REST API tokens changed; the new set is in use"
+                    );
+                    api.set(tokens);
+                }
+            }
+            Err(error) => {
+                warn!(error = %error, "cannot read the changed REST API tokens; keeping the previous set")
+            }
+        }
+    }
 }
 
 /// The REST API tokens of the Secret `namespace/name`.

@@ -40,7 +40,7 @@ use utoipa_axum::routes;
 use crate::api_error::{self, ApiError};
 use crate::fleet::Sources;
 use crate::store::Store;
-pub use crate::tokens::{ApiTokens, Scope, TokensError};
+pub use crate::tokens::{ApiTokens, Live, Scope, TokensError};
 
 /// Prefix of every REST path.
 pub const PREFIX: &str = "/api/v1";
@@ -113,7 +113,13 @@ pub fn openapi() -> utoipa::openapi::OpenApi {
 
 /// The REST API, with its state applied, ready to merge with the hub's other routes. Every
 /// request needs a token of `tokens`; with none configured every request gets `401`.
-pub fn router(sources: Sources, store: Arc<dyn Store>, tokens: ApiTokens, admin: AdminHandles) -> Router {
+pub fn router(
+    sources: Sources,
+    store: Arc<dyn Store>,
+    tokens: impl Into<Live<ApiTokens>>,
+    admin: AdminHandles,
+) -> Router {
+    let tokens: Live<ApiTokens> = tokens.into();
     let (routes, document) = routes().split_for_parts();
     let document = serde_json::to_string(&document).unwrap_or_else(|_| "{}".to_owned());
     let state = RestState {
@@ -169,10 +175,11 @@ const UNKNOWN_TOKEN: &str = "unknown API token";
 /// Middleware: lets a request through when it carries a token of at least `read` scope, and
 /// puts the token's [`Scope`] in the request's extensions for handlers that need more.
 async fn require_read(
-    State(tokens): State<ApiTokens>,
+    State(tokens): State<Live<ApiTokens>>,
     mut request: Request,
     next: Next,
 ) -> Result<Response, ApiError> {
+    let tokens = tokens.get();
     if tokens.is_empty() {
         return Err(ApiError::Unauthorized(NO_TOKENS_CONFIGURED));
     }

@@ -15,7 +15,8 @@
 //! Tokens can also come from a Secret in the management cluster (`--api-tokens-secret
 //! namespace/name`): each key names a token, each value is `<scope>:<token>`, e.g.
 //! `kubectl create secret generic nave-api-tokens --from-literal=grafana=read:3f1c0e...`.
-//! Both sources are read when the hub starts.
+//! Both sources are read when the hub starts and again when they change (the file's
+//! modification time, the Secret's content), as is the bootstrap token's file; see [`Live`].
 
 use std::fmt;
 use std::path::Path;
@@ -24,6 +25,40 @@ use std::sync::Arc;
 use axum::http::{HeaderMap, header};
 use k8s_openapi::api::core::v1::Secret;
 use sha2::{Digest, Sha256};
+
+/// A value every request reads and a background task replaces when its source changes (a
+/// rotated token file or Secret). Cheap to clone; readers never wait on the source.
+#[derive(Debug)]
+pub struct Live<T>(Arc<std::sync::RwLock<T>>);
+
+impl<T> Clone for Live<T> {
+    fn clone(&self) -> Self {
+        Live(self.0.clone())
+    }
+}
+
+impl<T: Clone> Live<T> {
+    /// A live value starting at `value`.
+    pub fn new(value: T) -> Self {
+        Live(Arc::new(std::sync::RwLock::new(value)))
+    }
+
+    /// The current value.
+    pub fn get(&self) -> T {
+        self.0.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Replaces the value for every later reader.
+    pub fn set(&self, value: T) {
+        *self.0.write().unwrap_or_else(|e| e.into_inner()) = value;
+    }
+}
+
+impl From<ApiTokens> for Live<ApiTokens> {
+    fn from(tokens: ApiTokens) -> Self {
+        Live::new(tokens)
+    }
+}
 
 /// What a token may do. Ordered: a higher scope includes the lower ones.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -198,6 +233,17 @@ impl ApiTokens {
         ApiTokens {
             tokens: self.tokens.iter().chain(other.tokens.iter()).copied().collect(),
         }
+    }
+
+    /// A digest of the whole set (its tokens' digests and scopes, in order), to tell whether a
+    /// set read again differs; reveals nothing of the tokens.
+    pub fn fingerprint(&self) -> [u8; 32] {
+        let mut hasher = Sha256::new();
+        for (digest, scope) in self.tokens.iter() {
+            hasher.update(digest);
+            hasher.update(scope.as_str().as_bytes());
+        }
+        hasher.finalize().into()
     }
 
     /// How many tokens are configured.

@@ -31,7 +31,11 @@ impl Rest {
         if let Some(body) = body {
             request = request.json(&body);
         }
-        let res = request.send().await.unwrap_or_else(|e| panic!("{path}: {e}"));
+        // Status 0: no answer (the hub not listening yet).
+        let res = match request.send().await {
+            Ok(res) => res,
+            Err(e) => return (0, Value::String(e.to_string())),
+        };
         let status = res.status().as_u16();
         let text = res.text().await.unwrap_or_default();
         (status, serde_json::from_str(&text).unwrap_or(Value::Null))
@@ -270,6 +274,74 @@ async fn joining_needs_acceptance_or_a_join_token_and_admins_can_take_access_awa
         .admin(Method::GET, "/api/v1/clusters/eu-1/credentials", None)
         .await;
     assert!(listed["items"][0]["revokedAt"].is_string(), "{listed}");
+
+    hub.shutdown.cancel();
+    hub.task.await.expect("hub task").expect("hub ends cleanly");
+    drop(management);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rotated_token_files_are_read_again_without_a_restart() {
+    let (management, _client) = support::management_cluster().await;
+    let dir = tempfile::tempdir().unwrap();
+    let tokens = dir.path().join("api-tokens");
+    std::fs::write(&tokens, format!("admin {ADMIN}\n")).unwrap();
+    let hub = support::start_hub(&management, dir.path(), |args| {
+        args.api_tokens_file = Some(tokens.clone());
+    });
+    let rest = Rest {
+        http: reqwest::Client::new(),
+        base: hub.base.clone(),
+    };
+    wait_for(
+        "the hub to answer with the first admin token",
+        DEADLINE,
+        || async {
+            match rest.call(ADMIN, Method::GET, "/api/v1/join-tokens", None).await {
+                (200, _) => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        },
+    )
+    .await;
+
+    // The REST API's tokens: the new one works, the old one stops.
+    std::fs::write(&tokens, "admin rotated-admin-token\n").unwrap();
+    wait_for("the rotated admin token to be accepted", DEADLINE, || async {
+        match rest
+            .call("rotated-admin-token", Method::GET, "/api/v1/join-tokens", None)
+            .await
+        {
+            (200, _) => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    let (status, _) = rest.call(ADMIN, Method::GET, "/api/v1/join-tokens", None).await;
+    assert_eq!(status, 401, "the replaced token no longer works");
+
+    // The bootstrap token likewise.
+    let bootstrap = dir.path().join("bootstrap-token");
+    std::fs::write(&bootstrap, "rotated-bootstrap-token\n").unwrap();
+    wait_for(
+        "the rotated bootstrap token to register a cluster",
+        DEADLINE,
+        || async {
+            FakeAgent::try_register(&hub.base, request("eu-7"), "rotated-bootstrap-token")
+                .await
+                .map(drop)
+                .map_err(|(status, body)| format!("{status} {body}"))
+        },
+    )
+    .await;
+    let old = FakeAgent::try_register(&hub.base, request("eu-8"), BOOTSTRAP)
+        .await
+        .err();
+    assert_eq!(
+        old.map(|(status, _)| status),
+        Some(401),
+        "the old bootstrap token is refused"
+    );
 
     hub.shutdown.cancel();
     hub.task.await.expect("hub task").expect("hub ends cleanly");
