@@ -24,6 +24,8 @@ pub enum Command {
     Run(RunArgs),
     /// Print the CustomResourceDefinitions as YAML (`nave-hub crds | kubectl apply -f -`).
     Crds,
+    /// Admin calls to a running hub's REST API: join tokens, acceptance, credentials, removal.
+    Admin(crate::admin_cli::AdminArgs),
 }
 
 /// Arguments of `nave-hub run`.
@@ -218,7 +220,7 @@ mod tests {
         argv.extend_from_slice(extra);
         Cli::try_parse_from(argv).map(|cli| match cli.command {
             Command::Run(run) => run,
-            Command::Crds => panic!("parsed as crds"),
+            other => panic!("parsed as {other:?}"),
         })
     }
 

@@ -50,6 +50,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod admin_cli;
 pub mod agent_api;
 pub mod api_error;
 pub mod cli;

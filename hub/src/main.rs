@@ -13,6 +13,16 @@ async fn main() -> anyhow::Result<()> {
             print!("{}", nave_hub::crds_yaml());
             Ok(())
         }
+        Command::Admin(admin) => match nave_hub::admin_cli::run(&admin).await {
+            Ok(answer) => {
+                println!("{answer}");
+                Ok(())
+            }
+            Err(error) => {
+                eprintln!("nave-hub admin: {error}");
+                std::process::exit(1);
+            }
+        },
         Command::Run(run) => {
             nave_runtime::init_tracing(run.log_json);
             nave_hub::run(run).await?;

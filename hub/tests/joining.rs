@@ -204,6 +204,44 @@ async fn joining_needs_acceptance_or_a_join_token_and_admins_can_take_access_awa
         "lists hold no secret"
     );
 
+    // The same through `nave-hub admin`: a join token for eu-2, listed with the others.
+    let token_file = dir.path().join("admin-token");
+    std::fs::write(&token_file, format!("{ADMIN}\n")).unwrap();
+    let admin = |command: nave_hub::admin_cli::AdminCommand| nave_hub::admin_cli::AdminArgs {
+        hub_url: hub.base.clone(),
+        token_file: token_file.clone(),
+        ca_file: None,
+        command,
+    };
+    use nave_hub::admin_cli::{AdminCommand, JoinTokenCommand};
+    let printed = nave_hub::admin_cli::run(&admin(AdminCommand::JoinToken(JoinTokenCommand::Create {
+        cluster: "eu-2".to_owned(),
+        ttl: std::time::Duration::from_secs(600),
+    })))
+    .await
+    .expect("the CLI issues a join token");
+    let issued: Value = serde_json::from_str(&printed).expect("the hub's JSON, printed");
+    let eu2_token = issued["token"].as_str().expect("a token").to_owned();
+    FakeAgent::try_register(&hub.base, request("eu-2"), &eu2_token)
+        .await
+        .expect("eu-2 joins with the token the CLI printed");
+    let listed = nave_hub::admin_cli::run(&admin(AdminCommand::JoinToken(JoinTokenCommand::List)))
+        .await
+        .expect("the CLI lists join tokens");
+    assert!(
+        listed.contains("eu-2") && !listed.contains(&eu2_token),
+        "{listed}"
+    );
+    let refused = nave_hub::admin_cli::run(&admin(AdminCommand::Remove {
+        cluster: "eu-2".to_owned(),
+    }))
+    .await
+    .expect_err("an accepted cluster is not removed");
+    assert!(
+        matches!(&refused, nave_hub::admin_cli::AdminError::Hub { status: 409, message } if message.contains("withdraw")),
+        "{refused}"
+    );
+
     // The impostor: the fleet's token does not take eu-1 over, and eu-1 keeps its work.
     let impostor = FakeAgent::try_register(&hub.base, request("eu-1"), BOOTSTRAP)
         .await

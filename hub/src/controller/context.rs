@@ -39,6 +39,9 @@ pub struct Context {
     /// When the controllers started: placement waits at most the heartbeat grace from then for
     /// clusters that joined before to be heard from.
     pub started: Instant,
+    /// The clusters placement waits for after the start (see [`Context::awaited_clusters`]);
+    /// taken on first use, then only shrinks.
+    awaited: Arc<Mutex<Option<std::collections::BTreeSet<String>>>>,
     /// The objects reconciled with the whole fleet in view since the start, as `namespace/name`;
     /// `None` once the first pass is over and the work sets are published.
     first_pass: Arc<Mutex<Option<HashSet<String>>>>,
@@ -79,36 +82,42 @@ impl Context {
             resync,
             backoff: Arc::default(),
             started: Instant::now(),
+            awaited: Arc::default(),
             first_pass: Arc::new(Mutex::new(Some(HashSet::new()))),
         }
     }
 
     /// The clusters placement still waits for: while the store knows no heartbeat of a
-    /// cluster whose WorkloadCluster says an agent joined, a placement would see part of the
-    /// fleet (the store was lost or replaced and the agents are registering again), so it
-    /// waits for them, for at most the heartbeat grace after the start.
+    /// cluster whose WorkloadCluster said an agent had joined when the controllers first
+    /// looked (the store was lost or replaced and the agents are registering again), a
+    /// placement would see part of the fleet, so it waits for them, for at most the heartbeat
+    /// grace after the start. The set is taken once; clusters that join later are not waited for.
     pub fn awaited_clusters(&self) -> Vec<String> {
         if self.started.elapsed() >= self.sources.grace {
             return Vec::new();
         }
-        self.sources
-            .objects
-            .state()
-            .iter()
-            .filter(|object| {
-                object
-                    .status
-                    .as_ref()
-                    .is_some_and(|s| conditions::is_true(&s.conditions, types::JOINED))
-            })
-            .map(|object| object.name_any())
-            .filter(|name| {
-                self.sources
-                    .index
-                    .cluster(name)
-                    .is_none_or(|record| record.last_heartbeat_at.is_none())
-            })
-            .collect()
+        let mut awaited = self.awaited.lock().unwrap_or_else(|e| e.into_inner());
+        let awaited = awaited.get_or_insert_with(|| {
+            self.sources
+                .objects
+                .state()
+                .iter()
+                .filter(|object| {
+                    object
+                        .status
+                        .as_ref()
+                        .is_some_and(|s| conditions::is_true(&s.conditions, types::JOINED))
+                })
+                .map(|object| object.name_any())
+                .collect()
+        });
+        awaited.retain(|name| {
+            self.sources
+                .index
+                .cluster(name)
+                .is_none_or(|record| record.last_heartbeat_at.is_none())
+        });
+        awaited.iter().cloned().collect()
     }
 
     /// Records that `object` (`namespace/name`) was reconciled with the whole fleet in view.

@@ -356,16 +356,15 @@ where
     ) -> StoreFuture<'a, Option<ClusterRecord>> {
         Box::pin(async move {
             const OP: StoreOp = StoreOp::SetAccepted;
-            let row: Option<ClusterRow> = sqlx::query_as(concat!(
-                "UPDATE clusters SET accepted = $1 WHERE name = $2 RETURNING ",
-                cluster_columns!()
-            ))
-            .bind(accepted)
-            .bind(cluster)
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(query_error(OP))?;
-            row.map(|row| row.into_record(OP)).transpose()
+            // A plain UPDATE, then a read: on SQLite an `UPDATE ... RETURNING` read with
+            // `fetch_optional` can leave its statement, and so its transaction, open.
+            sqlx::query("UPDATE clusters SET accepted = $1 WHERE name = $2")
+                .bind(accepted)
+                .bind(cluster)
+                .execute(&self.pool)
+                .await
+                .map_err(query_error(OP))?;
+            self.get_cluster(cluster).await
         })
     }
 
@@ -434,17 +433,19 @@ where
             let Some((id, secret)) = split_join_token(token) else {
                 return Ok(None);
             };
-            let row: Option<JoinTokenRow> = sqlx::query_as(
+            // `fetch_all`, not `fetch_optional`: every row read, so the statement (and on SQLite
+            // its read transaction) ends here rather than when the connection is next used.
+            let rows: Vec<JoinTokenRow> = sqlx::query_as(
                 "SELECT id, cluster, created_at_ms, expires_at_ms, used_at_ms FROM join_tokens \
                  WHERE id = $1 AND secret_sha256 = $2 AND used_at_ms IS NULL AND expires_at_ms > $3",
             )
             .bind(id)
             .bind(token_hash(secret))
             .bind(millis(now))
-            .fetch_optional(&self.pool)
+            .fetch_all(&self.pool)
             .await
             .map_err(query_error(OP))?;
-            row.map(|row| row.into_info(OP)).transpose()
+            rows.into_iter().next().map(|row| row.into_info(OP)).transpose()
         })
     }
 
