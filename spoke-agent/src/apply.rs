@@ -304,15 +304,21 @@ impl Applier {
         for p in &prepared {
             // An object not applied before may exist already, someone else's: never taken over.
             let result = match state.objects.contains_key(&p.object_ref) {
-                true => self.apply_one(p).await,
+                true => self.apply_one(p).await.map(|()| true),
                 false => match self.check_not_foreign(p).await {
-                    Ok(()) => self.apply_one(p).await,
+                    Ok(()) => self.apply_one(p).await.map(|()| true),
+                    // A namespace that exists, someone else's: what the workload needs is
+                    // there; it is neither taken over nor reported.
+                    Err(Error::NotOwned { .. }) if p.object_ref.kind == "Namespace" => Ok(false),
                     Err(e) => Err(e),
                 },
             };
             match result {
-                Ok(()) => {
+                Ok(true) => {
                     applied.insert(p.object_ref.clone(), p.workload.clone());
+                }
+                Ok(false) => {
+                    debug!(object = %p.object_ref, "exists and is not this installation's; left as it is")
                 }
                 Err(e) => {
                     warn!(object = %p.object_ref, error = %e, "apply failed");

@@ -49,6 +49,9 @@ pub struct Identity {
     /// backoff over) as soon as another loop reached the hub, so a hub that crash-looped finds
     /// its agents back within moments of its return, not after their longest backoff.
     answered: tokio::sync::watch::Sender<u64>,
+    /// Counts registrations: a hub that registered this agent again may have lost what it
+    /// was told before (its store replaced), so the status loop reports again.
+    registrations: std::sync::atomic::AtomicU64,
 }
 
 impl std::fmt::Debug for Identity {
@@ -60,6 +63,11 @@ impl std::fmt::Debug for Identity {
 }
 
 impl Identity {
+    /// How many times this agent registered since it started.
+    pub fn registrations(&self) -> u64 {
+        self.registrations.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
     /// An identity with no credential yet.
     pub fn new(
         hub: HubClient,
@@ -74,6 +82,7 @@ impl Identity {
             kubernetes_version,
             state: Mutex::new(State::default()),
             answered: tokio::sync::watch::channel(0).0,
+            registrations: std::sync::atomic::AtomicU64::new(0),
         }
     }
 
@@ -242,6 +251,8 @@ impl Identity {
             heartbeat_interval_seconds: response.heartbeat_interval_seconds,
             max_work_wait_seconds: response.max_work_wait_seconds,
         };
+        self.registrations
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         // A credential that cannot be stored still works until the next restart.
         if let Err(e) = self.store(&response).await {
             warn!(error = %e, secret = CREDENTIAL_SECRET, "cannot store the credential");

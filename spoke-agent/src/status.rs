@@ -92,6 +92,9 @@ pub fn build_report(
 pub async fn status_loop(agent: Arc<Agent>, shutdown: CancellationToken) -> Result<()> {
     let mut backoff = Backoff::new(agent.config.retry_initial, agent.config.retry_max);
     let mut last_sent: Option<StatusReport> = None;
+    // The registrations and the store followed when the last report was sent: a hub that
+    // registered the agent again, or a new store, may not have the report, so it is sent again.
+    let mut sent_at = (u64::MAX, None::<String>);
     let mut due = tokio::time::Instant::now();
     loop {
         let report = {
@@ -100,8 +103,12 @@ pub async fn status_loop(agent: Arc<Agent>, shutdown: CancellationToken) -> Resu
             build_report(&agent.config.cluster_name, &work, &agent.deployments, &pods)
         };
         let periodic = tokio::time::Instant::now() >= due;
+        let now_at = (
+            agent.identity.registrations(),
+            agent.work.read().await.state.store.clone(),
+        );
         let mut retry_in = None;
-        if periodic || last_sent.as_ref() != Some(&report) {
+        if periodic || last_sent.as_ref() != Some(&report) || sent_at != now_at {
             let sent = agent
                 .identity
                 .call(&shutdown, |credential| {
@@ -114,6 +121,7 @@ pub async fn status_loop(agent: Arc<Agent>, shutdown: CancellationToken) -> Resu
                 Ok(()) => {
                     debug!(applied_revision = ?report.applied_revision, objects = report.objects.len(), "status sent");
                     last_sent = Some(report);
+                    sent_at = now_at;
                     due = tokio::time::Instant::now() + agent.config.status_interval;
                     backoff.reset();
                 }

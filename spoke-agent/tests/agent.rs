@@ -805,6 +805,7 @@ async fn objects_it_does_not_own_and_kinds_or_namespaces_it_does_not_allow_are_l
     hub.set_work(
         1,
         vec![
+            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "shop"}}),
             deployment("web", 1, "100m"),
             config_map("web-config"),
             other_config,
