@@ -75,6 +75,15 @@ impl Allowed {
 }
 
 impl Allowed {
+    /// The namespaces the agent is confined to when they are all names (no `*`); `None` when
+    /// it may write in any namespace not denied, or a pattern widens the list.
+    pub fn exact_namespaces(&self) -> Option<Vec<&str>> {
+        if self.namespaces.is_empty() || self.namespaces.iter().any(|n| n.contains('*')) {
+            return None;
+        }
+        Some(self.namespaces.iter().map(String::as_str).collect())
+    }
+
     /// Why objects of this kind are refused; `Ok` when the kind is allowed. Checked before the
     /// kind is looked up in the cluster, so a refused kind costs no API call.
     pub fn check_kind(&self, api_version: &str, kind: &str) -> Result<(), String> {

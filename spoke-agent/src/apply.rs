@@ -602,22 +602,35 @@ impl Applier {
             if kind == "Namespace" {
                 continue;
             }
-            let listed = async {
-                let (resource, _) = self.resolve(&api_version, &kind).await?;
-                Api::<DynamicObject>::all_with(self.client.clone(), &resource)
-                    .list_metadata(&ListParams::default().labels(&selector))
-                    .await
-                    .map_err(Error::kube(format!("listing {api_version} {kind}")))
+            // Confined to named namespaces, the agent lists there only (it may lack the right
+            // to list across the cluster: namespace-scoped RBAC); otherwise everywhere.
+            let scopes: Vec<Option<&str>> = match self.allowed.exact_namespaces() {
+                Some(names) => names.into_iter().map(Some).collect(),
+                None => vec![None],
             };
-            match listed.await {
-                Ok(list) => candidates.extend(list.items.into_iter().map(|o| ObjectRef {
-                    api_version: api_version.clone(),
-                    kind: kind.clone(),
-                    namespace: o.metadata.namespace,
-                    name: o.metadata.name.unwrap_or_default(),
-                })),
-                // Remembered objects are still pruned; a kind the cluster lacks holds nothing.
-                Err(e) => debug!(api_version, kind, error = %e, "cannot list for pruning"),
+            for scope in scopes {
+                let listed = async {
+                    let (resource, caps) = self.resolve(&api_version, &kind).await?;
+                    let api = match (scope, caps.scope) {
+                        (Some(ns), Scope::Namespaced) => {
+                            Api::<DynamicObject>::namespaced_with(self.client.clone(), ns, &resource)
+                        }
+                        _ => Api::<DynamicObject>::all_with(self.client.clone(), &resource),
+                    };
+                    api.list_metadata(&ListParams::default().labels(&selector))
+                        .await
+                        .map_err(Error::kube(format!("listing {api_version} {kind}")))
+                };
+                match listed.await {
+                    Ok(list) => candidates.extend(list.items.into_iter().map(|o| ObjectRef {
+                        api_version: api_version.clone(),
+                        kind: kind.clone(),
+                        namespace: o.metadata.namespace,
+                        name: o.metadata.name.unwrap_or_default(),
+                    })),
+                    // Remembered objects are still pruned; a kind the cluster lacks holds nothing.
+                    Err(e) => debug!(api_version, kind, error = %e, "cannot list for pruning"),
+                }
             }
         }
         candidates.retain(|r| r.kind != "Namespace" && !wanted.contains_key(r));

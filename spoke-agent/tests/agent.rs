@@ -1232,3 +1232,35 @@ async fn metrics_show_the_applied_revision_hub_requests_and_apply_errors() {
     hub.stop();
     sim.shutdown().await;
 }
+
+#[tokio::test]
+async fn confined_to_named_namespaces_it_finds_what_to_prune_there_without_its_state() {
+    let (sim, client) = start_cluster().await;
+    let hub = HubDouble::start().await;
+    let token = token_file();
+    let confined = || {
+        let mut config = test_config(&hub, &token);
+        // As with the chart's namespace-scoped RBAC: it lists in `shop` only.
+        config.allow_namespaces = vec!["shop".to_owned()];
+        config
+    };
+    hub.set_work(1, vec![deployment("web", 1, "100m"), config_map("web-config")]);
+    let agent = start_configured(&client, confined());
+    wait_applied(&hub, 1).await;
+    agent.stop().await;
+    // The agent's memory of what it applied is lost: pruning must find it by label, in `shop`.
+    Api::<ConfigMap>::namespaced(client.clone(), "nave-system")
+        .delete(nave_agent::apply::STATE_CONFIG_MAP, &Default::default())
+        .await
+        .expect("the state ConfigMap is deleted");
+    hub.set_work(2, vec![deployment("web", 1, "100m")]);
+    let agent = start_configured(&client, confined());
+    wait_applied(&hub, 2).await;
+    assert!(
+        get_opt::<ConfigMap>(&client, "web-config").await.is_none(),
+        "found by its labels in the allowed namespace and pruned"
+    );
+    agent.stop().await;
+    hub.stop();
+    sim.shutdown().await;
+}

@@ -1150,6 +1150,68 @@ fn the_agent_chart_renders_a_coherent_install() {
 }
 
 #[test]
+fn the_agent_chart_offers_rbac_confined_to_named_namespaces() {
+    let Some(helm) = helm() else { return };
+    let mut set = AGENT_REQUIRED.to_vec();
+    set.extend([
+        "rbac.namespaced=true",
+        "applyPolicy.allowedNamespaces={shop,team-a}",
+    ]);
+    let rendered = render(&helm, "nave-agent", &set);
+    let kinds = rendered.kinds();
+    assert_eq!(
+        (kinds.get("Role"), kinds.get("RoleBinding")),
+        (Some(&3), Some(&3)),
+        "one in each allowed namespace and one in the agent's own: {kinds:?}"
+    );
+    // Cluster-wide it only reads, and never Secrets.
+    let cluster_role: ClusterRole = rendered.one("ClusterRole");
+    for rule in cluster_role.rules.unwrap_or_default() {
+        for verb in &rule.verbs {
+            assert!(
+                ["get", "list", "watch"].contains(&verb.as_str()),
+                "a cluster-wide {verb}: {rule:?}"
+            );
+        }
+        assert!(
+            !rule
+                .resources
+                .clone()
+                .unwrap_or_default()
+                .iter()
+                .any(|r| r == "secrets"),
+            "no cluster-wide access to Secrets: {rule:?}"
+        );
+    }
+    let roles: Vec<Role> = rendered.all("Role");
+    let own = roles
+        .iter()
+        .find(|r| r.metadata.namespace.as_deref() == Some(NS))
+        .expect("a Role in the agent's namespace");
+    let own_resources: BTreeSet<String> = own
+        .rules
+        .clone()
+        .unwrap_or_default()
+        .iter()
+        .flat_map(|r| r.resources.clone().unwrap_or_default())
+        .collect();
+    assert_eq!(
+        own_resources,
+        BTreeSet::from(["configmaps".to_owned(), "secrets".to_owned()]),
+        "its own namespace: its credential and state only"
+    );
+    for bad in [
+        vec!["rbac.namespaced=true"],
+        vec!["rbac.namespaced=true", "applyPolicy.allowedNamespaces={team-*}"],
+    ] {
+        let mut set = AGENT_REQUIRED.to_vec();
+        set.extend(bad.iter().copied());
+        let error = template(&helm, &chart("nave-agent"), &set).expect_err("refused");
+        assert!(error.contains("rbac.namespaced needs"), "{error}");
+    }
+}
+
+#[test]
 fn the_agent_chart_takes_the_token_from_an_existing_secret_and_requires_its_settings() {
     let Some(helm) = helm() else { return };
     let rendered = render(
