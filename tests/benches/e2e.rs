@@ -216,7 +216,11 @@ async fn memory() -> anyhow::Result<()> {
     let token = dir.path().join("bootstrap-token");
     std::fs::write(&token, uuid::Uuid::new_v4().simple().to_string())?;
     let listen = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?;
-    let hub_url = format!("http://{listen}");
+    // As a fleet runs it: HTTPS, agents pinning the hub's CA, Secrets sealed in the store.
+    let pki = nave_testkit::TestPki::generate(dir.path(), "hub");
+    let hub_url = format!("https://{listen}");
+    let store_key = dir.path().join("store-key");
+    std::fs::write(&store_key, uuid::Uuid::new_v4().simple().to_string())?;
     let db = format!("sqlite://{}", dir.path().join("hub.db").display());
     let mut children = Children(Vec::new());
     children.0.push(spawn(
@@ -231,6 +235,15 @@ async fn memory() -> anyhow::Result<()> {
             &token.display().to_string(),
             "--kubeconfig",
             &kubeconfig.display().to_string(),
+            "--metrics-listen",
+            "127.0.0.1:0",
+            "--accept-new-clusters",
+            "--tls-cert-file",
+            &pki.chain_file.display().to_string(),
+            "--tls-key-file",
+            &pki.key_file.display().to_string(),
+            "--store-key-file",
+            &store_key.display().to_string(),
         ],
         dir.path(),
         "hub.log",
@@ -243,6 +256,8 @@ async fn memory() -> anyhow::Result<()> {
                 "agent",
                 "--hub-url",
                 &hub_url,
+                "--hub-ca-sha256",
+                &pki.ca_sha256,
                 "--cluster-name",
                 c.name(),
                 "--bootstrap-token-file",
