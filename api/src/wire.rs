@@ -326,6 +326,9 @@ pub enum HeldReason {
     RevisionWentBack,
     /// The hub has no work for this cluster (revision 0) while the agent runs objects.
     NoWork,
+    /// The set would remove most of the workloads the agent runs (more than its limits allow at
+    /// once), and no admin confirmed it ([`WorkSet::prune_confirmed`]).
+    MassPrune,
 }
 
 impl HeldReason {
@@ -335,6 +338,7 @@ impl HeldReason {
             HeldReason::StoreChanged => "StoreChanged",
             HeldReason::RevisionWentBack => "RevisionWentBack",
             HeldReason::NoWork => "NoWork",
+            HeldReason::MassPrune => "MassPrune",
         }
     }
 }
@@ -603,6 +607,10 @@ pub struct WorkQuery {
     /// as soon as the hub has published every workload's objects ([`WorkSet::complete`]).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub held: bool,
+    /// The [`WorkSet::prune_confirmed`] of the set at `after`, as the agent last saw it: an
+    /// answer comes also when it changes (an admin confirmed a prune the agent holds).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prune_confirmed: Option<u64>,
 }
 
 /// `200` answer of `GET /agent/v1/work`: everything the cluster should run, at one revision.
@@ -627,6 +635,13 @@ pub struct WorkSet {
     /// a complete set releases a held one.
     #[serde(default)]
     pub complete: bool,
+    /// The newest revision up to which removing most of what the cluster runs is confirmed:
+    /// by an admin (`POST /api/v1/clusters/{name}/prune-confirmation`), or because the cluster
+    /// is withdrawn from the fleet (not accepted). An agent follows a set that would prune more
+    /// than its limits allow only when this is at least the set's revision
+    /// ([`HeldReason::MassPrune`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prune_confirmed: Option<u64>,
 }
 
 /// `POST /agent/v1/status` body: what the agent applied and how it is going.
@@ -763,6 +778,8 @@ pub mod error_codes {
     pub const UNSUPPORTED_MEDIA_TYPE: &str = "unsupported_media_type";
     /// `422`: well-formed JSON that is not a valid request (the message names the field).
     pub const INVALID: &str = "invalid";
+    /// `429`: a limit is reached (too many clusters await acceptance); retry later.
+    pub const TOO_MANY_REQUESTS: &str = "too_many_requests";
     /// `500`: the hub failed; retry with backoff.
     pub const INTERNAL: &str = "internal";
     /// `503`: the store or the management cluster cannot be reached; retry with backoff.

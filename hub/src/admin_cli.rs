@@ -62,6 +62,15 @@ pub enum AdminCommand {
         /// The cluster.
         cluster: String,
     },
+    /// Let a cluster's agent follow a work set that removes most of what it runs (it holds
+    /// such a set until confirmed: `HubStoreChanged` with reason `MassPrune`).
+    ConfirmPrune {
+        /// The cluster.
+        cluster: String,
+        /// The newest revision confirmed; default: the cluster's current one.
+        #[arg(long)]
+        revision: Option<u64>,
+    },
 }
 
 /// Join token commands.
@@ -169,6 +178,11 @@ pub async fn run(args: &AdminArgs) -> Result<String, AdminError> {
             None,
         ),
         AdminCommand::Remove { cluster } => (reqwest::Method::DELETE, format!("/clusters/{cluster}"), None),
+        AdminCommand::ConfirmPrune { cluster, revision } => (
+            reqwest::Method::POST,
+            format!("/clusters/{cluster}/prune-confirmation"),
+            Some(json!({"revision": revision})),
+        ),
     };
     let mut request = http.request(method, format!("{base}{path}")).bearer_auth(token);
     if let Some(body) = body {

@@ -60,6 +60,8 @@ pub struct AgentState {
     pub timings: Timings,
     /// Whether a cluster that joins with the fleet's bootstrap token is accepted at once.
     pub accept_new_clusters: bool,
+    /// Most clusters that may wait for acceptance at once (see `--max-unaccepted-clusters`).
+    pub max_unaccepted_clusters: usize,
     /// The store's identity, read on first use and sent with every work set.
     store_identity: Arc<tokio::sync::OnceCell<String>>,
     /// When each cluster's WorkloadCluster status was last written, and what it said.
@@ -95,6 +97,7 @@ impl AgentState {
             trigger,
             timings,
             accept_new_clusters: false,
+            max_unaccepted_clusters: DEFAULT_MAX_UNACCEPTED_CLUSTERS,
             store_identity: Arc::default(),
             last_status_write: Arc::default(),
         }
@@ -103,6 +106,12 @@ impl AgentState {
     /// The same state, accepting clusters that join with the fleet's bootstrap token at once.
     pub fn accepting_new_clusters(mut self, accept: bool) -> Self {
         self.accept_new_clusters = accept;
+        self
+    }
+
+    /// The same state, with at most `max` clusters waiting for acceptance at once.
+    pub fn with_max_unaccepted_clusters(mut self, max: usize) -> Self {
+        self.max_unaccepted_clusters = max;
         self
     }
 
@@ -146,6 +155,9 @@ pub fn router(state: AgentState) -> Router {
         .fallback(not_found)
         .with_state(state)
 }
+
+/// Most clusters that wait for acceptance at once, unless configured.
+pub const DEFAULT_MAX_UNACCEPTED_CLUSTERS: usize = 100;
 
 /// Largest registration body: a name, versions, a few labels and coordinates.
 pub const MAX_REGISTER_BYTES: usize = 64 * 1024;
@@ -257,7 +269,27 @@ async fn register(
                      or with a join token an admin issues for {name:?} (POST /api/v1/join-tokens)"
                 )));
             }
-            None => state.accept_new_clusters,
+            None if state.accept_new_clusters => true,
+            None => {
+                let waiting = state
+                    .store
+                    .list_clusters()
+                    .await?
+                    .iter()
+                    .filter(|c| !c.accepted)
+                    .count();
+                if waiting >= state.max_unaccepted_clusters {
+                    warn!(
+                        waiting,
+                        "a new cluster was refused: too many clusters await acceptance"
+                    );
+                    return Err(ApiError::TooManyRequests(format!(
+                        "{waiting} clusters await acceptance already, the most this hub keeps; \
+                         an admin accepts or removes them, or issues a join token for {name:?}"
+                    )));
+                }
+                false
+            }
         },
         Joining::JoinToken(info, token) => {
             if info.cluster != name {
@@ -452,8 +484,13 @@ async fn work(
         let complete = state.signals.published();
         let current = state.store.get_work(&identity.cluster).await?;
         let revision = current.as_ref().map_or(0, |w| w.revision);
-        // A held set is answered again, unchanged, once it is complete: that releases it.
-        if query.after != Some(revision) || (query.held && complete) {
+        let prune_confirmed = prune_confirmed(state.index.cluster(&identity.cluster).as_deref(), revision);
+        // A held set is answered again, unchanged, once it is complete or its prune confirmed:
+        // that releases it.
+        if query.after != Some(revision)
+            || (query.held && complete)
+            || (query.after.is_some() && query.prune_confirmed != prune_confirmed)
+        {
             // No work row is "no opinion" (revision 0): agents never prune on it.
             let (revision, objects) = current.map_or((0, Vec::new()), |w| (w.revision, w.objects));
             let set = WorkSet {
@@ -462,6 +499,7 @@ async fn work(
                 objects,
                 store: Some(store),
                 complete,
+                prune_confirmed,
             };
             return Ok(Json(set).into_response());
         }
@@ -474,6 +512,17 @@ async fn work(
             () = tokio::time::sleep_until(deadline) => return Ok(StatusCode::NO_CONTENT.into_response()),
         }
     }
+}
+
+/// Up to which revision `cluster`'s agent may remove most of what it runs at once: every
+/// revision while the cluster is withdrawn from the fleet (not accepted: its work leaves on an
+/// admin's decision), else what an admin confirmed.
+fn prune_confirmed(cluster: Option<&crate::store::ClusterRecord>, revision: u64) -> Option<u64> {
+    let cluster = cluster?;
+    if !cluster.accepted {
+        return Some(revision);
+    }
+    cluster.prune_confirmed
 }
 
 #[instrument(skip_all, fields(cluster = tracing::field::Empty))]

@@ -46,6 +46,9 @@ pub enum ApiError {
     /// Well-formed JSON that is not a valid request; the message names the field path.
     #[error("{0}")]
     Invalid(String),
+    /// A limit is reached; the message says which.
+    #[error("{0}")]
+    TooManyRequests(String),
     /// A store operation failed; its text is logged, never sent.
     #[error("store operation failed")]
     Store(#[source] StoreError),
@@ -67,6 +70,7 @@ impl ApiError {
             ApiError::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ApiError::Invalid(_) => StatusCode::UNPROCESSABLE_ENTITY,
+            ApiError::TooManyRequests(_) => StatusCode::TOO_MANY_REQUESTS,
             ApiError::Store(e) | ApiError::Hub(Error::Store { source: e, .. }) => store_status(e),
             ApiError::Hub(Error::Kube { .. } | Error::NotWatching(_)) => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Hub(_) => StatusCode::INTERNAL_SERVER_ERROR,
@@ -84,6 +88,7 @@ impl ApiError {
             ApiError::PayloadTooLarge(m) => (codes::PAYLOAD_TOO_LARGE, m.clone()),
             ApiError::UnsupportedMediaType(m) => (codes::UNSUPPORTED_MEDIA_TYPE, m.clone()),
             ApiError::Invalid(m) => (codes::INVALID, m.clone()),
+            ApiError::TooManyRequests(m) => (codes::TOO_MANY_REQUESTS, m.clone()),
             ApiError::Store(e) | ApiError::Hub(Error::Store { source: e, .. }) => {
                 let code = match e.kind() {
                     StoreErrorKind::Unavailable => codes::UNAVAILABLE,
@@ -155,6 +160,31 @@ where
             Ok(axum::Json(value)) => Ok(Json(value)),
             Err(rejection) => Err(json_rejection(&rejection)),
         }
+    }
+}
+
+/// An optional JSON body: a request without one (no `Content-Type`, no length, not chunked) is
+/// `None`; anything else is read as [`Json`] is, with its rejections.
+impl<T, S> axum::extract::OptionalFromRequest<S> for Json<T>
+where
+    T: DeserializeOwned,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Option<Self>, Self::Rejection> {
+        let headers = req.headers();
+        let no_body = !headers.contains_key(axum::http::header::CONTENT_TYPE)
+            && !headers.contains_key(axum::http::header::TRANSFER_ENCODING)
+            && headers
+                .get(axum::http::header::CONTENT_LENGTH)
+                .is_none_or(|length| length.as_bytes() == b"0");
+        if no_body {
+            return Ok(None);
+        }
+        <Json<T> as FromRequest<S>>::from_request(req, state)
+            .await
+            .map(Some)
     }
 }
 

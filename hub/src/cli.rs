@@ -63,6 +63,11 @@ pub struct RunArgs {
     /// accepted either way. For playgrounds and single-team fleets.
     #[arg(long, env = "NAVE_ACCEPT_NEW_CLUSTERS")]
     pub accept_new_clusters: bool,
+    /// Most clusters that may wait for acceptance at once: past it, a new name joining with the
+    /// fleet's bootstrap token is answered `429` until an admin accepts or removes some. Bounds
+    /// what a leaked bootstrap token can add to the store.
+    #[arg(long, env = "NAVE_MAX_UNACCEPTED_CLUSTERS", default_value_t = 100)]
+    pub max_unaccepted_clusters: usize,
     /// Tokens of the REST API (`/api/v1`): one `<scope> <token>` per line, scope `read` or
     /// `admin`, `#` comments. Without tokens the REST API refuses every request.
     #[arg(long, env = "NAVE_API_TOKENS_FILE")]

@@ -235,13 +235,14 @@ pub async fn run_until(args: RunArgs, shutdown: CancellationToken) -> Result<(),
     let state = AgentState::new(
         store.clone(),
         index,
-        signals,
+        signals.clone(),
         token,
         Some(ClusterObjects::new(client.clone())),
         Some(trigger.clone()),
         timings.clone(),
     )
-    .accepting_new_clusters(args.accept_new_clusters);
+    .accepting_new_clusters(args.accept_new_clusters)
+    .with_max_unaccepted_clusters(args.max_unaccepted_clusters);
     let reload_tokens = reload_tokens(
         args.clone(),
         client.clone(),
@@ -284,6 +285,7 @@ pub async fn run_until(args: RunArgs, shutdown: CancellationToken) -> Result<(),
                 objects: Some(ClusterObjects::new(client.clone())),
                 trigger: Some(trigger.clone()),
                 hub_ca_sha256: serving.as_ref().map(|s| s.ca_sha256()),
+                signals: Some(signals.clone()),
             },
         ))
         .merge(readiness::router(store.clone()));

@@ -101,6 +101,7 @@ fn routes() -> OpenApiRouter<RestState> {
         .routes(routes!(simulate::simulate))
         .routes(routes!(admin::create_join_token, admin::list_join_tokens))
         .routes(routes!(admin::set_acceptance))
+        .routes(routes!(admin::confirm_prune))
         .routes(routes!(admin::list_credentials))
         .routes(routes!(admin::revoke_credentials))
         .routes(routes!(openapi_document))

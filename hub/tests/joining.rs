@@ -271,7 +271,8 @@ async fn joining_needs_acceptance_or_a_join_token_and_admins_can_take_access_awa
     .expect("MCD created");
     wait_deployments(&rogue, &["api"]).await;
 
-    // Withdrawing acceptance withdraws its work; removal waits until the agent applied that.
+    // Withdrawing acceptance withdraws its work, the removal confirmed (an agent holds a set
+    // that removes most of what it runs otherwise); removal waits until the agent applied it.
     rest.admin(
         Method::PUT,
         "/api/v1/clusters/rogue/acceptance",
@@ -279,6 +280,12 @@ async fn joining_needs_acceptance_or_a_join_token_and_admins_can_take_access_awa
     )
     .await;
     wait_deployments(&rogue, &[]).await;
+    let withdrawn = rogue.work().await;
+    assert_eq!(
+        withdrawn.prune_confirmed,
+        Some(withdrawn.revision),
+        "a withdrawn cluster's removals need no other confirmation"
+    );
     let (status, body) = rest
         .call(ADMIN, Method::DELETE, "/api/v1/clusters/eu-1", None)
         .await;
@@ -301,6 +308,54 @@ async fn joining_needs_acceptance_or_a_join_token_and_admins_can_take_access_awa
         .call(READER, Method::GET, "/api/v1/clusters/rogue/credentials", None)
         .await;
     assert_eq!(status, 403, "credentials are for admins");
+
+    // An admin confirms that eu-1's agent may remove most of what it runs: its current revision
+    // by default, never one not written yet; the CLI says the same.
+    assert_eq!(eu1.work().await.prune_confirmed, None, "nothing confirmed yet");
+    let current = eu1.work().await.revision;
+    let confirmed = rest
+        .admin(Method::POST, "/api/v1/clusters/eu-1/prune-confirmation", None)
+        .await;
+    assert_eq!(confirmed, json!({"revision": current}));
+    assert_eq!(eu1.work().await.prune_confirmed, Some(current));
+    let (status, body) = rest
+        .call(
+            ADMIN,
+            Method::POST,
+            "/api/v1/clusters/eu-1/prune-confirmation",
+            Some(json!({"revision": current + 1})),
+        )
+        .await;
+    assert_eq!(status, 422, "a revision not written yet: {body}");
+    assert!(
+        body["message"].as_str().unwrap_or_default().contains("revision"),
+        "{body}"
+    );
+    let (status, _) = rest
+        .call(
+            READER,
+            Method::POST,
+            "/api/v1/clusters/eu-1/prune-confirmation",
+            None,
+        )
+        .await;
+    assert_eq!(status, 403, "confirmations are for admins");
+    let (status, _) = rest
+        .call(
+            ADMIN,
+            Method::POST,
+            "/api/v1/clusters/nowhere/prune-confirmation",
+            None,
+        )
+        .await;
+    assert_eq!(status, 404);
+    let printed = nave_hub::admin_cli::run(&admin(AdminCommand::ConfirmPrune {
+        cluster: "eu-1".to_owned(),
+        revision: Some(current),
+    }))
+    .await
+    .expect("the CLI confirms a prune");
+    assert!(printed.contains(&current.to_string()), "{printed}");
 
     // Revoking eu-1's credentials: its agent is shut out (what it runs is not touched).
     let revoked = rest

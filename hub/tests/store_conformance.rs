@@ -431,6 +431,24 @@ mod cases {
                 .expect("unknown")
                 .is_none()
         );
+        let confirmed = store.confirm_prune("eu-1", 7).await.expect("confirming a prune");
+        assert_eq!(confirmed.map(|c| c.prune_confirmed), Some(Some(7)));
+        let upserted = store
+            .upsert_cluster(&mk_cluster("eu-1"))
+            .await
+            .expect("registering again");
+        assert_eq!(
+            upserted.prune_confirmed,
+            Some(7),
+            "a registration keeps the admin's confirmation"
+        );
+        assert!(
+            store
+                .confirm_prune("nowhere", 1)
+                .await
+                .expect("unknown")
+                .is_none()
+        );
 
         store.issue_credential("eu-1").await.expect("a credential");
         store
@@ -513,6 +531,7 @@ mod cases {
             cordoned: false,
             burst_only: false,
             accepted: true,
+            prune_confirmed: None,
         };
         assert_eq!(first, expected, "upsert returns the stored row");
         assert!(

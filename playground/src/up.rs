@@ -344,6 +344,7 @@ impl Playground {
             tls_key_file: None,
             store_key_file: None,
             accept_new_clusters: true,
+            max_unaccepted_clusters: 100,
             api_tokens_file: Some(api_tokens_file),
             api_tokens_secret: None,
             kubeconfig: Some(management_kubeconfig),

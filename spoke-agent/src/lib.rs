@@ -160,6 +160,14 @@ pub struct Args {
         default_value = "kube-*"
     )]
     pub deny_namespaces: Vec<String>,
+    /// A work set that would remove more than this percentage of the workloads the agent runs
+    /// (and at least `--mass-prune-min-workloads` of them) is held until an admin confirms it;
+    /// `100` never holds.
+    #[arg(long, env = "NAVE_MASS_PRUNE_PERCENT", default_value_t = 50, value_parser = clap::value_parser!(u8).range(0..=100))]
+    pub mass_prune_percent: u8,
+    /// Fewer removed workloads than this are never held as a mass prune.
+    #[arg(long, env = "NAVE_MASS_PRUNE_MIN_WORKLOADS", default_value_t = 10)]
+    pub mass_prune_min_workloads: u32,
     /// Extra delay on the link to a peer (`hub` for the hub), `PEER=MILLISECONDS`, added to
     /// every round trip measured on it; repeatable. Emulates distance for tests and
     /// demonstrations; never needed on real networks.
@@ -237,6 +245,8 @@ pub struct Config {
     pub allow_namespaces: Vec<String>,
     /// Namespace patterns never written to; `None`: [`allowed::DEFAULT_DENIED_NAMESPACES`].
     pub deny_namespaces: Option<Vec<String>>,
+    /// How much of what runs a set may remove without an admin's confirmation.
+    pub prune_limits: fence::PruneLimits,
 }
 
 impl Config {
@@ -290,6 +300,7 @@ impl Config {
             allow_kinds: Vec::new(),
             allow_namespaces: Vec::new(),
             deny_namespaces: None,
+            prune_limits: fence::PruneLimits::default(),
         }
     }
 }
@@ -307,6 +318,8 @@ pub struct WorkState {
     pub errors: Vec<ApplyError>,
     /// Why the newest set from the hub is not followed (see [`fence`]); `None` while it is.
     pub held: Option<WorkHeld>,
+    /// The prune confirmation of the newest set from the hub ([`WorkSet::prune_confirmed`]).
+    pub prune_confirmed: Option<u64>,
 }
 
 /// A running agent's shared parts.
@@ -354,6 +367,10 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     config.allow_kinds = args.allow_kinds;
     config.allow_namespaces = args.allow_namespaces;
     config.deny_namespaces = Some(args.deny_namespaces);
+    config.prune_limits = fence::PruneLimits {
+        max_percent: args.mass_prune_percent,
+        min_workloads: args.mass_prune_min_workloads,
+    };
 
     let shutdown = CancellationToken::new();
     tokio::spawn(nave_runtime::cancel_on_signal(shutdown.clone()));
@@ -679,9 +696,9 @@ async fn work_loop(agent: Arc<Agent>, shutdown: CancellationToken) -> Result<()>
     let mut backoff = Backoff::new(agent.config.retry_initial, agent.config.retry_max);
     let mut last_full = tokio::time::Instant::now();
     loop {
-        let (applied, held) = {
+        let (applied, held, prune_confirmed) = {
             let work = agent.work.read().await;
-            (work.state.revision, work.held.clone())
+            (work.state.revision, work.held.clone(), work.prune_confirmed)
         };
         // Asking without `after` returns the current set at once: a periodic re-apply repairs
         // objects someone changed or deleted behind the agent's back.
@@ -692,7 +709,8 @@ async fn work_loop(agent: Arc<Agent>, shutdown: CancellationToken) -> Result<()>
             Err(e) => return Err(e),
         };
         // While a set is held, wait for the next one, or for that one to become complete (which
-        // releases it, except "no work": only a set does).
+        // releases a set held for the store's sake; "no work" is released only by a set, a
+        // mass prune by a confirmation).
         let query = WorkQuery {
             after: if resync {
                 None
@@ -701,7 +719,9 @@ async fn work_loop(agent: Arc<Agent>, shutdown: CancellationToken) -> Result<()>
             },
             wait: Some(wait),
             cluster: Some(agent.config.cluster_name.clone()),
-            held: held.is_some_and(|h| h.reason != HeldReason::NoWork),
+            held: held
+                .is_some_and(|h| matches!(h.reason, HeldReason::StoreChanged | HeldReason::RevisionWentBack)),
+            prune_confirmed,
         };
         let polled = tokio::select! {
             () = shutdown.cancelled() => return Ok(()),
@@ -749,7 +769,8 @@ async fn work_loop(agent: Arc<Agent>, shutdown: CancellationToken) -> Result<()>
 /// held any more, for the heartbeat and the metrics.
 async fn hold_set(agent: &Agent, set: &WorkSet) -> bool {
     let mut work = agent.work.write().await;
-    let held = fence::hold(&work.state, set);
+    let held = fence::hold(&work.state, set, agent.config.prune_limits);
+    work.prune_confirmed = set.prune_confirmed;
     match (&held, &work.held) {
         (Some(now), before) if before.as_ref().map(|b| b.reason) != Some(now.reason) => {
             warn!(

@@ -118,6 +118,19 @@ impl HubDouble {
             objects,
             store: Some(store.to_owned()),
             complete,
+            prune_confirmed: None,
+        }));
+    }
+
+    /// Serves a complete set of store `a`, its removals confirmed up to `confirmed`.
+    fn set_confirmed_work(&self, revision: u64, confirmed: Option<u64>, objects: Vec<Value>) {
+        self.work.send_replace(Some(WorkSet {
+            cluster: "sim-1".into(),
+            revision,
+            objects,
+            store: Some("a".to_owned()),
+            complete: true,
+            prune_confirmed: confirmed,
         }));
     }
 
@@ -221,7 +234,9 @@ async fn work(State(hub): State<HubDouble>, headers: HeaderMap, Query(q): Query<
     loop {
         let current = rx.borrow_and_update().clone();
         if let Some(set) = current
-            && (Some(set.revision) != q.after || (q.held && set.complete))
+            && (Some(set.revision) != q.after
+                || (q.held && set.complete)
+                || (q.after.is_some() && q.prune_confirmed != set.prune_confirmed))
         {
             return Json(set).into_response();
         }
@@ -750,6 +765,80 @@ async fn a_lost_or_replaced_hub_store_deletes_nothing_until_the_hub_has_publishe
     hub.set_store_work("store-b", 3, false, Vec::new());
     wait_held(&hub, HeldReason::RevisionWentBack, 3).await;
     assert_running(&client, &["web", "web-config"], "on a revision going back").await;
+
+    agent.stop().await;
+    hub.stop();
+    sim.shutdown().await;
+}
+
+/// A ConfigMap that is the whole of workload `shop/<name>`.
+fn workload_config(name: &str) -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": name, "namespace": "shop", "labels": {WORKLOAD_LABEL: format!("shop.{name}")}},
+        "data": {"greeting": "hello"}
+    })
+}
+
+#[tokio::test]
+async fn a_set_removing_most_workloads_at_once_waits_for_an_admin_to_confirm_it() {
+    let (sim, client) = start_cluster().await;
+    let hub = HubDouble::start().await;
+    let token = token_file();
+    let mut config = test_config(&hub, &token);
+    config.prune_limits = nave_agent::fence::PruneLimits {
+        max_percent: 50,
+        min_workloads: 3,
+    };
+    let names = ["a-config", "b-config", "c-config", "d-config", "e-config"];
+    hub.set_confirmed_work(2, None, names.iter().map(|n| workload_config(n)).collect());
+    let agent = start_configured(&client, config);
+    wait_applied(&hub, 2).await;
+
+    // Two of five removed: within the limits, followed.
+    hub.set_confirmed_work(3, None, names[..3].iter().map(|n| workload_config(n)).collect());
+    wait_applied(&hub, 3).await;
+    assert!(
+        get_opt::<ConfigMap>(&client, "e-config").await.is_none(),
+        "a small prune is followed"
+    );
+
+    // Then all three that are left: held, everything kept, and said in every heartbeat.
+    hub.set_confirmed_work(4, None, Vec::new());
+    wait_held(&hub, HeldReason::MassPrune, 4).await;
+    assert_running(
+        &client,
+        &["a-config", "b-config", "c-config"],
+        "on a set that removes every workload",
+    )
+    .await;
+
+    // A confirmation of an older revision does not cover it.
+    hub.set_confirmed_work(4, Some(3), Vec::new());
+    wait_for("the agent to see the older confirmation", DEADLINE, || async {
+        hub.snapshot(|s| match s.work_queries.last().map(|q| q.prune_confirmed) {
+            Some(Some(3)) => Ok(()),
+            seen => Err(format!("newest poll's pruneConfirmed: {seen:?}")),
+        })
+    })
+    .await;
+    wait_held(&hub, HeldReason::MassPrune, 4).await;
+    assert_running(
+        &client,
+        &["a-config", "b-config", "c-config"],
+        "on a confirmation of an older revision",
+    )
+    .await;
+
+    // The admin confirms this revision: the same set is followed at once.
+    hub.set_confirmed_work(4, Some(4), Vec::new());
+    wait_applied(&hub, 4).await;
+    for name in ["a-config", "b-config", "c-config"] {
+        assert!(
+            get_opt::<ConfigMap>(&client, name).await.is_none(),
+            "{name} is pruned once the removal is confirmed"
+        );
+    }
 
     agent.stop().await;
     hub.stop();

@@ -248,6 +248,7 @@ impl Env {
             tls_key_file: Some(pki.key_file.clone()),
             store_key_file: Some(store_key),
             accept_new_clusters: true,
+            max_unaccepted_clusters: 100,
             api_tokens_file: Some(api_tokens),
             api_tokens_secret: None,
             kubeconfig: Some(kubeconfig),

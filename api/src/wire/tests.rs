@@ -189,10 +189,16 @@ fn work_query_serializes_to_the_documented_query_string_names() {
         wait: Some(30),
         cluster: None,
         held: false,
+        prune_confirmed: None,
     };
     assert_eq!(round_trip(&q), json!({"after": 4, "wait": 30}));
-    let held = WorkQuery { held: true, ..q };
+    let held = WorkQuery {
+        held: true,
+        prune_confirmed: Some(4),
+        ..q
+    };
     assert_eq!(round_trip(&held)["held"], true);
+    assert_eq!(round_trip(&held)["pruneConfirmed"], 4);
 }
 
 #[test]

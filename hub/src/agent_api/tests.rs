@@ -239,6 +239,32 @@ async fn a_new_cluster_from_the_fleet_token_waits_for_acceptance_and_selects_not
 }
 
 #[tokio::test]
+async fn a_leaked_fleet_token_adds_at_most_the_limit_of_clusters_awaiting_acceptance() {
+    let h = harness().await;
+    let strict = h
+        .state
+        .clone()
+        .accepting_new_clusters(false)
+        .with_max_unaccepted_clusters(3);
+    for i in 0..3 {
+        register(&strict, &format!("rogue-{i}")).await;
+    }
+    let (status, value) = register_with(&strict, "rogue-3", BOOTSTRAP).await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "{value}");
+    assert_eq!(error_code(&value), error_codes::TOO_MANY_REQUESTS);
+    assert!(
+        strict.store.get_cluster("rogue-3").await.unwrap().is_none(),
+        "nothing stored"
+    );
+    assert_eq!(strict.store.list_clusters().await.unwrap().len(), 3);
+    // Accepting one makes room for one more.
+    strict.store.set_accepted("rogue-0", true).await.unwrap();
+    register(&strict, "rogue-3").await;
+    let (status, _) = register_with(&strict, "rogue-4", BOOTSTRAP).await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
+}
+
+#[tokio::test]
 async fn a_join_token_registers_its_one_name_once_and_is_accepted() {
     let h = harness().await;
     let expires = jiff::Timestamp::now() + jiff::SignedDuration::from_secs(600);

@@ -33,6 +33,7 @@ fn record(name: &str, age: Option<Duration>, capacity: Option<CapacityTotals>) -
         cordoned: false,
         burst_only: false,
         accepted: true,
+        prune_confirmed: None,
     }
 }
 

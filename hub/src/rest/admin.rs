@@ -7,6 +7,7 @@
 //!  GET    /clusters/{name}/credentials     ◄─ store: the cluster's credentials, without tokens
 //!  POST   /clusters/{name}/credentials/revoke ─► store: every valid credential revoked
 //!  DELETE /clusters/{name}                 ─► store: the cluster forgotten (only once it runs nothing)
+//!  POST   /clusters/{name}/prune-confirmation ─► store: the agent may remove most of what it runs
 //! ```
 //!
 //! Withdrawing acceptance is how a cluster's work is withdrawn cleanly: its workloads are placed
@@ -263,6 +264,83 @@ pub(super) async fn set_acceptance(
     }
     info!(accepted, "cluster acceptance set");
     Ok(Json(Acceptance { accepted }))
+}
+
+/// Which work revision a prune confirmation covers.
+#[derive(Deserialize, Serialize, Debug, Default, ToSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub(super) struct PruneConfirmation {
+    /// The newest revision the agent may follow although it removes most of what the cluster
+    /// runs. Absent: the cluster's current revision.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 1)]
+    revision: Option<u64>,
+}
+
+/// Confirms that a cluster's agent may follow a work set that removes most of the workloads it
+/// runs (it holds such a set, `HubStoreChanged` with reason `MassPrune`, until this is called).
+/// Only a revision that exists can be confirmed: a confirmation never covers sets not yet
+/// written.
+#[utoipa::path(
+    post,
+    path = "/api/v1/clusters/{name}/prune-confirmation",
+    tag = "admin",
+    params(("name" = String, Path, description = "The cluster's name.")),
+    request_body(content = Option<PruneConfirmation>, content_type = "application/json"),
+    responses(
+        (status = 200, description = "The revision now confirmed.", body = PruneConfirmation),
+        (status = 400, description = "The body is not JSON.", body = ErrorBody),
+        (status = 401, description = "No valid token.", body = ErrorBody),
+        (status = 403, description = "The token is not an admin token.", body = ErrorBody),
+        (status = 404, description = "No such registered cluster.", body = ErrorBody),
+        (status = 409, description = "The cluster has no work set yet.", body = ErrorBody),
+        (status = 415, description = "The body is not sent as `application/json`.", body = ErrorBody),
+        (status = 422, description = "The revision is not one the cluster's work has reached; the message names it.", body = ErrorBody),
+        (status = 503, description = "The store cannot be reached.", body = ErrorBody),
+    )
+)]
+#[instrument(skip_all, fields(cluster = %name))]
+pub(super) async fn confirm_prune(
+    State(state): State<RestState>,
+    Extension(scope): Extension<Scope>,
+    Path(name): Path<String>,
+    body: Option<Json<PruneConfirmation>>,
+) -> Result<Json<PruneConfirmation>, ApiError> {
+    require_admin(scope)?;
+    if state.store.get_cluster(&name).await?.is_none() {
+        return Err(unknown_cluster(&name));
+    }
+    let current = state
+        .store
+        .get_work(&name)
+        .await?
+        .map(|w| w.revision)
+        .ok_or_else(|| ApiError::Conflict(format!("cluster {name:?} has no work set yet")))?;
+    let revision = match body.and_then(|Json(b)| b.revision) {
+        None => current,
+        Some(r) if (1..=current).contains(&r) => r,
+        Some(r) => {
+            return Err(ApiError::Invalid(format!(
+                "revision: {r} is not a revision of cluster {name:?}'s work (1 to {current})"
+            )));
+        }
+    };
+    let record = state
+        .store
+        .confirm_prune(&name, revision)
+        .await?
+        .ok_or_else(|| unknown_cluster(&name))?;
+    state.sources.index.put_cluster(record);
+    if let Some(signals) = &state.admin.signals {
+        signals.notify(&name, current);
+    }
+    warn!(
+        revision,
+        "an admin confirmed that the cluster's agent may remove most of what it runs"
+    );
+    Ok(Json(PruneConfirmation {
+        revision: Some(revision),
+    }))
 }
 
 fn unknown_cluster(name: &str) -> ApiError {

@@ -17,6 +17,8 @@ pub struct AdminHandles {
     pub trigger: Option<ReconcileTrigger>,
     /// SHA-256 of the CA of the hub's TLS chain, shown with join tokens; `None` over plain HTTP.
     pub hub_ca_sha256: Option<String>,
+    /// Wakes a cluster's long-polls when what its agent may do changed (a prune confirmed).
+    pub signals: Option<std::sync::Arc<crate::signals::WorkSignals>>,
 }
 
 impl std::fmt::Debug for AdminHandles {

@@ -65,6 +65,11 @@ pub trait Store: Send + Sync + fmt::Debug {
     fn set_accepted<'a>(&'a self, cluster: &'a str, accepted: bool)
     -> StoreFuture<'a, Option<ClusterRecord>>;
 
+    /// Records that `cluster`'s agent may remove most of what it runs at once, in work sets up
+    /// to `revision`; the stored row, `None` if unknown.
+    fn confirm_prune<'a>(&'a self, cluster: &'a str, revision: u64)
+    -> StoreFuture<'a, Option<ClusterRecord>>;
+
     /// Forgets a cluster: its row, credentials, heartbeats, work set and status. `false` if
     /// unknown.
     fn delete_cluster<'a>(&'a self, cluster: &'a str) -> StoreFuture<'a, bool>;
@@ -177,6 +182,7 @@ pub enum StoreOp {
     AuthenticateAgent,
     ListCredentials,
     SetAccepted,
+    ConfirmPrune,
     DeleteCluster,
     CreateJoinToken,
     FindJoinToken,
@@ -213,6 +219,7 @@ impl StoreOp {
             StoreOp::AuthenticateAgent => "authenticate_agent",
             StoreOp::ListCredentials => "list_credentials",
             StoreOp::SetAccepted => "set_accepted",
+            StoreOp::ConfirmPrune => "confirm_prune",
             StoreOp::DeleteCluster => "delete_cluster",
             StoreOp::CreateJoinToken => "create_join_token",
             StoreOp::FindJoinToken => "find_join_token",

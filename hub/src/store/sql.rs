@@ -116,7 +116,8 @@ where
 macro_rules! cluster_columns {
     () => {
         "name, labels, region, zone, latitude, longitude, registered_at_ms, agent_version, \
-         kubernetes_version, last_heartbeat_at_ms, capacity, cordoned, burst_only, accepted"
+         kubernetes_version, last_heartbeat_at_ms, capacity, cordoned, burst_only, accepted, \
+         prune_confirmed_revision"
     };
 }
 macro_rules! placement_columns {
@@ -360,6 +361,23 @@ where
             // `fetch_optional` can leave its statement, and so its transaction, open.
             sqlx::query("UPDATE clusters SET accepted = $1 WHERE name = $2")
                 .bind(accepted)
+                .bind(cluster)
+                .execute(&self.pool)
+                .await
+                .map_err(query_error(OP))?;
+            self.get_cluster(cluster).await
+        })
+    }
+
+    fn confirm_prune<'a>(
+        &'a self,
+        cluster: &'a str,
+        revision: u64,
+    ) -> StoreFuture<'a, Option<ClusterRecord>> {
+        Box::pin(async move {
+            const OP: StoreOp = StoreOp::ConfirmPrune;
+            sqlx::query("UPDATE clusters SET prune_confirmed_revision = $1 WHERE name = $2")
+                .bind(revision_in(OP, "revision", revision)?)
                 .bind(cluster)
                 .execute(&self.pool)
                 .await
@@ -963,6 +981,7 @@ struct ClusterRow {
     cordoned: bool,
     burst_only: bool,
     accepted: bool,
+    prune_confirmed_revision: Option<i64>,
 }
 
 impl ClusterRow {
@@ -984,6 +1003,10 @@ impl ClusterRow {
             cordoned: self.cordoned,
             burst_only: self.burst_only,
             accepted: self.accepted,
+            prune_confirmed: self
+                .prune_confirmed_revision
+                .map(|r| revision_out(op, "prune_confirmed_revision", r))
+                .transpose()?,
         })
     }
 }

@@ -88,6 +88,9 @@ pub struct ClusterRecord {
     pub burst_only: bool,
     /// Whether the hub may place work on it.
     pub accepted: bool,
+    /// The newest work revision up to which an admin confirmed that the agent may remove most
+    /// of what it runs at once ([`nave_api::wire::WorkSet::prune_confirmed`]).
+    pub prune_confirmed: Option<u64>,
 }
 
 /// A join token just issued: the only time its text is available.

@@ -94,6 +94,7 @@ pub fn start_hub(management: &SimCluster, dir: &Path, configure: impl FnOnce(&mu
         tls_key_file: None,
         store_key_file: None,
         accept_new_clusters: true,
+        max_unaccepted_clusters: 100,
         api_tokens_file: None,
         api_tokens_secret: None,
         kubeconfig: Some(kubeconfig),
