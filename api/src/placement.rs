@@ -208,14 +208,17 @@ pub struct ProximityOrigin {
 
 /// A position in decimal degrees (WGS 84).
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, JsonSchema)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct Coordinates {
     /// Latitude in decimal degrees, from -90 (south) to 90 (north). Example: `50.11`.
     #[schemars(range(min = -90.0, max = 90.0))]
+    #[cfg_attr(feature = "openapi", schema(minimum = -90.0, maximum = 90.0))]
     pub latitude: f64,
 
     /// Longitude in decimal degrees, from -180 (west) to 180 (east). Example: `8.68`.
     #[schemars(range(min = -180.0, max = 180.0))]
+    #[cfg_attr(feature = "openapi", schema(minimum = -180.0, maximum = 180.0))]
     pub longitude: f64,
 }
 

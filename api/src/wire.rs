@@ -95,24 +95,48 @@ pub const MAX_WORK_WAIT_SECONDS: u64 = 60;
 
 /// `POST /agent/v1/register` body. The bootstrap token goes in the `Authorization` header.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct RegisterRequest {
     /// Name of the WorkloadCluster this agent speaks for; created by the hub when missing.
     /// Example: `eu-west-1`.
+    #[cfg_attr(
+        feature = "openapi",
+        schema(
+            max_length = 253,
+            pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+        )
+    )]
     pub cluster_name: String,
     /// Version of the agent. Example: `0.1.0`.
+    #[cfg_attr(
+        feature = "openapi",
+        schema(max_length = 64, pattern = r"^[^\u0000-\u001f\u007f-\u009f]*$")
+    )]
     pub agent_version: String,
     /// Kubernetes version of the cluster (`/version` gitVersion), when known. Example: `v1.33.1`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(
+        feature = "openapi",
+        schema(max_length = 64, pattern = r"^[^\u0000-\u001f\u007f-\u009f]*$")
+    )]
     pub kubernetes_version: Option<String>,
     /// Labels proposed for a WorkloadCluster the hub creates; an existing one keeps its own.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub labels: BTreeMap<String, String>,
-    /// Region of the cluster. Example: `eu-west`.
+    /// Region of the cluster (a label value). Example: `eu-west`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(
+        feature = "openapi",
+        schema(max_length = 63, pattern = r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+    )]
     pub region: Option<String>,
-    /// Zone of the cluster. Example: `eu-west-1a`.
+    /// Zone of the cluster (a label value). Example: `eu-west-1a`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(
+        feature = "openapi",
+        schema(max_length = 63, pattern = r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+    )]
     pub zone: Option<String>,
     /// Where the cluster is, for proximity placement.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -121,6 +145,7 @@ pub struct RegisterRequest {
 
 /// `200` answer to a registration.
 #[derive(Serialize, Deserialize, Clone, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct RegisterResponse {
     /// The cluster the credential is for (echoes the request).
@@ -256,6 +281,7 @@ impl fmt::Debug for RegisterResponse {
 
 /// `POST /agent/v1/heartbeat` body: what the cluster has, what waits, and how the agent is.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct Heartbeat {
     /// The cluster; when present it must be the credential's cluster (else `403`).
@@ -273,7 +299,11 @@ pub struct Heartbeat {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub pending_pods: Vec<PendingPod>,
     /// Pending pods left out of `pendingPods` to keep the heartbeat small.
-    #[serde(default, skip_serializing_if = "is_zero")]
+    #[serde(
+        deserialize_with = "int64::required",
+        default,
+        skip_serializing_if = "is_zero"
+    )]
     pub pending_pods_omitted: u64,
     /// Measured usage of the whole cluster (metrics), when known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -288,7 +318,11 @@ pub struct Heartbeat {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub probe_url: Option<String>,
     /// The work revision the agent has fully applied (`None` before the first).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        deserialize_with = "int64::optional",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
     pub applied_revision: Option<u64>,
     /// Set while the agent refuses to follow the hub's work set because following it could
     /// delete what runs (see [`WorkHeld`]); the hub shows it as the WorkloadCluster condition
@@ -303,6 +337,7 @@ pub struct Heartbeat {
 /// until the hub says it has published every workload's objects again ([`WorkSet::complete`]).
 /// "No work" from a hub is never read as "delete everything".
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct WorkHeld {
     /// What the agent saw.
@@ -310,13 +345,16 @@ pub struct WorkHeld {
     /// The same, for people: what was expected and what came.
     pub message: String,
     /// The revision of the held set.
+    #[serde(deserialize_with = "int64::required")]
     pub revision: u64,
     /// How many objects the agent keeps running meanwhile.
+    #[serde(deserialize_with = "int64::required")]
     pub objects_kept: u64,
 }
 
 /// What made an agent hold a work set.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub enum HeldReason {
     /// The set comes from a store with another identity than the last set followed: a new or
     /// replaced store.
@@ -350,6 +388,7 @@ impl Heartbeat {
 
 /// `200` answer of `POST /agent/v1/heartbeat`.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct HeartbeatAnswer {
     /// Other agents to measure round trips to until the next answer: Ready clusters that gave a
@@ -366,6 +405,7 @@ impl HeartbeatAnswer {
 
 /// Another agent to probe.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct Peer {
     /// Its cluster; the name of the [`LatencySample`] reporting the measurement.
@@ -384,6 +424,7 @@ fn is_zero(n: &u64) -> bool {
 /// `Node { allocatable, requested }` per node that is `ready` and not `unschedulable` (the others
 /// take no new pods).
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct CapacityModel {
     /// Groups in a stable order (by labels, then taints); nodes in name order.
@@ -394,6 +435,7 @@ pub struct CapacityModel {
 
 /// Nodes that share labels (per-node ones like `kubernetes.io/hostname` left out) and taints.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct NodeGroup {
     /// Labels of every node of the group, without per-node labels.
@@ -408,6 +450,7 @@ pub struct NodeGroup {
 
 /// A node taint.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct Taint {
     /// Taint key.
@@ -421,6 +464,7 @@ pub struct Taint {
 
 /// What a taint does to pods that do not tolerate it (Kubernetes spelling).
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub enum TaintEffect {
     /// New pods are not scheduled.
     NoSchedule,
@@ -432,6 +476,7 @@ pub enum TaintEffect {
 
 /// One node's amounts and state.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct NodeCapacity {
     /// Node name.
@@ -462,11 +507,14 @@ impl NodeCapacity {
 
 /// Sums over a cluster's nodes.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct CapacityTotals {
     /// All nodes.
+    #[serde(deserialize_with = "int64::required")]
     pub nodes: u64,
     /// Nodes that are ready and not cordoned; the sums below are over these.
+    #[serde(deserialize_with = "int64::required")]
     pub schedulable_nodes: u64,
     /// Allocatable of the schedulable nodes.
     pub allocatable: Resources,
@@ -476,13 +524,17 @@ pub struct CapacityTotals {
 
 /// Amounts of CPU, memory and pod slots, in the units the scheduler counts.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct Resources {
     /// CPU in millicores (1 core = 1000).
+    #[serde(deserialize_with = "int64::required")]
     pub cpu_millis: u64,
     /// Memory in bytes.
+    #[serde(deserialize_with = "int64::required")]
     pub memory_bytes: u64,
     /// Pod slots (allocatable) or pods (requested).
+    #[serde(deserialize_with = "int64::required")]
     pub pods: u64,
 }
 
@@ -517,6 +569,7 @@ impl Resources {
 
 /// A pod the scheduler could not place yet.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct PendingPod {
     /// Pod namespace.
@@ -533,11 +586,13 @@ pub struct PendingPod {
     pub message: String,
     /// When the pod became unschedulable (`lastTransitionTime` of the condition).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<String>, format = DateTime))]
     pub since: Option<Time>,
 }
 
 /// A MultiClusterDeployment, by namespace and name.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct WorkloadRef {
     /// Namespace of the MultiClusterDeployment.
@@ -575,6 +630,7 @@ impl fmt::Display for WorkloadRef {
 
 /// A measured round-trip time.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct LatencySample {
     /// What was measured: [`LatencySample::HUB`] or another cluster's name.
@@ -590,15 +646,25 @@ impl LatencySample {
 
 /// Query of `GET /agent/v1/work`.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema, utoipa::IntoParams))]
+#[cfg_attr(feature = "openapi", into_params(parameter_in = Query))]
 #[serde(rename_all = "camelCase")]
 pub struct WorkQuery {
     /// The revision the agent has applied; an answer comes once the current one differs.
     /// Absent: answer with the current set at once.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        deserialize_with = "int64::optional",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
     pub after: Option<u64>,
     /// Seconds to wait for a different revision before `204`; capped at
     /// [`MAX_WORK_WAIT_SECONDS`]. Absent or `0`: answer at once.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        deserialize_with = "int64::optional",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
     pub wait: Option<u64>,
     /// The cluster; when present it must be the credential's cluster (else `403`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -609,17 +675,23 @@ pub struct WorkQuery {
     pub held: bool,
     /// The [`WorkSet::prune_confirmed`] of the set at `after`, as the agent last saw it: an
     /// answer comes also when it changes (an admin confirmed a prune the agent holds).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        deserialize_with = "int64::optional",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
     pub prune_confirmed: Option<u64>,
 }
 
 /// `200` answer of `GET /agent/v1/work`: everything the cluster should run, at one revision.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct WorkSet {
     /// The cluster this set is for.
     pub cluster: String,
     /// Revision of the set; grows by one with every change.
+    #[serde(deserialize_with = "int64::required")]
     pub revision: u64,
     /// The full desired set of objects: complete manifests with `apiVersion`, `kind` and
     /// `metadata.name` (and `metadata.namespace` for namespaced kinds): Deployments, Services,
@@ -640,12 +712,17 @@ pub struct WorkSet {
     /// is withdrawn from the fleet (not accepted). An agent follows a set that would prune more
     /// than its limits allow only when this is at least the set's revision
     /// ([`HeldReason::MassPrune`]).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        deserialize_with = "int64::optional",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
     pub prune_confirmed: Option<u64>,
 }
 
 /// `POST /agent/v1/status` body: what the agent applied and how it is going.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct StatusReport {
     /// The cluster; when present it must be the credential's cluster (else `403`).
@@ -653,10 +730,18 @@ pub struct StatusReport {
     pub cluster_name: Option<String>,
     /// The work revision fully applied (every object applied, pruning done); `None` before the
     /// first.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        deserialize_with = "int64::optional",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
     pub applied_revision: Option<u64>,
     /// The revision last attempted, when it failed and differs from `appliedRevision`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        deserialize_with = "int64::optional",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
     pub attempted_revision: Option<u64>,
     /// One entry per object of the applied (or attempted) set.
     #[serde(default)]
@@ -668,6 +753,7 @@ pub struct StatusReport {
 
 /// Status of one object of the work set.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct ObjectStatus {
     /// `apiVersion` of the object.
@@ -695,7 +781,11 @@ pub struct ObjectStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub updated_replicas: Option<i32>,
     /// Deployments: pods of the workload the scheduler could not place.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        deserialize_with = "int64::optional_int32",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
     pub pending_pods: Option<u32>,
     /// The object's conditions, without timestamps.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -707,6 +797,7 @@ pub struct ObjectStatus {
 
 /// A condition without its timestamps, so status reports compare equal while nothing changes.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct ConditionSummary {
     /// Condition type. Example: `Available`.
@@ -724,6 +815,7 @@ pub struct ConditionSummary {
 
 /// A failed apply or prune of one object.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct ApplyError {
     /// `apply` or `prune`.
@@ -755,6 +847,44 @@ pub struct ErrorBody {
     pub error: String,
     /// What went wrong, for people.
     pub message: String,
+}
+
+/// Integers of the protocol are JSON integers within int64 (int32 for counts of pods), what JSON
+/// parsers agree on and the hub's store keeps; larger ones are refused as invalid, as the
+/// OpenAPI documents say.
+mod int64 {
+    use serde::{Deserialize, Deserializer};
+
+    fn check<E: serde::de::Error>(value: u64) -> Result<u64, E> {
+        if value > i64::MAX as u64 {
+            return Err(E::custom(format!(
+                "{value} is larger than the largest integer this field takes, {}",
+                i64::MAX
+            )));
+        }
+        Ok(value)
+    }
+
+    pub(super) fn required<'de, D: Deserializer<'de>>(deserializer: D) -> Result<u64, D::Error> {
+        check(u64::deserialize(deserializer)?)
+    }
+
+    pub(super) fn optional<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<u64>, D::Error> {
+        Option::<u64>::deserialize(deserializer)?.map(check).transpose()
+    }
+
+    /// An unsigned field documented as int32 (counts of pods): at most `i32::MAX`.
+    pub(super) fn optional_int32<'de, D: Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<Option<u32>, D::Error> {
+        match Option::<u32>::deserialize(deserializer)? {
+            Some(value) if value > i32::MAX as u32 => Err(serde::de::Error::custom(format!(
+                "{value} is larger than the largest integer this field takes, {}",
+                i32::MAX
+            ))),
+            other => Ok(other),
+        }
+    }
 }
 
 /// Values of [`ErrorBody::error`].

@@ -29,7 +29,7 @@ use nave_api::wire::{
 };
 use tracing::{info, instrument, warn};
 
-use crate::api_error::{ApiError, Json, Query};
+use crate::api_error::{ApiError, ErrorBody, Json, Query};
 use crate::index::Index;
 use crate::settings::Timings;
 use crate::signals::{ReconcileTrigger, WorkSignals};
@@ -136,9 +136,74 @@ impl AgentState {
     }
 }
 
+/// Path of the agent API's OpenAPI document.
+pub const OPENAPI_PATH: &str = "/agent/v1/openapi.json";
+
+#[derive(utoipa::OpenApi)]
+#[openapi(
+    info(
+        title = "Nave hub agent API",
+        description = "What a workload cluster's agent calls: join the fleet, report capacity \
+            and status, pull the cluster's work.\n\n\
+            `register` takes the fleet's bootstrap token, a join token issued for the cluster's \
+            name, or the cluster's current credential, and answers a new credential; every other \
+            endpoint takes that credential, which is scoped to its cluster (naming another is \
+            `403`). Credentials are checked before the body is read. Errors are JSON \
+            `{\"error\": <code>, \"message\": <text>}`."
+    ),
+    paths(register, heartbeat, work, status, openapi_document),
+    modifiers(&AgentAuth),
+    security(("bearer" = [])),
+)]
+struct AgentApiDoc;
+
+struct AgentAuth;
+
+impl utoipa::Modify for AgentAuth {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+        let components = openapi.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            "bearer",
+            SecurityScheme::Http(
+                HttpBuilder::new()
+                    .scheme(HttpAuthScheme::Bearer)
+                    .description(Some(
+                        "The cluster's credential; for `register`, a bootstrap or join token too.",
+                    ))
+                    .build(),
+            ),
+        );
+    }
+}
+
+/// The OpenAPI document of the agent endpoints.
+pub fn openapi() -> utoipa::openapi::OpenApi {
+    <AgentApiDoc as utoipa::OpenApi>::openapi()
+}
+
+/// The OpenAPI 3.1 document of the agent API; needs no credential (it holds nothing secret).
+#[utoipa::path(
+    get,
+    path = "/agent/v1/openapi.json",
+    tag = "meta",
+    security(()),
+    responses((status = 200, description = "The OpenAPI document.", body = Object))
+)]
+async fn openapi_document() -> Response {
+    static DOCUMENT: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    let text = DOCUMENT.get_or_init(|| openapi().to_json().unwrap_or_default());
+    (
+        [(axum::http::header::CONTENT_TYPE, "application/json")],
+        text.clone(),
+    )
+        .into_response()
+}
+
 /// The agent endpoints, with their state applied.
 pub fn router(state: AgentState) -> Router {
     Router::new()
+        .route(OPENAPI_PATH, get(openapi_document))
         .route(
             wire::REGISTER_PATH,
             post(register).layer(DefaultBodyLimit::max(MAX_REGISTER_BYTES)),
@@ -153,6 +218,7 @@ pub fn router(state: AgentState) -> Router {
             post(status).layer(DefaultBodyLimit::max(MAX_REPORT_BYTES)),
         )
         .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
         .with_state(state)
 }
 
@@ -213,7 +279,13 @@ impl FromRequestParts<AgentState> for Joining {
 }
 
 async fn not_found() -> ApiError {
-    ApiError::NotFound("no such endpoint".to_owned())
+    ApiError::NotFound(format!(
+        "no such endpoint; the endpoints are listed in {OPENAPI_PATH}"
+    ))
+}
+
+async fn method_not_allowed() -> ApiError {
+    ApiError::MethodNotAllowed
 }
 
 const MISSING_TOKEN: &str = "missing bearer token in the Authorization header";
@@ -250,6 +322,26 @@ fn check_scope(identity: &AgentIdentity, named: Option<&str>) -> Result<(), ApiE
     }
 }
 
+/// Joins the fleet, or registers again: answers a new credential for the cluster and revokes
+/// its previous ones.
+#[utoipa::path(
+    post,
+    path = "/agent/v1/register",
+    tag = "agent",
+    request_body(content = RegisterRequest, content_type = "application/json"),
+    responses(
+        (status = 200, description = "Registered; the credential is shown only here.", body = RegisterResponse),
+        (status = 400, description = "The body is not JSON.", body = ErrorBody),
+        (status = 401, description = "Not the bootstrap token, a usable join token or a valid credential.", body = ErrorBody),
+        (status = 403, description = "The join token or credential is for another cluster.", body = ErrorBody),
+        (status = 409, description = "The name has joined already: register with its credential or a join token.", body = ErrorBody),
+        (status = 413, description = "The body is larger than 64 KiB.", body = ErrorBody),
+        (status = 415, description = "The body is not sent as `application/json`.", body = ErrorBody),
+        (status = 422, description = "A field a WorkloadCluster cannot hold; the message names it.", body = ErrorBody),
+        (status = 429, description = "Too many clusters await acceptance.", body = ErrorBody),
+        (status = 503, description = "The store cannot be reached.", body = ErrorBody),
+    )
+)]
 #[instrument(skip_all, fields(cluster = %request.cluster_name))]
 async fn register(
     State(state): State<AgentState>,
@@ -380,6 +472,24 @@ fn store_coordinates(c: nave_api::Coordinates) -> crate::store::Coordinates {
     }
 }
 
+/// Reports the cluster's capacity, Pending pods, round trips and what the agent holds; answers
+/// the peers to probe.
+#[utoipa::path(
+    post,
+    path = "/agent/v1/heartbeat",
+    tag = "agent",
+    request_body(content = Heartbeat, content_type = "application/json"),
+    responses(
+        (status = 200, description = "Recorded.", body = HeartbeatAnswer),
+        (status = 400, description = "The body is not JSON.", body = ErrorBody),
+        (status = 401, description = "No valid credential.", body = ErrorBody),
+        (status = 403, description = "The body names another cluster than the credential's.", body = ErrorBody),
+        (status = 413, description = "The body is larger than 4 MiB.", body = ErrorBody),
+        (status = 415, description = "The body is not sent as `application/json`.", body = ErrorBody),
+        (status = 422, description = "JSON that is not a heartbeat; the message names the field.", body = ErrorBody),
+        (status = 503, description = "The store cannot be reached.", body = ErrorBody),
+    )
+)]
 #[instrument(skip_all, fields(cluster = tracing::field::Empty))]
 async fn heartbeat(
     State(state): State<AgentState>,
@@ -466,6 +576,22 @@ async fn heartbeat(
     ))
 }
 
+/// The cluster's work set: at once, or once its revision differs from `after` (a long-poll of
+/// at most `wait` seconds).
+#[utoipa::path(
+    get,
+    path = "/agent/v1/work",
+    tag = "agent",
+    params(WorkQuery),
+    responses(
+        (status = 200, description = "The cluster's current set.", body = WorkSet),
+        (status = 204, description = "Nothing changed within `wait` (or the hub is shutting down)."),
+        (status = 400, description = "A query parameter of the wrong type, or an unknown one.", body = ErrorBody),
+        (status = 401, description = "No valid credential.", body = ErrorBody),
+        (status = 403, description = "`cluster` names another cluster than the credential's.", body = ErrorBody),
+        (status = 503, description = "The store cannot be reached.", body = ErrorBody),
+    )
+)]
 #[instrument(skip_all, fields(cluster = tracing::field::Empty, after, wait))]
 async fn work(
     State(state): State<AgentState>,
@@ -525,6 +651,23 @@ fn prune_confirmed(cluster: Option<&crate::store::ClusterRecord>, revision: u64)
     cluster.prune_confirmed
 }
 
+/// Reports what the agent applied and how each object is doing.
+#[utoipa::path(
+    post,
+    path = "/agent/v1/status",
+    tag = "agent",
+    request_body(content = StatusReport, content_type = "application/json"),
+    responses(
+        (status = 204, description = "Recorded."),
+        (status = 400, description = "The body is not JSON.", body = ErrorBody),
+        (status = 401, description = "No valid credential.", body = ErrorBody),
+        (status = 403, description = "The body names another cluster than the credential's.", body = ErrorBody),
+        (status = 413, description = "The body is larger than 4 MiB.", body = ErrorBody),
+        (status = 415, description = "The body is not sent as `application/json`.", body = ErrorBody),
+        (status = 422, description = "JSON that is not a status report; the message names the field.", body = ErrorBody),
+        (status = 503, description = "The store cannot be reached.", body = ErrorBody),
+    )
+)]
 #[instrument(skip_all, fields(cluster = tracing::field::Empty))]
 async fn status(
     State(state): State<AgentState>,

@@ -156,10 +156,37 @@ where
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
-        match axum::Json::<T>::from_request(req, state).await {
-            Ok(axum::Json(value)) => Ok(Json(value)),
+        match axum::Json::<ObjectOnly<T>>::from_request(req, state).await {
+            Ok(axum::Json(ObjectOnly(value))) => Ok(Json(value)),
             Err(rejection) => Err(json_rejection(&rejection)),
         }
+    }
+}
+
+/// `T`, read from a JSON object only. Every body the hub takes is an object, but serde's derived
+/// structs also read a JSON array as their fields in order (`[null, null]` would be a status
+/// report), which the documents do not allow.
+struct ObjectOnly<T>(T);
+
+impl<'de, T: serde::Deserialize<'de>> serde::Deserialize<'de> for ObjectOnly<T> {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Visitor<T>(std::marker::PhantomData<T>);
+
+        impl<'de, T: serde::Deserialize<'de>> serde::de::Visitor<'de> for Visitor<T> {
+            type Value = T;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a JSON object")
+            }
+
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<T, A::Error> {
+                T::deserialize(serde::de::value::MapAccessDeserializer::new(map))
+            }
+        }
+
+        deserializer
+            .deserialize_map(Visitor(std::marker::PhantomData))
+            .map(ObjectOnly)
     }
 }
 

@@ -156,7 +156,7 @@ mod tests {
                         namespace: Some("shop".into()),
                         name: format!("web-{i}"),
                     };
-                    (object, Some(WorkloadRef::new("shop", &format!("web-{i}"))))
+                    (object, Some(WorkloadRef::new("shop", format!("web-{i}"))))
                 })
                 .collect::<BTreeMap<_, _>>(),
         }

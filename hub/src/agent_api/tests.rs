@@ -531,3 +531,72 @@ async fn a_heartbeat_with_more_pending_pods_than_agents_send_keeps_only_the_firs
     let kept = h.state.index.pending().get("eu-1").map(|p| p.len());
     assert_eq!(kept, Some(Heartbeat::MAX_PENDING_PODS));
 }
+
+#[tokio::test]
+async fn the_openapi_document_describes_every_agent_endpoint_and_is_served_without_a_credential() {
+    let h = harness().await;
+    let document = serde_json::to_value(openapi()).unwrap();
+    for (path, method) in [
+        (wire::REGISTER_PATH, "post"),
+        (wire::HEARTBEAT_PATH, "post"),
+        (wire::WORK_PATH, "get"),
+        (wire::STATUS_PATH, "post"),
+    ] {
+        let operation = &document["paths"][path][method];
+        assert!(operation.is_object(), "{method} {path} is not documented");
+        assert!(
+            operation["responses"]["401"].is_object(),
+            "{method} {path} documents no 401"
+        );
+    }
+    let (status, served) = call(&h.state, Method::GET, OPENAPI_PATH, "", None).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(served, document, "the served document is the one the code builds");
+    let (status, value) = call(&h.state, Method::DELETE, wire::WORK_PATH, "", None).await;
+    assert_eq!(status, StatusCode::METHOD_NOT_ALLOWED, "{value}");
+    assert_eq!(error_code(&value), error_codes::METHOD_NOT_ALLOWED);
+}
+
+#[tokio::test]
+async fn bodies_that_are_not_objects_and_integers_past_int64_are_refused_as_documented() {
+    let h = harness().await;
+    let credential = register(&h.state, "eu-1").await;
+    let (status, value) = call(
+        &h.state,
+        Method::POST,
+        wire::STATUS_PATH,
+        &credential,
+        Some("[null, null]".to_owned()),
+    )
+    .await;
+    assert_eq!(
+        status,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "an array is no report: {value}"
+    );
+    let mut beat = empty_beat("eu-1");
+    beat["capacity"]["totals"]["allocatable"]["pods"] = json!(9_223_372_036_854_775_808u64);
+    let (status, value) = call(
+        &h.state,
+        Method::POST,
+        wire::HEARTBEAT_PATH,
+        &credential,
+        Some(beat.to_string()),
+    )
+    .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{value}");
+    let message = value["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("capacity.totals.allocatable.pods"),
+        "names the field: {message}"
+    );
+    let (status, value) = call(
+        &h.state,
+        Method::GET,
+        &format!("{}?wait=9223372036854775808", wire::WORK_PATH),
+        &credential,
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{value}");
+}
