@@ -888,6 +888,38 @@ async fn rest_api_serves_clusters_placements_history_and_simulations_as_document
         409,
     )
     .await;
+    // A prune confirmation: only for a cluster with work, up to a revision it has reached.
+    let confirmation = "/api/v1/clusters/{name}/prune-confirmation";
+    rest.call(
+        "POST",
+        Some(confirmation),
+        "/api/v1/clusters/spare/prune-confirmation",
+        Some(ADMIN_TOKEN),
+        Body::None,
+        409,
+    )
+    .await;
+    rest.call(
+        "POST",
+        Some(confirmation),
+        "/api/v1/clusters/eu-1/prune-confirmation",
+        Some(READ_TOKEN),
+        Body::None,
+        403,
+    )
+    .await;
+    let eu_revision = eu.work().await.revision;
+    let confirmed = rest
+        .call(
+            "POST",
+            Some(confirmation),
+            "/api/v1/clusters/eu-1/prune-confirmation",
+            Some(ADMIN_TOKEN),
+            Body::Json(json!({"revision": eu_revision})),
+            200,
+        )
+        .await;
+    assert_eq!(confirmed, json!({"revision": eu_revision}));
     let acceptance = "/api/v1/clusters/{name}/acceptance";
     let withdrawn = json!({"accepted": false});
     rest.call(
@@ -971,6 +1003,7 @@ async fn rest_api_serves_clusters_placements_history_and_simulations_as_document
         ("PUT", "/api/v1/clusters/{name}/acceptance"),
         ("GET", "/api/v1/clusters/{name}/credentials"),
         ("POST", "/api/v1/clusters/{name}/credentials/revoke"),
+        ("POST", "/api/v1/clusters/{name}/prune-confirmation"),
         ("DELETE", "/api/v1/clusters/{name}"),
     ]
     .into_iter()
