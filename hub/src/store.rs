@@ -34,7 +34,7 @@ pub mod types;
 use std::sync::Arc;
 
 pub use self::contract::{
-    Backend, JOIN_TOKEN_PREFIX, Store, StoreError, StoreErrorKind, StoreFuture, StoreOp,
+    Backend, ChangeFeed, JOIN_TOKEN_PREFIX, Store, StoreError, StoreErrorKind, StoreFuture, StoreOp,
 };
 pub use self::postgres::PgStore;
 pub use self::sql::{Dialect, SqlStore};

@@ -14,8 +14,9 @@ use std::time::Duration;
 
 use jiff::{SignedDuration, Timestamp};
 use nave_hub::store::{
-    self, Backend, ClusterRecord, ClusterUpsert, Coordinates, HeartbeatRetention, HistoryQuery,
-    HistoryRetention, NewHeartbeat, PgStore, PlacementUpdate, Store, StoreErrorKind, WorkStatus,
+    self, Backend, Claim, ClusterRecord, ClusterUpsert, Coordinates, FeedEvent, HeartbeatRetention,
+    HistoryQuery, HistoryRetention, NewHeartbeat, PgStore, PlacementUpdate, Store, StoreChange,
+    StoreErrorKind, WorkStatus,
 };
 use serde_json::{Value, json};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
@@ -41,8 +42,20 @@ impl TestDb {
         }
     }
 
-    /// Opens a new store (its own pool) on this database, running the migrations.
+    /// Opens a new store (its own pool) on this database, running the migrations, and claims
+    /// the next term with it: the newest store opened writes placements and work.
     async fn open(&self) -> Arc<dyn Store> {
+        let store = self.open_following().await;
+        store
+            .claim_term(None, "conformance")
+            .await
+            .expect("claiming a term");
+        store
+    }
+
+    /// Opens a new store (its own pool) on this database without claiming a term, as a hub
+    /// replica that follows does.
+    async fn open_following(&self) -> Arc<dyn Store> {
         match &self.target {
             Target::Sqlite { url, .. } => store::connect(url)
                 .await
@@ -203,6 +216,10 @@ conformance!(
     join_tokens_register_one_name_once_before_they_expire,
     acceptance_is_stored_and_a_removed_cluster_leaves_nothing,
     secret_payloads_are_sealed_at_rest_and_read_back_in_clear,
+    a_replica_of_an_older_term_writes_no_placement_or_work,
+    a_claim_waits_for_writes_in_flight_and_no_older_write_lands_after_it,
+    work_sets_are_complete_once_the_current_term_published,
+    other_replicas_hear_every_change_but_their_own,
 );
 
 // Fixtures.
@@ -265,6 +282,22 @@ fn t(seconds: i64) -> Timestamp {
 }
 
 /// Registers the named clusters with default fields.
+/// Waits, with a deadline, until `check` holds.
+async fn wait_until<F, Fut>(what: &str, check: F)
+where
+    F: Fn() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while !check().await {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting until {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
 async fn register(store: &dyn Store, names: &[&str]) {
     for name in names {
         store
@@ -282,6 +315,10 @@ mod cases {
         let sealed = store::connect_sealed(&db.url(), Some(Arc::new(sealer)))
             .await
             .expect("a sealed store");
+        sealed
+            .claim_term(None, "conformance")
+            .await
+            .expect("claiming a term");
         register(&*sealed, &["eu-1"]).await;
         let secret = json!({
             "apiVersion": "v1", "kind": "Secret",
@@ -410,6 +447,202 @@ mod cases {
                 .await
                 .expect("junk")
         );
+    }
+
+    pub async fn a_replica_of_an_older_term_writes_no_placement_or_work(db: TestDb) {
+        let old = db.open_following().await;
+        register(&*old, &["eu-1"]).await;
+        let unclaimed = old.put_work("eu-1", &[]).await.expect_err("no term claimed");
+        assert!(
+            matches!(
+                unclaimed,
+                store::StoreError::Fenced {
+                    term: None,
+                    current: 0,
+                    ..
+                }
+            ),
+            "{unclaimed:?}"
+        );
+        assert_eq!(
+            old.claim_term(None, "replica-a").await.unwrap(),
+            Claim::Claimed(1)
+        );
+        old.put_work("eu-1", &[deployment("web", 1)])
+            .await
+            .expect("the leader writes");
+        assert!(!old.fenced().is_cancelled());
+
+        // Another replica takes over (a later lease term) while the first is paused.
+        let new = db.open_following().await;
+        assert_eq!(
+            new.claim_term(Some(5), "replica-b").await.unwrap(),
+            Claim::Claimed(5)
+        );
+        let refused = old
+            .put_work("eu-1", &[deployment("web", 9)])
+            .await
+            .expect_err("the paused leader's write after its successor claimed");
+        assert!(
+            matches!(
+                refused,
+                store::StoreError::Fenced {
+                    term: Some(1),
+                    current: 5,
+                    ..
+                }
+            ),
+            "{refused:?}"
+        );
+        assert_eq!(refused.kind(), StoreErrorKind::Unavailable);
+        assert!(
+            old.fenced().is_cancelled(),
+            "the refused replica hears it no longer leads"
+        );
+        let placement = PlacementUpdate {
+            namespace: "shop".to_owned(),
+            name: "web".to_owned(),
+            uid: "uid-1".to_owned(),
+            generation: 1,
+            decision: json!({"assignment": {"eu-1": 9}}),
+            trigger: "spec".to_owned(),
+            reason: "old".to_owned(),
+            at: Timestamp::now(),
+        };
+        assert!(old.put_placement(&placement).await.is_err(), "nor a placement");
+        assert!(
+            old.delete_placement("shop", "web").await.is_err(),
+            "nor a deletion"
+        );
+        assert!(old.mark_published().await.is_err(), "nor a publication");
+        assert_eq!(
+            new.get_work("eu-1").await.unwrap().map(|w| w.objects),
+            Some(vec![deployment("web", 1)]),
+            "what the store holds is the last write of the old term"
+        );
+        new.put_work("eu-1", &[deployment("web", 2)])
+            .await
+            .expect("the new leader writes");
+        // An older term cannot be claimed back, not even by the replica that held it.
+        assert_eq!(
+            old.claim_term(Some(4), "replica-a").await.unwrap(),
+            Claim::Stale { current: 5 }
+        );
+        let leadership = new.leadership().await.unwrap();
+        assert_eq!((leadership.term, leadership.holder.as_str()), (5, "replica-b"));
+    }
+
+    pub async fn a_claim_waits_for_writes_in_flight_and_no_older_write_lands_after_it(db: TestDb) {
+        let old = db.open().await;
+        register(&*old, &["eu-1"]).await;
+        if db.backend() == Backend::Postgres {
+            // Each write of a work set takes a while, so that the claim below always meets one
+            // in flight (on SQLite, `BEGIN IMMEDIATE` queues every write anyway).
+            let pool = sqlx::PgPool::connect(&db.url()).await.expect("raw Postgres");
+            for statement in [
+                "CREATE FUNCTION slow_work() RETURNS trigger AS $$ BEGIN PERFORM pg_sleep(0.2); RETURN NEW; END $$ LANGUAGE plpgsql",
+                "CREATE TRIGGER slow_work BEFORE INSERT OR UPDATE ON work FOR EACH ROW EXECUTE FUNCTION slow_work()",
+            ] {
+                sqlx::query(statement)
+                    .execute(&pool)
+                    .await
+                    .expect("a slow work table");
+            }
+        }
+        let writer = {
+            let old = old.clone();
+            tokio::spawn(async move {
+                let mut written = 0u32;
+                for i in 0..10_000u32 {
+                    match old.put_work("eu-1", &[deployment("web", i)]).await {
+                        Ok(_) => written += 1,
+                        Err(store::StoreError::Fenced { .. }) => return written,
+                        Err(e) => panic!("an unexpected error: {e:?}"),
+                    }
+                }
+                panic!("10,000 writes and never fenced")
+            })
+        };
+        // Let some writes land, then claim while the writer keeps going.
+        wait_until("the old leader has written", || async {
+            old.get_work("eu-1")
+                .await
+                .unwrap()
+                .is_some_and(|w| w.revision >= 2)
+        })
+        .await;
+        let new = db.open_following().await;
+        let Claim::Claimed(_) = new.claim_term(None, "replica-b").await.unwrap() else {
+            panic!("the claim of the next term is refused")
+        };
+        let at_claim = new.get_work("eu-1").await.unwrap().expect("a set").revision;
+        let written = writer.await.expect("the writer ends fenced");
+        let after = new.get_work("eu-1").await.unwrap().expect("a set").revision;
+        assert_eq!(
+            after, at_claim,
+            "no write of the old term lands after the claim ({written} landed before it)"
+        );
+    }
+
+    pub async fn work_sets_are_complete_once_the_current_term_published(db: TestDb) {
+        let first = db.open().await;
+        assert!(!first.leadership().await.unwrap().published());
+        first.mark_published().await.expect("publishing");
+        assert!(first.leadership().await.unwrap().published());
+        let second = db.open().await;
+        let leadership = second.leadership().await.unwrap();
+        assert!(
+            !leadership.published(),
+            "a new term has not published yet: {leadership:?}"
+        );
+        second.mark_published().await.expect("publishing");
+        assert!(second.leadership().await.unwrap().published());
+    }
+
+    pub async fn other_replicas_hear_every_change_but_their_own(db: TestDb) {
+        let leader = db.open().await;
+        let follower = db.open_following().await;
+        let Some(mut feed) = follower.changes().await.expect("listening") else {
+            assert_eq!(db.backend(), Backend::Sqlite, "only SQLite announces nothing");
+            return;
+        };
+        let Some(mut own) = leader.changes().await.expect("listening") else {
+            panic!("Postgres announces changes")
+        };
+        register(&*leader, &["eu-1"]).await;
+        leader.put_work("eu-1", &[deployment("web", 1)]).await.unwrap();
+        leader
+            .record_heartbeat(&heartbeat("eu-1", Timestamp::now(), 2))
+            .await
+            .unwrap();
+        leader.mark_published().await.unwrap();
+        let mut heard = Vec::new();
+        while heard.len() < 4 {
+            let event = tokio::time::timeout(Duration::from_secs(10), futures::StreamExt::next(&mut feed))
+                .await
+                .unwrap_or_else(|_| panic!("heard only {heard:?}"))
+                .expect("the feed goes on");
+            heard.push(event);
+        }
+        assert_eq!(
+            heard,
+            vec![
+                FeedEvent::Change(StoreChange::Cluster("eu-1".to_owned())),
+                FeedEvent::Change(StoreChange::Work {
+                    cluster: "eu-1".to_owned(),
+                    revision: 1
+                }),
+                FeedEvent::Change(StoreChange::Heartbeat("eu-1".to_owned())),
+                FeedEvent::Change(StoreChange::Leadership),
+            ]
+        );
+        // The leader hears nothing of its own: the follower's write is the first it hears.
+        follower.set_accepted("eu-1", false).await.unwrap();
+        let first = tokio::time::timeout(Duration::from_secs(10), futures::StreamExt::next(&mut own))
+            .await
+            .expect("the follower's change is heard")
+            .expect("the feed goes on");
+        assert_eq!(first, FeedEvent::Change(StoreChange::Cluster("eu-1".to_owned())));
     }
 
     pub async fn acceptance_is_stored_and_a_removed_cluster_leaves_nothing(db: TestDb) {

@@ -16,6 +16,9 @@ use super::types::*;
 /// The future returned by every [`Store`] method.
 pub type StoreFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, StoreError>> + Send + 'a>>;
 
+/// Other replicas' writes to the store, as they commit (see [`Store::changes`]).
+pub type ChangeFeed = Pin<Box<dyn futures::Stream<Item = FeedEvent> + Send>>;
+
 /// The hub's operational state and history. Implemented by [`SqliteStore`] and [`PgStore`]; the
 /// conformance suite (`tests/store_conformance.rs`) runs the same cases against both.
 ///
@@ -35,6 +38,35 @@ pub trait Store: Send + Sync + fmt::Debug {
     /// for as long as it lives, different for every other store (a new file, a new database).
     /// Agents compare it to tell a replaced store from the one they followed.
     fn identity(&self) -> StoreFuture<'_, String>;
+
+    /// The store's leadership record: the current term, its holder, and whether its leader
+    /// published every workload's objects.
+    fn leadership(&self) -> StoreFuture<'_, Leadership>;
+
+    /// Claims `term` for `holder` (`None`: the term after the store's current one). It succeeds
+    /// only when `term` is above the store's current term, which it becomes; from then on this
+    /// handle (and its clones) writes placements and work sets under it, and the store refuses
+    /// those writes from every other term, in the same transaction as the write. A replica that
+    /// lost the lead without knowing it (paused, partitioned) is refused once its successor
+    /// claimed, and [`fenced`](Store::fenced) tells it.
+    fn claim_term<'a>(&'a self, term: Option<u64>, holder: &'a str) -> StoreFuture<'a, Claim>;
+
+    /// The term this handle writes under; `None` before a claim (it writes no placements or
+    /// work then).
+    fn term(&self) -> Option<u64>;
+
+    /// Cancelled the first time the store refuses a write of this handle because another term
+    /// was claimed since: this handle's replica no longer leads.
+    fn fenced(&self) -> tokio_util::sync::CancellationToken;
+
+    /// Records that this handle's term has published every workload's objects; fenced as
+    /// placements and work are.
+    fn mark_published(&self) -> StoreFuture<'_, ()>;
+
+    /// What other replicas write, as it commits, for the replicas that keep state in memory;
+    /// `None` where the backend announces nothing (SQLite: one hub per file). Announcements are
+    /// at most once: after a lost connection the feed says [`FeedEvent::Resync`].
+    fn changes(&self) -> StoreFuture<'_, Option<ChangeFeed>>;
 
     /// Inserts a cluster or updates its descriptive fields, returning the stored row.
     /// `registered_at` is set on insert and kept afterwards.
@@ -173,6 +205,10 @@ impl fmt::Display for Backend {
 pub enum StoreOp {
     CheckWritable,
     Identity,
+    Leadership,
+    ClaimTerm,
+    MarkPublished,
+    Listen,
     UpsertCluster,
     GetCluster,
     ListClusters,
@@ -210,6 +246,10 @@ impl StoreOp {
         match self {
             StoreOp::CheckWritable => "check_writable",
             StoreOp::Identity => "identity",
+            StoreOp::Leadership => "leadership",
+            StoreOp::ClaimTerm => "claim_term",
+            StoreOp::MarkPublished => "mark_published",
+            StoreOp::Listen => "listen",
             StoreOp::UpsertCluster => "upsert_cluster",
             StoreOp::GetCluster => "get_cluster",
             StoreOp::ListClusters => "list_clusters",
@@ -323,6 +363,19 @@ pub enum StoreError {
         #[source]
         source: Box<dyn std::error::Error + Send + Sync>,
     },
+    /// A write of placements or work from a handle whose term is not the store's: another
+    /// replica claimed the store since (or this handle never claimed it).
+    #[error(
+        "store operation {op}: the store is at term {current}, this replica writes under {term:?}; it does not lead"
+    )]
+    Fenced {
+        /// The operation.
+        op: StoreOp,
+        /// The term of the handle, if it claimed one.
+        term: Option<u64>,
+        /// The store's current term.
+        current: u64,
+    },
     /// The operating system's random number generator failed while issuing a token.
     #[error("store operation {op}: generating a token")]
     Random {
@@ -353,6 +406,7 @@ impl StoreError {
         match self {
             StoreError::UnknownCluster { .. } => StoreErrorKind::UnknownCluster,
             StoreError::OutOfRange { .. } => StoreErrorKind::InvalidInput,
+            StoreError::Fenced { .. } => StoreErrorKind::Unavailable,
             StoreError::Connect { source, .. } | StoreError::Query { source, .. } if is_transient(source) => {
                 StoreErrorKind::Unavailable
             }
@@ -367,6 +421,7 @@ impl StoreError {
             | StoreError::UnknownCluster { op, .. }
             | StoreError::OutOfRange { op, .. }
             | StoreError::Corrupt { op, .. }
+            | StoreError::Fenced { op, .. }
             | StoreError::Random { op, .. } => Some(*op),
             StoreError::UnsupportedUrl { .. } | StoreError::Connect { .. } | StoreError::Migrate { .. } => {
                 None

@@ -9,10 +9,12 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use sqlx::Postgres;
-use sqlx::postgres::{PgConnectOptions, PgPoolOptions, PgQueryResult};
+use sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions, PgQueryResult};
+use tracing::warn;
 
-use super::contract::{Backend, StoreError};
-use super::sql::{Dialect, SqlStore, connect_error, migrate};
+use super::contract::{Backend, ChangeFeed, StoreError, StoreOp, query_error};
+use super::sql::{Dialect, Notice, SqlStore, connect_error, migrate};
+use super::types::FeedEvent;
 
 /// The embedded migrations of `migrations/postgres`.
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/postgres");
@@ -34,7 +36,50 @@ impl Dialect for Postgres {
     fn rows_affected(done: &PgQueryResult) -> u64 {
         done.rows_affected()
     }
+
+    const NOTIFY: Option<&'static str> = Some("SELECT pg_notify($1, $2)");
+
+    async fn listen(
+        pool: &sqlx::Pool<Postgres>,
+        channel: &str,
+        origin: &str,
+    ) -> Result<Option<ChangeFeed>, StoreError> {
+        let mut listener = PgListener::connect_with(pool)
+            .await
+            .map_err(query_error(StoreOp::Listen))?;
+        listener
+            .listen(channel)
+            .await
+            .map_err(query_error(StoreOp::Listen))?;
+        let origin = origin.to_owned();
+        let feed = futures::stream::unfold((listener, origin), |(mut listener, origin)| async move {
+            loop {
+                match listener.try_recv().await {
+                    Ok(Some(notification)) => match serde_json::from_str::<Notice>(notification.payload()) {
+                        Ok(notice) if notice.o == origin => continue,
+                        Ok(notice) => return Some((FeedEvent::Change(notice.c), (listener, origin))),
+                        Err(error) => {
+                            warn!(error = %error, "an announcement of the store that does not parse; reading everything again");
+                            return Some((FeedEvent::Resync, (listener, origin)));
+                        }
+                    },
+                    // The connection was lost and is made again on the next call: whatever was
+                    // announced meanwhile is missed.
+                    Ok(None) => return Some((FeedEvent::Resync, (listener, origin))),
+                    Err(error) => {
+                        warn!(error = %error, "listening to the store failed; retrying");
+                        tokio::time::sleep(LISTEN_RETRY).await;
+                        return Some((FeedEvent::Resync, (listener, origin)));
+                    }
+                }
+            }
+        });
+        Ok(Some(Box::pin(feed)))
+    }
 }
+
+/// How long the change feed waits before listening again after a failure.
+const LISTEN_RETRY: Duration = Duration::from_secs(1);
 
 impl SqlStore<Postgres> {
     /// Connects to the database named by a `postgres://` URL and applies the migrations.
@@ -59,6 +104,13 @@ impl SqlStore<Postgres> {
             .connect_with(options)
             .await
             .map_err(connect_error::<Postgres>)?;
-        migrate(&MIGRATOR, pool).await
+        let store = migrate(&MIGRATOR, pool).await?;
+        // One channel per store: stores in other schemas of the same database (Postgres
+        // channels are per database) do not hear each other.
+        let identity: String = sqlx::query_scalar("SELECT id FROM store_identity WHERE singleton = 1")
+            .fetch_one(store.pool())
+            .await
+            .map_err(query_error(StoreOp::Identity))?;
+        Ok(store.announcing_on(format!("nave_{identity}")))
     }
 }

@@ -95,6 +95,7 @@ mod tests {
         let store = connect(&format!("sqlite://{}", dir.path().join("hub.db").display()))
             .await
             .unwrap();
+        store.claim_term(None, "test").await.unwrap();
         store
             .upsert_cluster(&ClusterUpsert {
                 name: "eu-1".to_owned(),

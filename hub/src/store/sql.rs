@@ -49,6 +49,18 @@ pub trait Dialect: Database {
 
     /// How many rows a statement changed (sqlx has no trait for it).
     fn rows_affected(done: &Self::QueryResult) -> u64;
+
+    /// The statement that announces a change to the other replicas, binding the channel and the
+    /// payload; `None` where nothing listens (SQLite: one hub per file).
+    const NOTIFY: Option<&'static str>;
+
+    /// The other replicas' announcements on `channel`, skipping those of `origin` (this
+    /// process); `None` where the backend has none.
+    fn listen(
+        pool: &Pool<Self>,
+        channel: &str,
+        origin: &str,
+    ) -> impl std::future::Future<Output = Result<Option<ChangeFeed>, StoreError>> + Send;
 }
 
 /// The store on a pool of either backend: [`SqliteStore`] or [`PgStore`].
@@ -57,6 +69,29 @@ pub struct SqlStore<DB: Database> {
     pub(super) pool: Pool<DB>,
     /// Seals Secret payloads in work sets; `None`: stored as they come.
     pub(super) sealer: Option<std::sync::Arc<super::sealed::Sealer>>,
+    /// What this handle (and its clones) writes placements and work under.
+    fence: std::sync::Arc<Fence>,
+    /// Where changes are announced: one channel per store (its identity), so stores in other
+    /// schemas of the same database do not hear each other.
+    channel: std::sync::Arc<str>,
+    /// This process's mark on its announcements, so it skips its own.
+    origin: std::sync::Arc<str>,
+}
+
+/// The term a store handle claimed, and the signal that another term was claimed since.
+#[derive(Debug, Default)]
+struct Fence {
+    term: std::sync::Mutex<Option<u64>>,
+    lost: tokio_util::sync::CancellationToken,
+}
+
+/// An announcement as it travels: who wrote, and what.
+#[derive(serde::Serialize, serde::Deserialize)]
+pub(super) struct Notice {
+    /// The writing process's [`SqlStore::origin`].
+    pub(super) o: String,
+    /// The change.
+    pub(super) c: StoreChange,
 }
 
 impl<DB: Database> Clone for SqlStore<DB> {
@@ -64,6 +99,9 @@ impl<DB: Database> Clone for SqlStore<DB> {
         SqlStore {
             pool: self.pool.clone(),
             sealer: self.sealer.clone(),
+            fence: self.fence.clone(),
+            channel: self.channel.clone(),
+            origin: self.origin.clone(),
         }
     }
 }
@@ -72,6 +110,12 @@ impl<DB: Dialect> SqlStore<DB> {
     /// The same store, sealing the Secret payloads of work sets with `sealer`.
     pub fn with_sealer(mut self, sealer: Option<std::sync::Arc<super::sealed::Sealer>>) -> Self {
         self.sealer = sealer;
+        self
+    }
+
+    /// The same store, announcing its changes on `channel` (see [`Dialect::NOTIFY`]).
+    pub(super) fn announcing_on(mut self, channel: String) -> Self {
+        self.channel = channel.into();
         self
     }
 
@@ -86,6 +130,75 @@ impl<DB: Dialect> SqlStore<DB> {
             .await
             .map_err(query_error(op))
     }
+
+    /// The announcement of `change`, as the statement [`Dialect::NOTIFY`] binds: channel and
+    /// payload; `None` where the backend announces nothing.
+    fn notice(&self, change: StoreChange) -> Option<(&'static str, &str, String)> {
+        let sql = DB::NOTIFY?;
+        let payload = serde_json::to_string(&Notice {
+            o: self.origin.to_string(),
+            c: change,
+        })
+        .ok()?;
+        Some((sql, &self.channel, payload))
+    }
+
+    /// Refuses with [`StoreError::Fenced`] unless `current`, the store's term read in the
+    /// writing transaction, is the one this handle claimed; the first refusal after a claim
+    /// cancels [`Store::fenced`].
+    fn check_term(&self, op: StoreOp, current: i64) -> Result<u64, StoreError> {
+        let current = revision_out(op, "term", current)?;
+        let mine = *self.fence.term.lock().unwrap_or_else(|e| e.into_inner());
+        if mine == Some(current) {
+            return Ok(current);
+        }
+        if mine.is_some() {
+            self.fence.lost.cancel();
+        }
+        Err(StoreError::Fenced {
+            op,
+            term: mine,
+            current,
+        })
+    }
+}
+
+/// Reads the store's term in a writing transaction; on Postgres with a share lock, so that a
+/// claim of a new term waits for the writes in flight and every write after it sees it.
+const TERM_FOR_WRITE: &str = "SELECT term FROM leadership WHERE singleton = 1";
+const TERM_FOR_WRITE_LOCKED: &str = "SELECT term FROM leadership WHERE singleton = 1 FOR SHARE";
+/// Reads the store's term to claim the next; on Postgres locking the row for the update.
+const TERM_FOR_CLAIM_LOCKED: &str = "SELECT term FROM leadership WHERE singleton = 1 FOR UPDATE";
+
+/// Announces `$change` to the other replicas through `$executor` (a transaction, so it is heard
+/// when the write commits, or the pool), where the backend announces anything.
+macro_rules! announce {
+    ($store:expr, $executor:expr, $op:expr, $change:expr) => {
+        if let Some((sql, channel, payload)) = $store.notice($change) {
+            sqlx::query(sql)
+                .bind(channel)
+                .bind(payload)
+                .execute($executor)
+                .await
+                .map_err(query_error($op))?;
+        }
+    };
+}
+
+/// Reads the store's term in the writing transaction `$tx` and refuses unless this handle
+/// claimed it (see [`SqlStore::check_term`]).
+macro_rules! fence {
+    ($store:expr, $tx:expr, $op:expr) => {{
+        let current: i64 = sqlx::query_scalar(if DB::ROW_LOCKS {
+            TERM_FOR_WRITE_LOCKED
+        } else {
+            TERM_FOR_WRITE
+        })
+        .fetch_one(&mut *$tx)
+        .await
+        .map_err(query_error($op))?;
+        $store.check_term($op, current)?
+    }};
 }
 
 /// Maps an error opening a pool of `DB`.
@@ -108,7 +221,22 @@ where
         backend: DB::BACKEND,
         source,
     })?;
-    Ok(SqlStore { pool, sealer: None })
+    let mut origin = [0u8; 8];
+    getrandom::fill(&mut origin).map_err(|source| StoreError::Random {
+        op: StoreOp::Identity,
+        source,
+    })?;
+    Ok(SqlStore {
+        pool,
+        sealer: None,
+        fence: Default::default(),
+        channel: "".into(),
+        origin: origin
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect::<String>()
+            .into(),
+    })
 }
 
 // Column lists, as macros so that `concat!` can splice them into `&'static str` SQL (sqlx accepts
@@ -153,6 +281,7 @@ where
     (String,): for<'r> FromRow<'r, DB::Row>,
     (i64, String): for<'r> FromRow<'r, DB::Row>,
     (String, String): for<'r> FromRow<'r, DB::Row>,
+    (i64, String, i64): for<'r> FromRow<'r, DB::Row>,
     ClusterRow: for<'r> FromRow<'r, DB::Row>,
     CredentialRow: for<'r> FromRow<'r, DB::Row>,
     JoinTokenRow: for<'r> FromRow<'r, DB::Row>,
@@ -196,6 +325,87 @@ where
         })
     }
 
+    fn leadership(&self) -> StoreFuture<'_, Leadership> {
+        Box::pin(async move {
+            const OP: StoreOp = StoreOp::Leadership;
+            let (term, holder, published): (i64, String, i64) =
+                sqlx::query_as("SELECT term, holder, published_term FROM leadership WHERE singleton = 1")
+                    .fetch_one(&self.pool)
+                    .await
+                    .map_err(query_error(OP))?;
+            Ok(Leadership {
+                term: revision_out(OP, "term", term)?,
+                holder,
+                published_term: revision_out(OP, "published term", published)?,
+            })
+        })
+    }
+
+    fn claim_term<'a>(&'a self, term: Option<u64>, holder: &'a str) -> StoreFuture<'a, Claim> {
+        Box::pin(async move {
+            const OP: StoreOp = StoreOp::ClaimTerm;
+            let mut tx = self.begin_write(OP).await?;
+            let current: i64 = sqlx::query_scalar(if DB::ROW_LOCKS {
+                TERM_FOR_CLAIM_LOCKED
+            } else {
+                TERM_FOR_WRITE
+            })
+            .fetch_one(&mut *tx)
+            .await
+            .map_err(query_error(OP))?;
+            let current = revision_out(OP, "term", current)?;
+            let wanted = term.unwrap_or(current + 1);
+            if wanted <= current {
+                tx.rollback().await.map_err(query_error(OP))?;
+                if self.term().is_some_and(|mine| mine < current) {
+                    self.fence.lost.cancel();
+                }
+                return Ok(Claim::Stale { current });
+            }
+            sqlx::query(
+                "UPDATE leadership SET term = $1, holder = $2, changed_at_ms = $3 WHERE singleton = 1",
+            )
+            .bind(revision_in(OP, "term", wanted)?)
+            .bind(holder)
+            .bind(millis(Timestamp::now()))
+            .execute(&mut *tx)
+            .await
+            .map_err(query_error(OP))?;
+            announce!(self, &mut *tx, OP, StoreChange::Leadership);
+            tx.commit().await.map_err(query_error(OP))?;
+            *self.fence.term.lock().unwrap_or_else(|e| e.into_inner()) = Some(wanted);
+            Ok(Claim::Claimed(wanted))
+        })
+    }
+
+    fn term(&self) -> Option<u64> {
+        *self.fence.term.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn fenced(&self) -> tokio_util::sync::CancellationToken {
+        self.fence.lost.clone()
+    }
+
+    fn mark_published(&self) -> StoreFuture<'_, ()> {
+        Box::pin(async move {
+            const OP: StoreOp = StoreOp::MarkPublished;
+            let mut tx = self.begin_write(OP).await?;
+            let term = fence!(self, tx, OP);
+            sqlx::query("UPDATE leadership SET published_term = $1 WHERE singleton = 1")
+                .bind(revision_in(OP, "term", term)?)
+                .execute(&mut *tx)
+                .await
+                .map_err(query_error(OP))?;
+            announce!(self, &mut *tx, OP, StoreChange::Leadership);
+            tx.commit().await.map_err(query_error(OP))?;
+            Ok(())
+        })
+    }
+
+    fn changes(&self) -> StoreFuture<'_, Option<ChangeFeed>> {
+        Box::pin(async move { DB::listen(&self.pool, &self.channel, &self.origin).await })
+    }
+
     fn upsert_cluster<'a>(&'a self, cluster: &'a ClusterUpsert) -> StoreFuture<'a, ClusterRecord> {
         Box::pin(async move {
             const OP: StoreOp = StoreOp::UpsertCluster;
@@ -227,6 +437,7 @@ where
             .fetch_one(&self.pool)
             .await
             .map_err(query_error(OP))?;
+            announce!(self, &self.pool, OP, StoreChange::Cluster(cluster.name.clone()));
             row.into_record(OP)
         })
     }
@@ -365,6 +576,7 @@ where
                 .execute(&self.pool)
                 .await
                 .map_err(query_error(OP))?;
+            announce!(self, &self.pool, OP, StoreChange::Cluster(cluster.to_owned()));
             self.get_cluster(cluster).await
         })
     }
@@ -382,6 +594,7 @@ where
                 .execute(&self.pool)
                 .await
                 .map_err(query_error(OP))?;
+            announce!(self, &self.pool, OP, StoreChange::Cluster(cluster.to_owned()));
             self.get_cluster(cluster).await
         })
     }
@@ -407,6 +620,7 @@ where
                 .execute(&mut *tx)
                 .await
                 .map_err(query_error(OP))?;
+            announce!(self, &mut *tx, OP, StoreChange::Cluster(cluster.to_owned()));
             tx.commit().await.map_err(query_error(OP))?;
             Ok(DB::rows_affected(&done) == 1)
         })
@@ -539,6 +753,12 @@ where
             .execute(&mut *tx)
             .await
             .map_err(query_error(OP))?;
+            announce!(
+                self,
+                &mut *tx,
+                OP,
+                StoreChange::Heartbeat(heartbeat.cluster.clone())
+            );
             tx.commit().await.map_err(query_error(OP))?;
             Ok(id)
         })
@@ -606,6 +826,7 @@ where
             let hash = decision_hash(&placement.decision);
             let at = millis(placement.at);
             let mut tx = self.begin_write(OP).await?;
+            fence!(self, tx, OP);
             // Insert if new; otherwise read (and, with row locks, lock) the stored row before
             // comparing, so that two writers of the same MCD cannot both see the old decision and
             // both record a change.
@@ -674,6 +895,11 @@ where
             } else {
                 None
             };
+            let change = StoreChange::Placement {
+                namespace: placement.namespace.clone(),
+                name: placement.name.clone(),
+            };
+            announce!(self, &mut *tx, OP, change);
             tx.commit().await.map_err(query_error(OP))?;
             Ok(PlacementWrite { changed, history_id })
         })
@@ -719,12 +945,20 @@ where
     fn delete_placement<'a>(&'a self, namespace: &'a str, name: &'a str) -> StoreFuture<'a, bool> {
         Box::pin(async move {
             const OP: StoreOp = StoreOp::DeletePlacement;
+            let mut tx = self.begin_write(OP).await?;
+            fence!(self, tx, OP);
             let done = sqlx::query("DELETE FROM placements WHERE namespace = $1 AND name = $2")
                 .bind(namespace)
                 .bind(name)
-                .execute(&self.pool)
+                .execute(&mut *tx)
                 .await
                 .map_err(query_error(OP))?;
+            let change = StoreChange::Placement {
+                namespace: namespace.to_owned(),
+                name: name.to_owned(),
+            };
+            announce!(self, &mut *tx, OP, change);
+            tx.commit().await.map_err(query_error(OP))?;
             Ok(DB::rows_affected(&done) == 1)
         })
     }
@@ -747,6 +981,7 @@ where
             const OP: StoreOp = StoreOp::PutWork;
             let stored = super::sealed::seal(self.sealer.as_deref(), objects);
             let mut tx = self.begin_write(OP).await?;
+            fence!(self, tx, OP);
             // The conditional upsert bumps the revision only when the content hash differs and
             // returns no row when it changed nothing. On Postgres it locks the row until commit
             // either way (ON CONFLICT DO UPDATE locks rows its WHERE rejects), so concurrent
@@ -780,11 +1015,16 @@ where
                     (revision, false)
                 }
             };
+            let revision = revision_out(OP, "revision", revision)?;
+            if changed {
+                let change = StoreChange::Work {
+                    cluster: cluster.to_owned(),
+                    revision,
+                };
+                announce!(self, &mut *tx, OP, change);
+            }
             tx.commit().await.map_err(query_error(OP))?;
-            Ok(WorkWrite {
-                revision: revision_out(OP, "revision", revision)?,
-                changed,
-            })
+            Ok(WorkWrite { revision, changed })
         })
     }
 
@@ -828,6 +1068,7 @@ where
             .execute(&self.pool)
             .await
             .map_err(cluster_write_error(OP, &status.cluster))?;
+            announce!(self, &self.pool, OP, StoreChange::Status(status.cluster.clone()));
             Ok(())
         })
     }

@@ -12,7 +12,7 @@ use std::time::Duration;
 use sqlx::Sqlite;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteQueryResult};
 
-use super::contract::{Backend, StoreError};
+use super::contract::{Backend, ChangeFeed, StoreError};
 use super::sql::{Dialect, SqlStore, connect_error, migrate};
 
 /// The embedded migrations of `migrations/sqlite`.
@@ -34,6 +34,16 @@ impl Dialect for Sqlite {
 
     fn rows_affected(done: &SqliteQueryResult) -> u64 {
         done.rows_affected()
+    }
+
+    const NOTIFY: Option<&'static str> = None;
+
+    async fn listen(
+        _pool: &sqlx::Pool<Sqlite>,
+        _channel: &str,
+        _origin: &str,
+    ) -> Result<Option<ChangeFeed>, StoreError> {
+        Ok(None)
     }
 }
 

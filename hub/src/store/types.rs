@@ -420,3 +420,76 @@ pub struct WorkStatus {
     /// When the hub received the report.
     pub reported_at: Timestamp,
 }
+
+/// Who leads the hub's replicas, as the store records it (see [`Store::claim_term`]).
+///
+/// [`Store::claim_term`]: super::Store::claim_term
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct Leadership {
+    /// The current term: only a store handle that claimed it writes placements and work.
+    pub term: u64,
+    /// Who claimed it (a replica's identity).
+    pub holder: String,
+    /// The newest term whose leader published every workload's objects; the work sets are
+    /// complete when it equals `term`.
+    pub published_term: u64,
+}
+
+impl Leadership {
+    /// Whether the current term's leader has published every workload's objects.
+    pub fn published(&self) -> bool {
+        self.term > 0 && self.published_term == self.term
+    }
+}
+
+/// The outcome of [`Store::claim_term`](super::Store::claim_term).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Claim {
+    /// This handle now writes under this term.
+    Claimed(u64),
+    /// The store is at this term already, or past it: another replica leads, or led later.
+    Stale {
+        /// The store's current term.
+        current: u64,
+    },
+}
+
+/// A write another hub replica made to the store, as the store announces it to the others
+/// (Postgres `LISTEN/NOTIFY`), so each can update what it keeps in memory and wake its
+/// long-polls. Each names what changed; the receiver reads the rest from the store.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum StoreChange {
+    /// A cluster was registered, accepted or withdrawn, confirmed a prune, or removed.
+    Cluster(String),
+    /// A cluster's heartbeat was recorded.
+    Heartbeat(String),
+    /// A cluster's agent reported status.
+    Status(String),
+    /// A cluster's work set changed to `revision`.
+    Work {
+        /// The cluster.
+        cluster: String,
+        /// Its new revision.
+        revision: u64,
+    },
+    /// A workload's placement was written or deleted.
+    Placement {
+        /// Its namespace.
+        namespace: String,
+        /// Its name.
+        name: String,
+    },
+    /// A term was claimed, or its leader published every workload's objects.
+    Leadership,
+}
+
+/// What a store's change feed yields.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum FeedEvent {
+    /// Another replica wrote this.
+    Change(StoreChange),
+    /// Changes may have been missed (the feed's connection was lost and made again): read
+    /// everything kept in memory again.
+    Resync,
+}
