@@ -498,55 +498,26 @@ async fn heartbeat(
 ) -> Result<Json<HeartbeatAnswer>, ApiError> {
     tracing::Span::current().record("cluster", identity.cluster.as_str());
     check_scope(&identity, beat.cluster_name.as_deref())?;
-    let before = state.index.cluster(&identity.cluster);
     let capacity = serde_json::to_value(&beat.capacity).ok();
     let now = jiff::Timestamp::now();
     let record = NewHeartbeat {
         cluster: identity.cluster.clone(),
         received_at: now,
         payload: serde_json::to_value(&beat).unwrap_or_default(),
-        capacity: capacity.clone(),
+        capacity,
         agent_version: Some(beat.agent_version.clone()),
         kubernetes_version: beat.kubernetes_version.clone(),
     };
     state.store.record_heartbeat(&record).await?;
-    state.index.heartbeat(
-        &identity.cluster,
-        now,
-        record.capacity,
-        record.agent_version,
-        record.kubernetes_version,
-    );
-    // An agent lists at most this many; one that sends more does not get them all kept.
-    let mut pending = beat.pending_pods.clone();
-    pending.truncate(Heartbeat::MAX_PENDING_PODS);
-    state.index.put_pending(&identity.cluster, pending);
-    // A cluster that is not accepted neither publishes a probe URL (other agents would probe
-    // whatever it names) nor feeds the fleet's network coordinates.
-    let accepted = before.as_ref().is_some_and(|c| c.accepted);
+    let observed =
+        state
+            .index
+            .observe_heartbeat(&identity.cluster, now, &beat, state.timings.heartbeat_grace);
+    if let Some(trigger) = &state.trigger {
+        trigger.wake(observed.wake, &state.index);
+    }
+    let (was_ready, accepted) = (observed.was_ready, observed.accepted);
     let network = state.index.network();
-    if accepted {
-        network.put(
-            &identity.cluster,
-            beat.probe_url.as_deref(),
-            &beat.latency_samples,
-        );
-    } else {
-        network.put(&identity.cluster, None, &[]);
-    }
-    // A pass of the controllers only when placement inputs changed: new capacity, or a cluster
-    // that was not Ready (no heartbeat within the grace period) coming back.
-    let was_ready = before
-        .as_ref()
-        .and_then(|c| c.last_heartbeat_at)
-        .is_some_and(|at| now.duration_since(at).unsigned_abs() < state.timings.heartbeat_grace);
-    let capacity_changed = before.as_ref().and_then(|c| c.capacity.as_ref()) != capacity.as_ref();
-    if !was_ready {
-        state.trigger();
-    } else if capacity_changed {
-        // Settled workloads keep their placement whatever the room (placement is steady).
-        state.trigger_workloads(state.index.unsettled());
-    }
     if let Some(objects) = &state.cluster_objects {
         let summary = workload_clusters::status_summary(&beat);
         let due = {

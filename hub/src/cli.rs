@@ -88,6 +88,105 @@ pub struct RunArgs {
     /// Prometheus as a scoring input.
     #[command(flatten)]
     pub prometheus: PrometheusArgs,
+    /// Several replicas: which one leads.
+    #[command(flatten)]
+    pub leader_election: LeaderElectionArgs,
+}
+
+/// Leader election among hub replicas (see the `leader` module). Without `--leader-elect` the
+/// hub leads alone: it claims the store's next term at start, so a second hub started on the
+/// same store by mistake takes over and the first stops, rather than both writing.
+#[derive(Debug, Clone, PartialEq, clap::Args)]
+pub struct LeaderElectionArgs {
+    /// Elect a leader among the replicas through a Lease of the management cluster; every
+    /// replica serves agents and the REST API, the leader alone places workloads. Needs a
+    /// store the replicas share (Postgres).
+    #[arg(long, env = "NAVE_LEADER_ELECT")]
+    pub leader_elect: bool,
+    /// Namespace of the Lease; default: `POD_NAMESPACE`, else `nave-system`.
+    #[arg(long, env = "NAVE_LEADER_ELECTION_NAMESPACE")]
+    pub leader_election_namespace: Option<String>,
+    /// Name of the Lease.
+    #[arg(long, env = "NAVE_LEADER_ELECTION_LEASE", default_value = "nave-hub")]
+    pub leader_election_lease: String,
+    /// This replica's identity in the Lease; default: `POD_NAME`, else the host name and the
+    /// process id.
+    #[arg(long, env = "NAVE_LEADER_ELECTION_IDENTITY")]
+    pub leader_election_identity: Option<String>,
+    /// How long a Lease whose holder stopped renewing stays its holder's.
+    #[arg(long, env = "NAVE_LEASE_DURATION", default_value = "8s", value_parser = positive_duration)]
+    pub lease_duration: Duration,
+    /// How long a leader keeps leading without renewing the Lease; shorter than the lease
+    /// duration.
+    #[arg(long, env = "NAVE_RENEW_DEADLINE", default_value = "5s", value_parser = positive_duration)]
+    pub renew_deadline: Duration,
+    /// How often candidates try to take the Lease and the leader renews it.
+    #[arg(long, env = "NAVE_RETRY_PERIOD", default_value = "1s", value_parser = positive_duration)]
+    pub retry_period: Duration,
+}
+
+impl Default for LeaderElectionArgs {
+    fn default() -> Self {
+        LeaderElectionArgs {
+            leader_elect: false,
+            leader_election_namespace: None,
+            leader_election_lease: "nave-hub".to_owned(),
+            leader_election_identity: None,
+            lease_duration: Duration::from_secs(8),
+            renew_deadline: Duration::from_secs(5),
+            retry_period: Duration::from_secs(1),
+        }
+    }
+}
+
+impl LeaderElectionArgs {
+    /// This replica's identity: the flag, the pod's name, or the host name and process id.
+    pub fn identity(&self) -> String {
+        self.leader_election_identity
+            .clone()
+            .or_else(|| std::env::var("POD_NAME").ok().filter(|n| !n.is_empty()))
+            .unwrap_or_else(|| {
+                let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+                    .map(|h| h.trim().to_owned())
+                    .ok()
+                    .filter(|h| !h.is_empty())
+                    .unwrap_or_else(|| "nave-hub".to_owned());
+                format!("{host}-{}", std::process::id())
+            })
+    }
+
+    /// The election's settings; `None` without `--leader-elect`. Refuses timings that cannot
+    /// work: a renew deadline that is not shorter than the lease duration would let a leader
+    /// go on after another took over, a retry period that is not shorter than the renew
+    /// deadline would give it no second try.
+    pub fn config(&self) -> Result<Option<crate::leader::Config>, String> {
+        if !self.leader_elect {
+            return Ok(None);
+        }
+        if self.renew_deadline >= self.lease_duration {
+            return Err(format!(
+                "--renew-deadline ({:?}) must be shorter than --lease-duration ({:?})",
+                self.renew_deadline, self.lease_duration
+            ));
+        }
+        if self.retry_period >= self.renew_deadline {
+            return Err(format!(
+                "--retry-period ({:?}) must be shorter than --renew-deadline ({:?})",
+                self.retry_period, self.renew_deadline
+            ));
+        }
+        let namespace = self
+            .leader_election_namespace
+            .clone()
+            .or_else(|| std::env::var("POD_NAMESPACE").ok().filter(|n| !n.is_empty()))
+            .unwrap_or_else(|| "nave-system".to_owned());
+        let mut config = crate::leader::Config::new(namespace, self.identity());
+        config.name = self.leader_election_lease.clone();
+        config.lease_duration = self.lease_duration;
+        config.renew_deadline = self.renew_deadline;
+        config.retry_period = self.retry_period;
+        Ok(Some(config))
+    }
 }
 
 /// Where measured usage comes from (see the `prometheus` module). Without a URL, placement

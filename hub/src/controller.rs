@@ -9,10 +9,13 @@
 //! admin's edit of a WorkloadCluster (labels, cordon, burst-only) every MultiClusterDeployment,
 //! since any may be placed there.
 //!
+//! The controllers run on the leading replica only, from when it took the lead.
+//!
 //! When every MultiClusterDeployment known at start has been reconciled once, and every known
 //! cluster has a work set (empty where nothing is placed), the work sets are complete: the hub
-//! says so to the agents ([`crate::signals::WorkSignals::publish`]), which is what releases a set
-//! an agent holds after the store changed under it.
+//! records it in the store for its term (the other replicas hear of it) and says so to the
+//! agents ([`crate::signals::WorkSignals::publish`]), which is what releases a set an agent holds
+//! after the store changed under it.
 
 mod context;
 pub mod heartbeats;
@@ -112,7 +115,12 @@ async fn publish_after_first_pass(
     }
     let mut backoff = Duration::from_millis(200);
     loop {
-        match give_every_cluster_a_set(&ctx).await {
+        let published = async {
+            let created = give_every_cluster_a_set(&ctx).await?;
+            ctx.store.mark_published().await?;
+            Ok::<_, crate::store::StoreError>(created)
+        };
+        match published.await {
             Ok(created) => {
                 ctx.signals.publish();
                 ctx.end_first_pass();
@@ -123,7 +131,7 @@ async fn publish_after_first_pass(
                 return;
             }
             Err(error) => {
-                warn!(error = %error, "cannot give every cluster a work set; retrying");
+                warn!(error = %error, "cannot give every cluster a work set and publish; retrying");
                 tokio::select! {
                     () = shutdown.cancelled() => return,
                     () = tokio::time::sleep(backoff) => {}

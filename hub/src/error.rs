@@ -111,12 +111,23 @@ pub enum Error {
         #[source]
         source: serde_json::Error,
     },
-    /// An object lacks a field the controller needs (namespace, name).
     /// The watch that keeps these objects in memory has stopped (the hub is shutting down).
     #[error("the hub no longer watches {0}")]
     NotWatching(&'static str),
+    /// An object lacks a field the controller needs (namespace, name).
     #[error("object has no {0}")]
     MissingField(&'static str),
+    /// The leader election's settings cannot work.
+    #[error("leader election: {0}")]
+    LeaderElection(String),
+    /// This replica led and lost the lead (another replica took the Lease, it could not renew
+    /// it, or the store refused its term). It stops, so that it starts again as a follower
+    /// with nothing of its term left in memory.
+    #[error("this hub replica lost the lead of term {term}; stopping so that it starts again as a follower")]
+    LeadershipLost {
+        /// The term it led in.
+        term: u64,
+    },
 }
 
 impl Error {

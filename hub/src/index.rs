@@ -9,19 +9,26 @@
 //!  heartbeat    ──► network ─────► round trips ─────┤
 //!  reconcile    ──► book ────────► bookings ────────┼─► ledger / status of one workload
 //!  reconcile    ──► WorkSets::put ► store + sets ───┘   (no store reads on the hot path)
-//!  start-up     ──► load (clusters, their reports, placements) from the store
+//!  start-up     ──► load (clusters, their reports, Pending pods, placements) from the store
+//!  other replicas' writes (crate::feed) ──► the same entry points, read back from the store
+//!  becoming leader ──► reload: everything again, from the store
 //! ```
 //!
 //! The store stays the record: a restarted hub loads the index from it. Without the index a
 //! reconcile read and parsed every placement (for the ledger), every agent's report and every
 //! cluster's work set, so a pass over N workloads cost N² reads; with 1,000 workloads that was
-//! minutes of CPU and a gigabyte of transient JSON. One hub writes the store, so what the index
-//! holds is what the store holds.
+//! minutes of CPU and a gigabyte of transient JSON.
+//!
+//! With several hub replicas each keeps its own index: what the replica itself receives goes
+//! in directly, what the others write reaches it through the store's change feed. The leader
+//! alone books placements and writes work sets; a replica that becomes leader reloads the whole
+//! index from the store after claiming its term, so nothing its predecessor wrote is lost or
+//! counted twice.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, RwLock};
 
-use nave_api::wire::{ObjectStatus, PendingPod, StatusReport, WorkloadRef};
+use nave_api::wire::{Heartbeat, ObjectStatus, PendingPod, StatusReport, WorkloadRef};
 use nave_policies::{Demand, Ledger};
 use serde_json::Value;
 
@@ -72,60 +79,73 @@ pub struct Index {
 }
 
 impl Index {
-    /// An index loaded from `store`: every registered cluster's latest report, its latest
-    /// latency samples, and every placement.
+    /// An index loaded from `store`: every registered cluster's record, latest report, Pending
+    /// pods and latency samples (from its newest heartbeat), and every placement.
     pub async fn load(store: Arc<dyn Store>) -> Result<Index, Error> {
-        let mut reports = Reports::new();
-        let network = Network::default();
+        let index = Index::empty(store);
+        index.reload(Reload::Everything).await?;
+        Ok(index)
+    }
+
+    /// Reads `what` again from the store, replacing what the index held: everything when a
+    /// replica becomes leader (after claiming its term, so no earlier term writes after the
+    /// read) and when a follower's change feed may have missed changes; what the agents report
+    /// when the leader's feed may have (its own placements are the record: a placement booked
+    /// and not yet stored must not be replaced by the stored one). The work sets are read again
+    /// on their next use; no workload is unsettled until reconciled again.
+    pub async fn reload(&self, what: Reload) -> Result<(), Error> {
+        let mut work = self.work.lock().await;
+        let store = work.store.clone();
         let records = store
             .list_clusters()
             .await
             .map_err(Error::store("listing clusters"))?;
-        let clusters = records
-            .iter()
-            .map(|r| (r.name.clone(), Arc::new(r.clone())))
-            .collect();
-        for cluster in records {
+        let mut reports = Reports::new();
+        let mut pending = Pending::new();
+        for cluster in &records {
             let newest = store
                 .list_heartbeats(&cluster.name, 1)
                 .await
                 .map_err(Error::store("reading heartbeats"))?;
             if let Some(beat) = newest.first() {
-                network.load(&cluster.name, &beat.payload);
+                self.network.load(&cluster.name, &beat.payload);
+                if let Ok(beat) = serde_json::from_value::<Heartbeat>(beat.payload.clone()) {
+                    pending.insert(cluster.name.clone(), Arc::new(kept_pending(&beat)));
+                }
             }
             let status = store
                 .get_work_status(&cluster.name)
                 .await
                 .map_err(Error::store("reading work status"))?;
             if let Some(report) = status.and_then(|s| parse_report(&s)) {
-                reports.insert(cluster.name, Arc::new(report));
+                reports.insert(cluster.name.clone(), Arc::new(report));
             }
         }
-        let bookings = store
-            .list_placements(None)
-            .await
-            .map_err(Error::store("listing placements"))?
-            .iter()
-            .map(|p: &PlacementRecord| {
-                (
-                    WorkloadRef::new(&p.namespace, &p.name),
-                    Booking::of_stored(&StoredDecision::from_json(&p.decision)),
-                )
-            })
+        if what == Reload::Everything {
+            let bookings = store
+                .list_placements(None)
+                .await
+                .map_err(Error::store("listing placements"))?
+                .iter()
+                .map(|p: &PlacementRecord| {
+                    (
+                        WorkloadRef::new(&p.namespace, &p.name),
+                        Booking::of_stored(&StoredDecision::from_json(&p.decision)),
+                    )
+                })
+                .collect();
+            *self.bookings.write().unwrap_or_else(|e| e.into_inner()) = bookings;
+        }
+        let clusters = records
+            .into_iter()
+            .map(|r| (r.name.clone(), Arc::new(r)))
             .collect();
-        Ok(Index {
-            clusters: RwLock::new(clusters),
-            reports: RwLock::new(reports),
-            pending: RwLock::default(),
-            bookings: RwLock::new(bookings),
-            unsettled: Mutex::default(),
-            planning: Mutex::default(),
-            network,
-            work: tokio::sync::Mutex::new(WorkSets {
-                store,
-                sets: HashMap::new(),
-            }),
-        })
+        *self.clusters.write().unwrap_or_else(|e| e.into_inner()) = clusters;
+        *self.reports.write().unwrap_or_else(|e| e.into_inner()) = reports;
+        *self.pending.write().unwrap_or_else(|e| e.into_inner()) = pending;
+        self.unsettled.lock().unwrap_or_else(|e| e.into_inner()).clear();
+        work.sets.clear();
+        Ok(())
     }
 
     /// An empty index over `store` (for tests that start from an empty store).
@@ -226,13 +246,7 @@ impl Index {
         report: StatusReport,
         at: jiff::Timestamp,
     ) -> Result<Option<BTreeSet<WorkloadRef>>, crate::store::StoreError> {
-        let before = self
-            .reports
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(cluster)
-            .cloned();
-        if before.as_deref() == Some(&report) {
+        if self.report(cluster).as_deref() == Some(&report) {
             return Ok(None);
         }
         store
@@ -243,6 +257,25 @@ impl Index {
                 reported_at: at,
             })
             .await?;
+        Ok(self.keep_report(cluster, report))
+    }
+
+    /// `cluster`'s latest report.
+    fn report(&self, cluster: &str) -> Option<Arc<StatusReport>> {
+        self.reports
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(cluster)
+            .cloned()
+    }
+
+    /// Keeps `cluster`'s report (the store has it) and returns the workloads whose objects'
+    /// status it changed, or `None` when nothing changed at all.
+    pub fn keep_report(&self, cluster: &str, report: StatusReport) -> Option<BTreeSet<WorkloadRef>> {
+        let before = self.report(cluster);
+        if before.as_deref() == Some(&report) {
+            return None;
+        }
         let mut changed = changed_workloads(before.as_ref().map(|b| b.objects.as_slice()), &report.objects);
         // Workloads whose apply errors came or went: their Degraded condition changes.
         let errors_before = before
@@ -259,7 +292,78 @@ impl Index {
             .write()
             .unwrap_or_else(|e| e.into_inner())
             .insert(cluster.to_owned(), Arc::new(report));
-        Ok(Some(changed))
+        Some(changed)
+    }
+
+    /// Applies a heartbeat the store recorded at `at` to `cluster`'s record, Pending pods and
+    /// round trips, and says what it changed for placement. A cluster not accepted neither
+    /// publishes a probe URL (other agents would probe whatever it names) nor feeds the fleet's
+    /// network coordinates.
+    pub fn observe_heartbeat(
+        &self,
+        cluster: &str,
+        at: jiff::Timestamp,
+        beat: &Heartbeat,
+        grace: std::time::Duration,
+    ) -> Observed {
+        let before = self.cluster(cluster);
+        let capacity = serde_json::to_value(&beat.capacity).ok();
+        let capacity_changed = before.as_ref().and_then(|c| c.capacity.as_ref()) != capacity.as_ref();
+        let was_ready = before
+            .as_ref()
+            .and_then(|c| c.last_heartbeat_at)
+            .is_some_and(|last| at.duration_since(last).unsigned_abs() < grace);
+        let accepted = before.as_ref().is_some_and(|c| c.accepted);
+        self.heartbeat(
+            cluster,
+            at,
+            capacity,
+            Some(beat.agent_version.clone()),
+            beat.kubernetes_version.clone(),
+        );
+        self.put_pending(cluster, kept_pending(beat));
+        if accepted {
+            self.network
+                .put(cluster, beat.probe_url.as_deref(), &beat.latency_samples);
+        } else {
+            self.network.put(cluster, None, &[]);
+        }
+        // Placement is steady: settled workloads keep their placement whatever the room, so
+        // new capacity concerns the unsettled ones; a cluster coming back concerns all.
+        let wake = if !was_ready {
+            Wake::All
+        } else if capacity_changed {
+            Wake::Unsettled
+        } else {
+            Wake::Nothing
+        };
+        Observed {
+            wake,
+            was_ready,
+            accepted,
+        }
+    }
+
+    /// Keeps `record` as the store now holds it, or forgets the cluster when the store has
+    /// none (it was removed).
+    pub fn refresh_cluster(&self, cluster: &str, record: Option<ClusterRecord>) {
+        match record {
+            Some(record) => self.put_cluster(record),
+            None => self.forget_cluster(cluster),
+        }
+    }
+
+    /// Keeps `workload`'s placement as the store now holds it (another replica wrote it), or
+    /// forgets it.
+    pub fn refresh_placement(&self, workload: &WorkloadRef, placement: Option<&PlacementRecord>) {
+        let mut bookings = self.bookings.write().unwrap_or_else(|e| e.into_inner());
+        match placement {
+            Some(p) => bookings.insert(
+                workload.clone(),
+                Booking::of_stored(&StoredDecision::from_json(&p.decision)),
+            ),
+            None => bookings.remove(workload),
+        };
     }
 
     /// Keeps `cluster`'s Pending pods from its latest heartbeat.
@@ -390,6 +494,45 @@ impl WorkSets {
         self.sets.insert(cluster.to_owned(), objects);
         Ok(write)
     }
+}
+
+/// What [`Index::reload`] reads again.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reload {
+    /// Everything, placements included.
+    Everything,
+    /// What agents and admins write: clusters, reports, Pending pods, round trips.
+    Observations,
+}
+
+/// What a heartbeat changed for placement (see [`Index::observe_heartbeat`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Wake {
+    /// Nothing placement reads.
+    Nothing,
+    /// Capacity: the unsettled workloads may gain from it.
+    Unsettled,
+    /// The cluster was not Ready and is back: every workload may use it.
+    All,
+}
+
+/// What [`Index::observe_heartbeat`] saw.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Observed {
+    /// What to reconcile.
+    pub wake: Wake,
+    /// Whether the cluster was Ready before this heartbeat.
+    pub was_ready: bool,
+    /// Whether the cluster is accepted into the fleet.
+    pub accepted: bool,
+}
+
+/// The Pending pods of a heartbeat that the hub keeps: at most what an agent sends, however
+/// many it lists.
+fn kept_pending(beat: &Heartbeat) -> Vec<PendingPod> {
+    let mut pending = beat.pending_pods.clone();
+    pending.truncate(Heartbeat::MAX_PENDING_PODS);
+    pending
 }
 
 /// Parses a stored report.

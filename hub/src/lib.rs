@@ -57,10 +57,12 @@ pub mod cli;
 pub mod cluster_health;
 pub mod controller;
 mod error;
+pub mod feed;
 #[cfg(test)]
 mod fixtures;
 pub mod fleet;
 pub mod index;
+pub mod leader;
 pub mod metrics;
 pub mod network;
 pub mod placement;
@@ -176,6 +178,7 @@ pub async fn run_until(args: RunArgs, shutdown: CancellationToken) -> Result<(),
         max_stale_percent: failover.failover_max_stale_percent,
         max_per_minute: failover.failover_max_per_minute,
     };
+    let election = args.leader_election.config().map_err(Error::LeaderElection)?;
     let (trigger, triggered) = ReconcileTrigger::new();
     let index = Arc::new(Index::load(store.clone()).await?);
     let metrics = Arc::new(HubMetrics::default());
@@ -191,11 +194,11 @@ pub async fn run_until(args: RunArgs, shutdown: CancellationToken) -> Result<(),
                 timings.cluster_status_interval,
             ),
         ),
-        None => None,
+        None => {
+            info!("no --prometheus-url: scores use requests only");
+            None
+        }
     };
-    if refresher.is_none() {
-        info!("no --prometheus-url: scores use requests only");
-    }
     let (watched, watching) = watch::start(client.clone(), trigger.clone(), shutdown.clone());
     let sources = Sources {
         objects: watched.clusters.clone(),
@@ -205,15 +208,6 @@ pub async fn run_until(args: RunArgs, shutdown: CancellationToken) -> Result<(),
         usage: usage.clone(),
         grace: timings.heartbeat_grace,
     };
-    let ctx = Arc::new(Context::new(
-        client.clone(),
-        store.clone(),
-        signals.clone(),
-        sources.clone(),
-        watched,
-        metrics.clone(),
-        timings.resync,
-    ));
     // On shutdown, end the agents' long-polls so the graceful shutdown does not wait them out.
     let closing = signals.clone();
     let closed = shutdown.clone();
@@ -221,20 +215,10 @@ pub async fn run_until(args: RunArgs, shutdown: CancellationToken) -> Result<(),
         closed.cancelled().await;
         closing.close();
     });
-    let monitor = controller::heartbeats::Monitor {
-        index: index.clone(),
-        health,
-        objects: ClusterObjects::new(client.clone()),
-        recorder: ctx.recorder.clone(),
-        trigger: trigger.clone(),
-        rules,
-        failback_settle: timings.failback_settle,
-    };
-    let health = controller::heartbeats::run(monitor, shutdown.clone());
     let live_tokens = rest::Live::new(tokens);
     let state = AgentState::new(
         store.clone(),
-        index,
+        index.clone(),
         signals.clone(),
         token,
         Some(ClusterObjects::new(client.clone())),
@@ -275,10 +259,10 @@ pub async fn run_until(args: RunArgs, shutdown: CancellationToken) -> Result<(),
         }
     };
     info!(addr = %args.listen, metrics = %args.metrics_listen, backend = %store.backend(),
-        https = acceptor.is_some(), "hub started");
+        https = acceptor.is_some(), leader_election = election.is_some(), "hub started");
     let routes = agent_api::router(state)
         .merge(rest::router(
-            sources,
+            sources.clone(),
             store.clone(),
             live_tokens,
             rest::AdminHandles {
@@ -298,9 +282,9 @@ pub async fn run_until(args: RunArgs, shutdown: CancellationToken) -> Result<(),
             source,
         })?;
     let metrics_routes = metrics::router(MetricsState {
-        metrics,
+        metrics: metrics.clone(),
         store: store.clone(),
-        usage,
+        usage: usage.clone(),
         grace: timings.heartbeat_grace,
     })
     .merge(readiness::router(store.clone()));
@@ -325,35 +309,202 @@ pub async fn run_until(args: RunArgs, shutdown: CancellationToken) -> Result<(),
                 .await;
         }
     };
-    let controllers = controller::run(ctx, triggered, shutdown.clone());
-    let usage = async {
-        if let Some(refresher) = refresher {
-            refresher.run(shutdown.clone()).await;
-        }
-    };
-    let pruning = store::retention::run(
-        store.clone(),
-        store::retention::Retention::default(),
+    // Every replica follows what the others write (a no-op on SQLite: one hub per file).
+    let following = feed::run(
+        feed::Follower {
+            store: store.clone(),
+            index: index.clone(),
+            signals: signals.clone(),
+            trigger: trigger.clone(),
+            grace: timings.heartbeat_grace,
+        },
         shutdown.clone(),
     );
-    let (served, (), (), (), (), (), (), (), ()) = tokio::join!(
+    // Who leads: the Lease's holder, or this hub alone.
+    let (standing_tx, standing) = tokio::sync::watch::channel(leader::Standing::Candidate);
+    let identity = args.leader_election.identity();
+    let electing = {
+        let store = store.clone();
+        let client = client.clone();
+        let metrics = metrics.clone();
+        let shutdown = shutdown.clone();
+        async move {
+            match election {
+                Some(config) => {
+                    leader::Elector::new(client, config)
+                        .counting(metrics)
+                        .run(store, standing_tx, shutdown)
+                        .await
+                }
+                None => leader::lead_alone(store.as_ref(), &identity, standing_tx, shutdown).await,
+            }
+        }
+    };
+    let leading = lead(
+        Leading {
+            client: client.clone(),
+            store: store.clone(),
+            signals: signals.clone(),
+            sources: sources.clone(),
+            watched,
+            metrics: metrics.clone(),
+            health,
+            trigger: trigger.clone(),
+            triggered,
+            timings: timings.clone(),
+            rules,
+            refresher,
+        },
+        standing,
+        shutdown.clone(),
+    );
+    let (served, led, (), (), (), (), (), ()) = tokio::join!(
         async {
             server.await;
-            // The controllers stop too when the server stops.
+            // Everything else stops too when the server stops.
             shutdown.cancel();
             Ok::<(), Error>(())
         },
-        controllers,
-        health,
-        usage,
+        async {
+            let led = leading.await;
+            // A replica that lost the lead stops serving too.
+            shutdown.cancel();
+            led
+        },
+        electing,
+        following,
         watching,
-        pruning,
         reload,
         metrics_server,
         reload_tokens
     );
     store.close().await.map_err(Error::OpenStore)?;
-    served
+    served.and(led)
+}
+
+/// What the leading replica runs with.
+struct Leading {
+    client: kube::Client,
+    store: Arc<dyn store::Store>,
+    signals: Arc<WorkSignals>,
+    sources: Sources,
+    watched: watch::Watched,
+    metrics: Arc<HubMetrics>,
+    health: Arc<FleetHealth>,
+    trigger: ReconcileTrigger,
+    triggered: signals::Triggered,
+    timings: Timings,
+    rules: cluster_health::Rules,
+    refresher: Option<usage::Refresher>,
+}
+
+/// Waits until this replica leads, then runs what only the leader runs (the controllers, the
+/// heartbeat checks, Prometheus reads, retention) until `shutdown`, or until it loses the lead,
+/// which ends the hub with [`Error::LeadershipLost`].
+async fn lead(
+    leading: Leading,
+    mut standing: tokio::sync::watch::Receiver<leader::Standing>,
+    shutdown: CancellationToken,
+) -> Result<(), Error> {
+    let term = loop {
+        match *standing.borrow_and_update() {
+            leader::Standing::Leading { term } => break term,
+            leader::Standing::Lost => return Err(Error::LeadershipLost { term: 0 }),
+            leader::Standing::Candidate => {}
+        }
+        tokio::select! {
+            () = shutdown.cancelled() => return Ok(()),
+            changed = standing.changed() => if changed.is_err() { return Ok(()) },
+        }
+    };
+    let Leading {
+        client,
+        store,
+        signals,
+        sources,
+        watched,
+        metrics,
+        health,
+        trigger,
+        triggered,
+        timings,
+        rules,
+        refresher,
+    } = leading;
+    metrics.set_leading(term);
+    // A new term: the work sets are complete again once this leader's first pass is done. Read
+    // everything the previous leader and the other replicas wrote, after the claim of the term
+    // (no earlier term writes any more).
+    signals.set_published(false);
+    let index = sources.index.clone();
+    let mut backoff = std::time::Duration::from_millis(200);
+    while let Err(error) = index.reload(index::Reload::Everything).await {
+        warn!(error = %error, "reading the store to lead failed; retrying");
+        tokio::select! {
+            () = shutdown.cancelled() => return Ok(()),
+            () = tokio::time::sleep(backoff) => {}
+        }
+        backoff = (backoff * 2).min(std::time::Duration::from_secs(5));
+    }
+    trigger.enable();
+    info!(term, "this replica leads: placing workloads");
+    let term_over = shutdown.child_token();
+    let ctx = Arc::new(Context::new(
+        client.clone(),
+        store.clone(),
+        signals,
+        sources.clone(),
+        watched,
+        metrics.clone(),
+        timings.resync,
+    ));
+    let monitor = controller::heartbeats::Monitor {
+        index: index.clone(),
+        health,
+        objects: ClusterObjects::new(client.clone()),
+        recorder: ctx.recorder.clone(),
+        trigger: trigger.clone(),
+        rules,
+        failback_settle: timings.failback_settle,
+    };
+    let watch_standing = async {
+        loop {
+            if *standing.borrow_and_update() == leader::Standing::Lost {
+                return true;
+            }
+            tokio::select! {
+                () = term_over.cancelled() => return false,
+                changed = standing.changed() => if changed.is_err() { return false },
+            }
+        }
+    };
+    let run = async {
+        tokio::join!(
+            controller::run(ctx, triggered, term_over.clone()),
+            controller::heartbeats::run(monitor, term_over.clone()),
+            async {
+                if let Some(refresher) = refresher {
+                    refresher.run(term_over.clone()).await;
+                }
+            },
+            store::retention::run(
+                store.clone(),
+                store::retention::Retention::default(),
+                term_over.clone(),
+            ),
+        )
+    };
+    let lost = tokio::select! {
+        lost = watch_standing => lost,
+        ((), (), (), ()) = run => false,
+    };
+    metrics.set_leading(0);
+    if lost {
+        // Stop what leads at once; the store refuses its writes from now on anyway.
+        term_over.cancel();
+        return Err(Error::LeadershipLost { term });
+    }
+    Ok(())
 }
 
 /// The REST API tokens of the file and the Secret the arguments name.

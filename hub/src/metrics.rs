@@ -105,6 +105,9 @@ pub struct HubMetrics {
     failovers: Counter,
     reconcile_errors: Counter,
     scrape_errors: Counter,
+    leader: Gauge,
+    leader_transitions: Counter,
+    term: Gauge,
     mcd_desired: Family<McdLabels, Gauge>,
     mcd_ready: Family<McdLabels, Gauge>,
     prometheus_queries: Family<SignalLabels, Counter>,
@@ -169,6 +172,25 @@ impl HubMetrics {
              families were left out)",
             scrape_errors.clone(),
         );
+        let leader = Gauge::default();
+        registry.register(
+            "nave_hub_leader",
+            "1 while this hub replica leads (runs the controllers and writes placements and work), else 0",
+            leader.clone(),
+        );
+        let leader_transitions = Counter::default();
+        registry.register(
+            "nave_hub_leader_transitions",
+            "Times the hub's leader changed, as this replica saw the Lease change holder (its own \
+             takeovers included)",
+            leader_transitions.clone(),
+        );
+        let term = Gauge::default();
+        registry.register(
+            "nave_hub_term",
+            "The term this replica leads in (the Lease's transitions, claimed in the store); 0 while it follows",
+            term.clone(),
+        );
         let mcd_desired = Family::<McdLabels, Gauge>::default();
         registry.register(
             "nave_mcd_desired_replicas",
@@ -203,6 +225,9 @@ impl HubMetrics {
             failovers,
             reconcile_errors,
             scrape_errors,
+            leader,
+            leader_transitions,
+            term,
             mcd_desired,
             mcd_ready,
             prometheus_queries,
@@ -242,6 +267,17 @@ impl HubMetrics {
     /// Counts a failover: an MCD's replicas moved away from a cluster that stopped being ready.
     pub fn record_failover(&self) {
         self.failovers.inc();
+    }
+
+    /// Records whether this replica leads, and in which term (`0`: it follows).
+    pub fn set_leading(&self, term: u64) {
+        self.leader.set(i64::from(term > 0));
+        self.term.set(i64::try_from(term).unwrap_or(i64::MAX));
+    }
+
+    /// Counts a change of the hub's leader.
+    pub fn record_leader_transition(&self) {
+        self.leader_transitions.inc();
     }
 
     /// Creates `signal`'s query counters at zero, so that they are there before the first query.

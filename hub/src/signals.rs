@@ -8,6 +8,8 @@ use std::sync::Mutex;
 use nave_api::wire::WorkloadRef;
 use tokio::sync::{mpsc, watch};
 
+use crate::index::{Index, Wake};
+
 /// Per-cluster notification of new work revisions, for the agents' long-polls.
 ///
 /// A `watch` channel per cluster rather than one `Notify`: a poller that subscribes and then
@@ -19,6 +21,10 @@ pub struct WorkSignals {
     closed: std::sync::atomic::AtomicBool,
     published: std::sync::atomic::AtomicBool,
 }
+
+/// Whether a pass of [`ReconcileTrigger`] reaches a controller: only the leader runs them.
+#[derive(Debug, Default)]
+struct Enabled(std::sync::atomic::AtomicBool);
 
 impl WorkSignals {
     /// A receiver that wakes when `cluster`'s work revision changes.
@@ -42,13 +48,37 @@ impl WorkSignals {
         senders.clear();
     }
 
-    /// Records that every workload's objects are published (the controllers' first pass since
-    /// the hub started is done) and wakes every long-poll, so agents that hold a set waiting
-    /// for a complete one (see [`nave_api::wire::WorkHeld`]) hear of it at once.
+    /// Records that every workload's objects are published (the leader's first pass over every
+    /// workload is done) and wakes every long-poll, so agents that hold a set waiting for a
+    /// complete one (see [`nave_api::wire::WorkHeld`]) hear of it at once.
     pub fn publish(&self) {
+        self.set_published(true);
+    }
+
+    /// Records whether every workload's objects are published in the store's current term (a
+    /// new term is not, until its leader's first pass is done); becoming published wakes every
+    /// long-poll.
+    pub fn set_published(&self, published: bool) {
+        let was = self
+            .published
+            .swap(published, std::sync::atomic::Ordering::SeqCst);
+        if published && !was {
+            self.wake_all();
+        }
+    }
+
+    /// Wakes every long-poll, to look at its cluster's work again.
+    pub fn wake_all(&self) {
         let senders = self.senders.lock().unwrap_or_else(|e| e.into_inner());
-        self.published.store(true, std::sync::atomic::Ordering::SeqCst);
         for sender in senders.values() {
+            sender.send_modify(|_| {});
+        }
+    }
+
+    /// Wakes `cluster`'s long-polls, to look at its work again (what its agent may do changed).
+    pub fn wake(&self, cluster: &str) {
+        let senders = self.senders.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(sender) = senders.get(cluster) {
             sender.send_modify(|_| {});
         }
     }
@@ -73,10 +103,15 @@ impl WorkSignals {
 ///
 /// Requests for every object go through a channel of capacity one, so a burst of them while a
 /// pass is pending coalesces into that pass; the controller's queue merges repeated names.
+///
+/// A replica that does not lead runs no controller: its trigger stays disabled and drops what
+/// it is asked, so nothing piles up in the channels (the leader hears of the same changes
+/// through the store's change feed, and a new leader's first pass reconciles everything).
 #[derive(Clone, Debug)]
 pub struct ReconcileTrigger {
     all: mpsc::Sender<()>,
     some: mpsc::UnboundedSender<WorkloadRef>,
+    enabled: std::sync::Arc<Enabled>,
 }
 
 /// The receiving ends of a [`ReconcileTrigger`], read by the controller.
@@ -94,7 +129,11 @@ impl ReconcileTrigger {
         let (all, all_rx) = mpsc::channel(1);
         let (some, some_rx) = mpsc::unbounded_channel();
         (
-            ReconcileTrigger { all, some },
+            ReconcileTrigger {
+                all,
+                some,
+                enabled: std::sync::Arc::default(),
+            },
             Triggered {
                 all: all_rx,
                 some: some_rx,
@@ -102,15 +141,40 @@ impl ReconcileTrigger {
         )
     }
 
+    /// The same trigger, reaching the controllers from now on (this replica leads).
+    pub fn enable(&self) {
+        self.enabled.0.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Whether it reaches the controllers: this replica leads.
+    pub fn enabled(&self) -> bool {
+        self.enabled.0.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
     /// Requests a pass over every object; a no-op when one is already pending.
     pub fn trigger(&self) {
-        let _ = self.all.try_send(());
+        if self.enabled() {
+            let _ = self.all.try_send(());
+        }
     }
 
     /// Requests a reconcile of each of `workloads`.
     pub fn workloads(&self, workloads: impl IntoIterator<Item = WorkloadRef>) {
+        if !self.enabled() {
+            return;
+        }
         for workload in workloads {
             let _ = self.some.send(workload);
+        }
+    }
+
+    /// Requests what a heartbeat's [`Wake`] asks for: every workload, or the unsettled ones
+    /// of `index`.
+    pub fn wake(&self, wake: Wake, index: &Index) {
+        match wake {
+            Wake::All => self.trigger(),
+            Wake::Unsettled => self.workloads(index.unsettled()),
+            Wake::Nothing => {}
         }
     }
 }

@@ -354,6 +354,7 @@ impl Playground {
                 prometheus_url: self.prometheus.as_ref().map(|p| p.url().to_owned()),
                 ..nave_hub::cli::PrometheusArgs::default()
             },
+            leader_election: nave_hub::cli::LeaderElectionArgs::default(),
         };
         let hub_stop = self.stop.clone();
         self.tasks.spawn(async move {

@@ -88,7 +88,13 @@ pub struct EnvOptions {
     pub prometheus: Option<PathBuf>,
     /// The hub's Prometheus settings (queries, TTL); the URL is filled in.
     pub hub_prometheus: nave_hub::cli::PrometheusArgs,
+    /// Elect the hub as a leader through the Lease of this name in [`HUB_NAMESPACE`], as the
+    /// chart's replicas on Postgres do.
+    pub leader_election: Option<String>,
 }
+
+/// Namespace of the hub's Lease when the environment elects a leader.
+pub const HUB_NAMESPACE: &str = "nave-system";
 
 /// A running part (hub or agent) and how to stop it.
 #[derive(Debug)]
@@ -255,7 +261,27 @@ impl Env {
             log_json: false,
             failover: nave_hub::cli::FailoverArgs::default(),
             prometheus: hub_prometheus,
+            leader_election: nave_hub::cli::LeaderElectionArgs {
+                leader_elect: options.leader_election.is_some(),
+                leader_election_lease: options
+                    .leader_election
+                    .clone()
+                    .unwrap_or_else(|| "nave-hub".to_owned()),
+                leader_election_namespace: Some(HUB_NAMESPACE.to_owned()),
+                leader_election_identity: Some("nave-hub-0".to_owned()),
+                ..nave_hub::cli::LeaderElectionArgs::default()
+            },
         };
+        if options.leader_election.is_some() {
+            let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
+            namespaces
+                .create(
+                    &kube::api::PostParams::default(),
+                    &serde_json::from_value(serde_json::json!({"metadata": {"name": HUB_NAMESPACE}}))?,
+                )
+                .await
+                .context("creating the hub's namespace")?;
+        }
         let mut env = Env {
             management,
             fleet,

@@ -77,6 +77,7 @@ async fn usage_from_prometheus_steers_worst_fit_and_requests_return_when_prometh
     let options = EnvOptions {
         prometheus: Some(binary),
         hub_prometheus,
+        ..EnvOptions::default()
     };
     let mut env = Env::start_with(two_equal_clusters(), Database::Sqlite, options)
         .await

@@ -24,6 +24,7 @@ async fn harness() -> Harness {
     let dir = tempfile::tempdir().unwrap();
     let url = format!("sqlite://{}", dir.path().join("hub.db").display());
     let store = store::connect(&url).await.unwrap();
+    store.claim_term(None, "test").await.unwrap();
     let state = AgentState::new(
         store.clone(),
         Arc::new(crate::index::Index::empty(store)),

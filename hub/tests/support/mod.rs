@@ -101,6 +101,7 @@ pub fn start_hub(management: &SimCluster, dir: &Path, configure: impl FnOnce(&mu
         log_json: false,
         failover: FailoverArgs::default(),
         prometheus: nave_hub::cli::PrometheusArgs::default(),
+        leader_election: nave_hub::cli::LeaderElectionArgs::default(),
     };
     configure(&mut args);
     let shutdown = CancellationToken::new();
