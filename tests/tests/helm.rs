@@ -22,13 +22,14 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{
     ConfigMap, Container, PersistentVolumeClaim, Secret, Service, ServiceAccount,
 };
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use nave_api::MultiClusterDeployment;
 use nave_e2e::rbac::{self, ApiRequest, Permission, ResourceRequest};
-use nave_e2e::{DEADLINE, Database, Env, fleet};
+use nave_e2e::{DEADLINE, Database, Env, EnvOptions, fleet};
 use nave_testkit::{Mcd, wait_for};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -188,6 +189,7 @@ fn check_typed(doc: &Value) -> Result<(), String> {
         }
         "Role" => round_trip::<Role>(doc).map(|()| "rbac.authorization.k8s.io/v1"),
         "RoleBinding" => round_trip::<RoleBinding>(doc).map(|()| "rbac.authorization.k8s.io/v1"),
+        "PodDisruptionBudget" => round_trip::<PodDisruptionBudget>(doc).map(|()| "policy/v1"),
         "CustomResourceDefinition" => {
             round_trip::<CustomResourceDefinition>(doc).map(|()| "apiextensions.k8s.io/v1")
         }
@@ -601,8 +603,16 @@ fn the_hub_chart_renders_a_coherent_install_with_sqlite_by_default() {
         nave_hub::cli::Cli::command(),
         Some("run"),
         &container,
-        &["RUST_LOG", "POD_NAME"],
+        &["RUST_LOG", "POD_NAME", "POD_NAMESPACE"],
     );
+    let spec = deployment.spec.clone();
+    assert_eq!(spec.replicas, Some(1), "one hub on a SQLite file");
+    assert_eq!(
+        spec.strategy.and_then(|s| s.type_).as_deref(),
+        Some("Recreate"),
+        "the old pod stops before the new one mounts the volume"
+    );
+    assert!(!args.get_flag("leader_elect"), "no election with one replica");
 
     let url = string_arg(&args, "database_url").expect("a database URL");
     let file = url
@@ -782,7 +792,7 @@ fn the_hub_chart_takes_postgres_and_every_secret_from_existing_secrets() {
         nave_hub::cli::Cli::command(),
         Some("run"),
         &container,
-        &["RUST_LOG", "POD_NAME"],
+        &["RUST_LOG", "POD_NAME", "POD_NAMESPACE"],
     );
     let database = container
         .env
@@ -815,6 +825,94 @@ fn the_hub_chart_takes_postgres_and_every_secret_from_existing_secrets() {
     let monitor = rendered.of_kind("ServiceMonitor");
     assert_eq!(monitor.len(), 1);
     assert_eq!(monitor[0]["metadata"]["labels"]["release"], "prometheus");
+
+    // On Postgres: two replicas electing a leader, rolled one at a time, kept apart, budgeted.
+    let spec = deployment.spec.clone();
+    assert_eq!(spec.replicas, Some(2), "two replicas by default on Postgres");
+    let strategy = spec.strategy.clone().unwrap_or_default();
+    assert_eq!(strategy.type_.as_deref(), Some("RollingUpdate"));
+    assert_eq!(
+        strategy
+            .rolling_update
+            .and_then(|r| r.max_unavailable)
+            .map(|m| format!("{m:?}")),
+        Some(format!("{:?}", IntOrString::Int(0))),
+        "a new replica serves before an old one stops"
+    );
+    assert!(args.get_flag("leader_elect"), "the replicas elect a leader");
+    assert_eq!(
+        string_arg(&args, "leader_election_lease"),
+        deployment.metadata.name,
+        "the Lease is named after the release"
+    );
+    assert_eq!(
+        downward_field(&container, "POD_NAMESPACE").as_deref(),
+        Some("metadata.namespace"),
+        "the Lease is in the hub's namespace"
+    );
+    assert_eq!(
+        downward_field(&container, "POD_NAME").as_deref(),
+        Some("metadata.name"),
+        "each replica is named in the Lease by its pod"
+    );
+    let election = nave_hub::cli::LeaderElectionArgs {
+        leader_elect: true,
+        lease_duration: *args.get_one("lease_duration").unwrap(),
+        renew_deadline: *args.get_one("renew_deadline").unwrap(),
+        retry_period: *args.get_one("retry_period").unwrap(),
+        ..nave_hub::cli::LeaderElectionArgs::default()
+    };
+    election
+        .config()
+        .expect("the chart's timings are ones the hub takes");
+    let anti = spec
+        .template
+        .spec
+        .clone()
+        .and_then(|p| p.affinity)
+        .and_then(|a| a.pod_anti_affinity)
+        .and_then(|a| a.preferred_during_scheduling_ignored_during_execution)
+        .expect("replicas prefer different nodes");
+    let term = &anti[0].pod_affinity_term;
+    assert_eq!(term.topology_key, "kubernetes.io/hostname");
+    let pod_labels = spec
+        .template
+        .metadata
+        .clone()
+        .unwrap_or_default()
+        .labels
+        .unwrap_or_default();
+    assert!(labels_within(
+        &term
+            .label_selector
+            .clone()
+            .unwrap_or_default()
+            .match_labels
+            .unwrap_or_default(),
+        &pod_labels
+    ));
+    let budget: PodDisruptionBudget = rendered.one("PodDisruptionBudget");
+    let budget = budget.spec.unwrap_or_default();
+    assert_eq!(budget.min_available, Some(IntOrString::Int(1)));
+    assert!(labels_within(
+        &budget
+            .selector
+            .unwrap_or_default()
+            .match_labels
+            .unwrap_or_default(),
+        &pod_labels
+    ));
+    let role: Role = rendered.one("Role");
+    let rules = role.rules.unwrap_or_default();
+    assert!(
+        rules.iter().all(
+            |r| r.api_groups.as_deref() == Some(&["coordination.k8s.io".to_owned()][..])
+                && r.resources.as_deref() == Some(&["leases".to_owned()][..])
+        ),
+        "the namespaced Role grants Leases only: {rules:?}"
+    );
+    let binding: RoleBinding = rendered.one("RoleBinding");
+    assert_eq!(binding.role_ref.name, role.metadata.name.unwrap_or_default());
 }
 
 #[test]
@@ -840,7 +938,7 @@ fn the_hub_chart_keeps_given_secrets_in_secrets_of_its_own() {
         nave_hub::cli::Cli::command(),
         Some("run"),
         &container,
-        &["RUST_LOG", "POD_NAME"],
+        &["RUST_LOG", "POD_NAME", "POD_NAMESPACE"],
     );
     let database = container
         .env
@@ -882,10 +980,19 @@ fn the_hub_chart_keeps_given_secrets_in_secrets_of_its_own() {
 #[test]
 fn bad_hub_values_fail_the_render_with_what_to_set() {
     let Some(helm) = helm() else { return };
-    let cases: [(&[&str], &str); 3] = [
+    let cases: [(&[&str], &str); 5] = [
         (
             &["database.type=mysql"],
             "database.type must be sqlite or postgres",
+        ),
+        (&["replicas=2"], "replicas=2 needs database.type=postgres"),
+        (
+            &[
+                "database.type=postgres",
+                "database.postgres.url=postgres://db",
+                "highAvailability.podAntiAffinity=always",
+            ],
+            "highAvailability.podAntiAffinity must be",
         ),
         (&["database.type=postgres"], "database.postgres.existingSecret"),
         (
@@ -1292,10 +1399,6 @@ const AGENT_UNEXERCISED: &[(&str, &str, &str, &str)] = &[];
 
 /// The chart's ClusterRole rules, checked to use no wildcards.
 fn cluster_role_rules(rendered: &Rendered) -> Vec<PolicyRule> {
-    assert!(
-        rendered.of_kind("Role").is_empty(),
-        "only cluster-wide rules are expected"
-    );
     let role: ClusterRole = rendered.one("ClusterRole");
     let rules = role.rules.unwrap_or_default();
     for rule in &rules {
@@ -1524,12 +1627,39 @@ async fn place_and_delete_a_workload(env: &Env) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_charts_grant_exactly_what_the_hub_and_the_agents_use() {
     let Some(helm) = helm() else { return };
-    let hub_rules = cluster_role_rules(&render(&helm, "nave-hub", &[]));
+    // The hub as the chart runs its replicas on Postgres: electing a leader through a Lease
+    // its namespaced Role grants (the run's store is SQLite; the management cluster sees the
+    // same requests).
+    let hub = render(
+        &helm,
+        "nave-hub",
+        &["database.type=postgres", "database.postgres.url=postgres://db"],
+    );
+    let mut hub_rules = cluster_role_rules(&hub);
+    let lease_role: Role = hub.one("Role");
+    assert_eq!(lease_role.metadata.namespace.as_deref(), Some(NS));
+    hub_rules.extend(lease_role.rules.unwrap_or_default());
+    let (_, container) = check_coherent(&hub, &External::default(), HUB_PROBES);
+    let args = parse_args(
+        nave_hub::cli::Cli::command(),
+        Some("run"),
+        &container,
+        &["RUST_LOG", "POD_NAME", "POD_NAMESPACE"],
+    );
+    let lease = string_arg(&args, "leader_election_lease").expect("the chart names the Lease");
     let agent_rules = cluster_role_rules(&render(&helm, "nave-agent", AGENT_REQUIRED));
 
-    let env = Env::start(fleet(2), Database::Sqlite)
-        .await
-        .expect("the environment starts");
+    let env = Env::start_with(
+        fleet(2),
+        Database::Sqlite,
+        EnvOptions {
+            leader_election: Some(lease),
+            ..EnvOptions::default()
+        },
+    )
+    .await
+    .expect("the environment starts");
+    assert_eq!(nave_e2e::HUB_NAMESPACE, NS);
     place_and_delete_a_workload(&env).await;
     let hub_used = requests_of(&env.management, nave_hub::USER_AGENT);
     let mut agent_used = BTreeSet::new();

@@ -84,6 +84,25 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- if and (eq .Values.database.type "postgres") (not .Values.database.postgres.url) (not .Values.database.postgres.existingSecret) }}
 {{- fail "database.type=postgres needs database.postgres.existingSecret (a Secret with the URL) or database.postgres.url" }}
 {{- end }}
+{{- if and (eq .Values.database.type "sqlite") (gt (int (include "nave-hub.replicas" .)) 1) }}
+{{- fail (printf "replicas=%v needs database.type=postgres: a SQLite file has one writer, so the hub runs as one replica on it" .Values.replicas) }}
+{{- end }}
+{{- if lt (int (include "nave-hub.replicas" .)) 1 }}
+{{- fail (printf "replicas must be at least 1, not %v" .Values.replicas) }}
+{{- end }}
+{{- if not (has .Values.highAvailability.podAntiAffinity (list "soft" "hard" "")) }}
+{{- fail (printf "highAvailability.podAntiAffinity must be soft, hard or empty, not %q" .Values.highAvailability.podAntiAffinity) }}
+{{- end }}
+{{- end }}
+
+{{/* Hub replicas: as given, else 2 with Postgres and 1 with SQLite. */}}
+{{- define "nave-hub.replicas" -}}
+{{- if ne (toString .Values.replicas) "" }}{{ .Values.replicas }}{{ else if eq .Values.database.type "postgres" }}2{{ else }}1{{ end }}
+{{- end }}
+
+{{/* Whether the replicas elect a leader: always on Postgres, never on SQLite (one replica). */}}
+{{- define "nave-hub.leaderElection" -}}
+{{- if eq .Values.database.type "postgres" }}true{{ end }}
 {{- end }}
 
 {{/* The Secret with the hub's serving certificate (tls.crt, tls.key). */}}
