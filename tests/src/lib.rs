@@ -29,6 +29,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod procs;
 pub mod prometheus;
 pub mod rbac;
 

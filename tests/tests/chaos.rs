@@ -1,0 +1,741 @@
+//! Chaos, end to end: three hub replicas on Postgres electing a leader and the agents of three
+//! simulated clusters, each a process of its own (this binary run again as `role hub|agent`),
+//! the agents reaching the hubs through one address as through a Service, the hubs reaching
+//! Postgres through a proxy that can cut them off. While 200 MultiClusterDeployments are
+//! created, scaled and partly deleted, the leader is SIGKILLed every few seconds, paused past
+//! its Lease and resumed, agents are killed and restarted, and the store is cut off for a while.
+//!
+//! Then, counted in the workload clusters themselves (not from the hub's status): every
+//! MultiClusterDeployment runs exactly its replicas, all ready, and nothing of a deleted one
+//! remains. All along, no MultiClusterDeployment was ever reported Available with fewer ready
+//! replicas than it asks for, and the paused leader, once resumed, stopped by itself.
+//!
+//! Needs Postgres (`NAVE_TEST_DATABASE_URL`, as the store's conformance suite); without it the
+//! test says `skipped:` and passes. `NAVE_CHAOS_SEED` replays a run (each run prints its seed).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::process::ExitCode;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, anyhow, bail};
+use futures::StreamExt as _;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Namespace;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::runtime::watcher;
+use nave_api::conditions::{self, types};
+use nave_api::wire::WORKLOAD_LABEL;
+use nave_api::{MultiClusterDeployment, WorkloadCluster};
+use nave_e2e::procs::{Proc, Proxy, free_addr};
+use nave_sim::config::{ClusterConfig, FleetConfig, NodePool};
+use nave_sim::{ServeOptions, SimCluster, SimFleet};
+use nave_testkit::{Mcd, wait_for};
+use rand::{Rng as _, SeedableRng as _};
+use sqlx::Executor as _;
+
+const NAME: &str = "a_rollout_survives_leader_kills_a_paused_leader_agent_restarts_and_a_cut_store";
+const NAMESPACE: &str = "nave-system";
+const HUBS: usize = 3;
+const MCDS: usize = 200;
+/// The MCDs deleted during the chaos.
+const DELETED: std::ops::Range<usize> = 0..25;
+/// The MCDs scaled to three replicas during the chaos.
+const SCALED: std::ops::Range<usize> = 100..120;
+/// Lease timings of the hubs: short, so that a run sees many takeovers.
+const LEASE: &[&str] = &[
+    "--lease-duration=3s",
+    "--renew-deadline=2s",
+    "--retry-period=500ms",
+];
+
+fn main() -> ExitCode {
+    if let Some(result) = nave_e2e::procs::child_role() {
+        return match result {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(error) => {
+                eprintln!("{error:?}");
+                ExitCode::FAILURE
+            }
+        };
+    }
+    // As much of the test harness's command line as tools use: `--list`, and a name filter.
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.iter().any(|a| a == "--list") {
+        println!("{NAME}: test");
+        return ExitCode::SUCCESS;
+    }
+    let filters: Vec<&String> = args.iter().filter(|a| !a.starts_with('-')).collect();
+    if !filters.is_empty() && !filters.iter().any(|f| NAME.contains(f.as_str())) {
+        println!("running 0 tests");
+        return ExitCode::SUCCESS;
+    }
+    let url = match std::env::var(nave_e2e::PG_URL_VAR) {
+        Ok(url) if !url.is_empty() => url,
+        _ => {
+            println!(
+                "skipped: {} is not set ({NAME} on Postgres)",
+                nave_e2e::PG_URL_VAR
+            );
+            return ExitCode::SUCCESS;
+        }
+    };
+    nave_sim::install_crypto_provider();
+    println!("running 1 test");
+    let started = Instant::now();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    match runtime.block_on(chaos(&url)) {
+        Ok(summary) => {
+            println!(
+                "test {NAME} ... ok ({:.0} s)\n{summary}",
+                started.elapsed().as_secs_f64()
+            );
+            ExitCode::SUCCESS
+        }
+        Err(error) => {
+            println!("test {NAME} ... FAILED\n{error:?}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Everything the run starts, and stops when dropped.
+struct Run {
+    dir: tempfile::TempDir,
+    management: SimCluster,
+    fleet: SimFleet,
+    client: kube::Client,
+    hubs: Vec<Option<Proc>>,
+    hub_args: Vec<Vec<String>>,
+    agents: BTreeMap<String, Option<Proc>>,
+    agent_args: BTreeMap<String, Vec<String>>,
+    store_proxy: Proxy,
+    schema: String,
+    url: String,
+}
+
+fn fleet_config() -> FleetConfig {
+    let clusters = [
+        ("eu-west-1", "eu-west"),
+        ("us-east-1", "us-east"),
+        ("ap-south-1", "ap-south"),
+    ]
+    .iter()
+    .map(|(name, region)| ClusterConfig {
+        name: (*name).to_owned(),
+        region: Some((*region).to_owned()),
+        node_pools: vec![NodePool {
+            name: "general".to_owned(),
+            count: 4,
+            cpu: "8".to_owned(),
+            memory: "32Gi".to_owned(),
+            ..NodePool::default()
+        }],
+        ..ClusterConfig::default()
+    })
+    .collect();
+    FleetConfig {
+        clusters,
+        ..FleetConfig::default()
+    }
+}
+
+impl Run {
+    async fn start(url: &str) -> anyhow::Result<Run> {
+        let dir = tempfile::tempdir()?;
+        let management = SimCluster::start(
+            ClusterConfig {
+                name: "management".to_owned(),
+                ..ClusterConfig::default()
+            },
+            ServeOptions {
+                control_plane: false,
+                ..ServeOptions::default()
+            },
+        )
+        .await?;
+        let client = management.client().await?;
+        nave_playground::up::install_crds(&client).await?;
+        Api::<Namespace>::all(client.clone())
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(serde_json::json!({"metadata": {"name": NAMESPACE}}))?,
+            )
+            .await?;
+        let fleet = SimFleet::start(fleet_config(), ServeOptions::default()).await?;
+        let kubeconfig = dir.path().join("kubeconfig");
+        management.write_kubeconfig(&kubeconfig)?;
+        let token = dir.path().join("bootstrap-token");
+        std::fs::write(&token, uuid::Uuid::new_v4().simple().to_string())?;
+        let store_key = dir.path().join("store-key");
+        std::fs::write(&store_key, uuid::Uuid::new_v4().simple().to_string())?;
+        let pki = nave_testkit::TestPki::generate(dir.path(), "hub");
+
+        // A schema of its own, reached through the proxy that cuts the hubs off.
+        let schema = format!("chaos_{}", uuid::Uuid::new_v4().simple());
+        let pool = sqlx::PgPool::connect(url)
+            .await
+            .context("connecting to Postgres")?;
+        pool.execute(sqlx::AssertSqlSafe(format!("CREATE SCHEMA \"{schema}\"")))
+            .await?;
+        pool.close().await;
+        let mut proxied = reqwest::Url::parse(url).context("the Postgres URL")?;
+        let upstream = format!(
+            "{}:{}",
+            proxied.host_str().unwrap_or("127.0.0.1"),
+            proxied.port().unwrap_or(5432)
+        );
+        let upstream = tokio::net::lookup_host(&upstream)
+            .await?
+            .next()
+            .ok_or_else(|| anyhow!("no address for {upstream}"))?;
+        let store_proxy = Proxy::start(vec![upstream]).await?;
+        proxied.set_host(Some("127.0.0.1")).map_err(|e| anyhow!("{e}"))?;
+        proxied
+            .set_port(Some(store_proxy.addr.port()))
+            .map_err(|()| anyhow!("no port in the Postgres URL"))?;
+        proxied
+            .query_pairs_mut()
+            .append_pair("options", &format!("-c search_path={schema}"));
+
+        let mut hub_args = Vec::new();
+        let mut listens = Vec::new();
+        for i in 0..HUBS {
+            let listen = free_addr()?;
+            listens.push(listen);
+            let mut args: Vec<String> = [
+                "hub",
+                "run",
+                "--database-url",
+                proxied.as_str(),
+                "--listen",
+                &listen.to_string(),
+                "--metrics-listen",
+                &free_addr()?.to_string(),
+                "--bootstrap-token-file",
+                &token.display().to_string(),
+                "--kubeconfig",
+                &kubeconfig.display().to_string(),
+                "--accept-new-clusters",
+                "--tls-cert-file",
+                &pki.chain_file.display().to_string(),
+                "--tls-key-file",
+                &pki.key_file.display().to_string(),
+                "--store-key-file",
+                &store_key.display().to_string(),
+                "--leader-elect",
+                "--leader-election-namespace",
+                NAMESPACE,
+                "--leader-election-identity",
+                &format!("hub-{i}"),
+            ]
+            .iter()
+            .map(|s| (*s).to_owned())
+            .collect();
+            args.extend(LEASE.iter().map(|s| (*s).to_owned()));
+            hub_args.push(args);
+        }
+        let hub_proxy = Proxy::start(listens).await?;
+        let mut agent_args = BTreeMap::new();
+        for cluster in &fleet.clusters {
+            let path = dir.path().join(format!("{}.kubeconfig", cluster.name()));
+            cluster.write_kubeconfig(&path)?;
+            let args: Vec<String> = [
+                "agent",
+                "--hub-url",
+                &format!("https://{}", hub_proxy.addr),
+                "--hub-ca-sha256",
+                &pki.ca_sha256,
+                "--cluster-name",
+                cluster.name(),
+                "--bootstrap-token-file",
+                &token.display().to_string(),
+                "--kubeconfig",
+                &path.display().to_string(),
+                "--metrics-listen",
+                "127.0.0.1:0",
+            ]
+            .iter()
+            .map(|s| (*s).to_owned())
+            .collect();
+            agent_args.insert(cluster.name().to_owned(), args);
+        }
+        // The proxy's task goes on serving without the handle, as long as the runtime runs.
+        drop(hub_proxy);
+        let mut run = Run {
+            dir,
+            management,
+            fleet,
+            client,
+            hubs: (0..HUBS).map(|_| None).collect(),
+            hub_args,
+            agents: BTreeMap::new(),
+            agent_args,
+            store_proxy,
+            schema,
+            url: url.to_owned(),
+        };
+        for i in 0..HUBS {
+            run.start_hub(i)?;
+        }
+        let names: Vec<String> = run.agent_args.keys().cloned().collect();
+        for name in names {
+            run.start_agent(&name)?;
+        }
+        Ok(run)
+    }
+
+    fn start_hub(&mut self, i: usize) -> anyhow::Result<()> {
+        let proc = Proc::spawn(
+            &format!("hub-{i}"),
+            &self.hub_args[i],
+            self.dir.path(),
+            &format!("hub-{i}.log"),
+            "info,kube=warn,sqlx=warn",
+        )?;
+        self.hubs[i] = Some(proc);
+        Ok(())
+    }
+
+    fn start_agent(&mut self, name: &str) -> anyhow::Result<()> {
+        let proc = Proc::spawn(
+            &format!("agent {name}"),
+            &self.agent_args[name],
+            self.dir.path(),
+            &format!("agent-{name}.log"),
+            "info,kube=warn",
+        )?;
+        self.agents.insert(name.to_owned(), Some(proc));
+        Ok(())
+    }
+
+    /// The replica holding the Lease, by its index.
+    async fn leader(&self) -> Option<usize> {
+        let leases: Api<Lease> = Api::namespaced(self.client.clone(), NAMESPACE);
+        let lease = leases.get_opt("nave-hub").await.ok().flatten()?;
+        let holder = lease.spec?.holder_identity?;
+        holder.strip_prefix("hub-")?.parse().ok()
+    }
+
+    /// Waits until a replica that runs holds the Lease.
+    async fn running_leader(&mut self) -> usize {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Some(i) = self.leader().await
+                && self.hubs[i].as_mut().is_some_and(|p| p.exited().is_none())
+            {
+                return i;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no running replica took the Lease within 60 s"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Restarts every hub or agent that ended on its own (a resumed leader that lost the lead).
+    fn restart_ended(&mut self) -> anyhow::Result<Vec<String>> {
+        let mut restarted = Vec::new();
+        for i in 0..HUBS {
+            if self.hubs[i].as_mut().is_some_and(|p| p.exited().is_some()) {
+                self.start_hub(i)?;
+                restarted.push(format!("hub-{i}"));
+            }
+        }
+        Ok(restarted)
+    }
+
+    fn logs(&self) -> String {
+        let mut out = String::new();
+        for proc in self.hubs.iter().flatten().chain(self.agents.values().flatten()) {
+            out.push_str(&format!(
+                "\n--- {} (last lines)\n{}\n",
+                proc.name,
+                proc.log_tail(15)
+            ));
+        }
+        out
+    }
+
+    async fn stop(mut self) {
+        for hub in self.hubs.iter_mut().flatten() {
+            hub.kill();
+        }
+        for agent in self.agents.values_mut().flatten() {
+            agent.kill();
+        }
+        if let Ok(pool) = sqlx::PgPool::connect(&self.url).await {
+            let _ = pool
+                .execute(sqlx::AssertSqlSafe(format!(
+                    "DROP SCHEMA IF EXISTS \"{}\" CASCADE",
+                    self.schema
+                )))
+                .await;
+            pool.close().await;
+        }
+        self.fleet.shutdown().await;
+        self.management.shutdown().await;
+    }
+}
+
+fn mcd_name(i: usize) -> String {
+    format!("c-{i:03}")
+}
+
+/// The replicas MCD `i` asks for at the end.
+fn desired(i: usize) -> i32 {
+    if SCALED.contains(&i) {
+        3
+    } else {
+        1 + (i % 2) as i32
+    }
+}
+
+/// Creates the MCDs at about ten a second, then scales and deletes some, while the chaos runs.
+async fn rollout(client: kube::Client) -> anyhow::Result<()> {
+    let api: Api<MultiClusterDeployment> = Api::namespaced(client, "default");
+    for i in 0..MCDS {
+        let replicas = 1 + (i % 2) as i32;
+        let policy = if i % 3 == 0 { "spread" } else { "worst-fit" };
+        let object = Mcd::new(&mcd_name(i))
+            .replicas(replicas)
+            .policy(policy)
+            .cpu("10m")
+            .memory("16Mi")
+            .build();
+        api.create(&PostParams::default(), &object).await?;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        if i == 150 {
+            for j in SCALED {
+                api.patch(
+                    &mcd_name(j),
+                    &PatchParams::default(),
+                    &Patch::Merge(serde_json::json!({"spec": {"replicas": 3}})),
+                )
+                .await?;
+            }
+        }
+        if i == 180 {
+            for j in DELETED {
+                api.delete(&mcd_name(j), &DeleteParams::default()).await?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// What the chaos did, for the summary.
+#[derive(Default)]
+struct Done {
+    leader_kills: usize,
+    agent_kills: usize,
+    pauses: usize,
+    cuts: usize,
+}
+
+/// The chaos: leader kills every few seconds, a leader paused past its Lease, agent kills and a
+/// cut store, in a fixed order with jittered timing.
+async fn chaos_steps(run: &mut Run, seed: u64) -> anyhow::Result<Done> {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let mut done = Done::default();
+    let jitter = |rng: &mut rand::rngs::StdRng, from: f64, to: f64| {
+        Duration::from_secs_f64(rng.random_range(from..to))
+    };
+    let agents: Vec<String> = run.agent_args.keys().cloned().collect();
+    let steps = [
+        "kill", "agent", "kill", "pause", "cut", "kill", "agent", "kill", "kill", "kill",
+    ];
+    for step in steps {
+        tokio::time::sleep(jitter(&mut rng, 2.0, 5.0)).await;
+        run.restart_ended()?;
+        match step {
+            "kill" => {
+                let leader = run.running_leader().await;
+                run.hubs[leader].as_mut().expect("running").kill();
+                done.leader_kills += 1;
+                tokio::time::sleep(jitter(&mut rng, 0.3, 2.0)).await;
+                run.start_hub(leader)?;
+            }
+            "agent" => {
+                let name = agents[rng.random_range(0..agents.len())].clone();
+                if let Some(agent) = run.agents.get_mut(&name).and_then(Option::as_mut) {
+                    agent.kill();
+                }
+                done.agent_kills += 1;
+                tokio::time::sleep(jitter(&mut rng, 1.0, 3.0)).await;
+                run.start_agent(&name)?;
+            }
+            "pause" => {
+                let leader = run.running_leader().await;
+                run.hubs[leader].as_ref().expect("running").pause()?;
+                done.pauses += 1;
+                // Past its Lease: another replica takes over meanwhile.
+                let paused = Instant::now();
+                loop {
+                    match run.leader().await {
+                        Some(i) if i != leader => break,
+                        _ => {}
+                    }
+                    if paused.elapsed() > Duration::from_secs(30) {
+                        bail!(
+                            "no replica took over from the paused leader within 30 s{}",
+                            run.logs()
+                        );
+                    }
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                tokio::time::sleep(Duration::from_secs(2)).await;
+                let hub = run.hubs[leader].as_mut().expect("paused");
+                hub.resume()?;
+                // Resumed, it finds its term over and stops by itself.
+                let resumed = Instant::now();
+                let status = loop {
+                    if let Some(status) = hub.exited() {
+                        break status;
+                    }
+                    if resumed.elapsed() > Duration::from_secs(20) {
+                        bail!(
+                            "the resumed leader hub-{leader} still runs 20 s later:\n{}",
+                            hub.log_tail(30)
+                        );
+                    }
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                };
+                if status.success() {
+                    bail!("the resumed leader exited successfully; it should say it lost the lead");
+                }
+                let log = std::fs::read_to_string(&hub.log).unwrap_or_default();
+                if !log.contains("lost the lead") {
+                    bail!(
+                        "the resumed leader's log does not say it lost the lead:\n{}",
+                        hub.log_tail(30)
+                    );
+                }
+                run.start_hub(leader)?;
+            }
+            "cut" => {
+                run.store_proxy.cut();
+                done.cuts += 1;
+                tokio::time::sleep(jitter(&mut rng, 3.0, 6.0)).await;
+                run.store_proxy.restore();
+            }
+            _ => unreachable!("a step of the list"),
+        }
+    }
+    run.restart_ended()?;
+    Ok(done)
+}
+
+/// Watches every MCD's status: records each time one is said Available with fewer ready
+/// replicas than it asks for (in the generation the status is of).
+fn observe(
+    client: kube::Client,
+    violations: Arc<Mutex<Vec<String>>>,
+    available: Arc<Mutex<BTreeSet<String>>>,
+) -> tokio::task::JoinHandle<()> {
+    let api: Api<MultiClusterDeployment> = Api::namespaced(client, "default");
+    tokio::spawn(async move {
+        let mut events = watcher(api, watcher::Config::default()).boxed();
+        while let Some(event) = events.next().await {
+            let objects = match event {
+                Ok(watcher::Event::Apply(mcd) | watcher::Event::InitApply(mcd)) => vec![mcd],
+                _ => continue,
+            };
+            for mcd in objects {
+                let Some(status) = &mcd.status else { continue };
+                if status.observed_generation != mcd.metadata.generation {
+                    continue;
+                }
+                let is_available = conditions::is_true(&status.conditions, types::AVAILABLE);
+                if is_available {
+                    available
+                        .lock()
+                        .unwrap()
+                        .insert(mcd.metadata.name.clone().unwrap_or_default());
+                }
+                if is_available && status.ready_replicas < mcd.spec.replicas {
+                    violations.lock().unwrap().push(format!(
+                        "{} Available with {} of {} replicas ready (generation {:?})",
+                        mcd.metadata.name.clone().unwrap_or_default(),
+                        status.ready_replicas,
+                        mcd.spec.replicas,
+                        mcd.metadata.generation
+                    ));
+                }
+            }
+        }
+    })
+}
+
+/// Per workload label: the replicas asked for and ready, summed over the workload clusters.
+async fn counted(fleet: &SimFleet) -> Result<BTreeMap<String, (i32, i32)>, String> {
+    let mut sums: BTreeMap<String, (i32, i32)> = BTreeMap::new();
+    for cluster in &fleet.clusters {
+        let client = cluster.client().await.map_err(|e| e.to_string())?;
+        let deployments: Api<Deployment> = Api::all(client);
+        let list = deployments
+            .list(&ListParams::default().labels(WORKLOAD_LABEL))
+            .await
+            .map_err(|e| format!("{}: {e}", cluster.name()))?;
+        for d in list.items {
+            let workload = d
+                .metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(WORKLOAD_LABEL))
+                .cloned()
+                .unwrap_or_default();
+            let entry = sums.entry(workload).or_default();
+            entry.0 += d.spec.replicas.unwrap_or(1);
+            entry.1 += d.status.as_ref().and_then(|s| s.ready_replicas).unwrap_or(0);
+        }
+    }
+    Ok(sums)
+}
+
+async fn chaos(url: &str) -> anyhow::Result<String> {
+    let seed = std::env::var("NAVE_CHAOS_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(rand::random::<u64>);
+    println!("chaos seed {seed} (NAVE_CHAOS_SEED={seed} replays it)");
+    let mut run = Run::start(url).await?;
+    let clusters: Api<WorkloadCluster> = Api::all(run.client.clone());
+    wait_for(
+        "every agent to report its capacity",
+        Duration::from_secs(120),
+        || async {
+            let list = clusters
+                .list(&ListParams::default())
+                .await
+                .map_err(|e| e.to_string())?;
+            let reporting = list
+                .items
+                .iter()
+                .filter(|w| w.status.as_ref().is_some_and(|s| s.capacity.is_some()))
+                .count();
+            if reporting == 3 {
+                Ok(())
+            } else {
+                Err(format!("{reporting} of 3 reporting"))
+            }
+        },
+    )
+    .await;
+
+    let violations = Arc::new(Mutex::new(Vec::new()));
+    let available = Arc::new(Mutex::new(BTreeSet::new()));
+    let observer = observe(run.client.clone(), violations.clone(), available.clone());
+    let started = Instant::now();
+    let rollout = tokio::spawn(rollout(run.client.clone()));
+    let done = match chaos_steps(&mut run, seed).await {
+        Ok(done) => done,
+        Err(error) => {
+            let logs = run.logs();
+            run.stop().await;
+            return Err(error.context(format!("seed {seed}{logs}")));
+        }
+    };
+    rollout.await.context("the rollout task")??;
+    let chaos_took = started.elapsed();
+
+    // Every MCD runs exactly its replicas, all ready, counted in the clusters; nothing of a
+    // deleted one remains.
+    let expected: BTreeMap<String, i32> = (0..MCDS)
+        .filter(|i| !DELETED.contains(i))
+        .map(|i| (format!("default.{}", mcd_name(i)), desired(i)))
+        .collect();
+    let deleted: BTreeSet<String> = DELETED.map(|i| format!("default.{}", mcd_name(i))).collect();
+    let converged = Instant::now();
+    let fleet = &run.fleet;
+    let result = tokio::time::timeout(Duration::from_secs(300), async {
+        loop {
+            match counted(fleet).await {
+                Ok(sums) => {
+                    let mut wrong: Vec<String> = expected
+                        .iter()
+                        .filter(|(w, n)| sums.get(*w) != Some(&(**n, **n)))
+                        .map(|(w, n)| format!("{w}: want {n}, (asked, ready) {:?}", sums.get(w)))
+                        .collect();
+                    wrong.extend(
+                        sums.keys()
+                            .filter(|w| deleted.contains(*w))
+                            .map(|w| format!("{w} was deleted and still runs")),
+                    );
+                    wrong.extend(
+                        sums.keys()
+                            .filter(|w| !expected.contains_key(*w) && !deleted.contains(*w))
+                            .map(|w| format!("{w} is not one of the MCDs")),
+                    );
+                    if wrong.is_empty() {
+                        return Ok(());
+                    }
+                    if converged.elapsed() > Duration::from_secs(290) {
+                        return Err(wrong);
+                    }
+                }
+                Err(error) => {
+                    if converged.elapsed() > Duration::from_secs(290) {
+                        return Err(vec![error]);
+                    }
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    })
+    .await;
+    let outcome = match result {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(wrong)) => Err(anyhow!(
+            "after the chaos, {} workloads are not as asked in the clusters (first: {:?})",
+            wrong.len(),
+            &wrong[..wrong.len().min(10)]
+        )),
+        Err(_) => Err(anyhow!("counting in the clusters did not finish")),
+    };
+    let took_to_converge = converged.elapsed();
+    // The observer saw the MCDs become Available (so its silence about violations means
+    // something): wait for it to catch up with the last statuses.
+    let watched = tokio::time::timeout(Duration::from_secs(60), async {
+        while available.lock().unwrap().len() < expected.len() {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    })
+    .await;
+    observer.abort();
+    let violations = violations.lock().unwrap().clone();
+    let seen_available = available.lock().unwrap().len();
+    let logs = run.logs();
+    run.stop().await;
+    outcome.map_err(|e| e.context(format!("seed {seed}{logs}")))?;
+    if watched.is_err() {
+        bail!(
+            "seed {seed}: the hub's status said Available for only {seen_available} of the {} MCDs",
+            expected.len()
+        );
+    }
+    if !violations.is_empty() {
+        bail!(
+            "seed {seed}: MCDs reported Available with fewer ready replicas than asked: {:?}",
+            &violations[..violations.len().min(10)]
+        );
+    }
+    Ok(format!(
+        "{} MCDs created, {} scaled, {} deleted in {:.0} s of chaos ({} leader kills, {} pause past \
+         the Lease, {} agent kills, {} store cut); every one as asked in the clusters {:.1} s later",
+        MCDS,
+        SCALED.len(),
+        DELETED.len(),
+        chaos_took.as_secs_f64(),
+        done.leader_kills,
+        done.pauses,
+        done.agent_kills,
+        done.cuts,
+        took_to_converge.as_secs_f64()
+    ))
+}
