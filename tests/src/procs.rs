@@ -14,14 +14,23 @@
 //!
 //! A binary that uses this calls [`child_role`] first in its `main`.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use clap::Parser as _;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Namespace;
+use kube::api::{Api, ListParams, PostParams};
+use nave_api::WorkloadCluster;
+use nave_sim::config::{ClusterConfig, FleetConfig};
+use nave_sim::{ServeOptions, SimCluster, SimFleet};
+use sqlx::Executor as _;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinSet;
 
@@ -115,6 +124,11 @@ impl Proc {
     /// SIGCONT: it goes on from where it stopped.
     pub fn resume(&self) -> anyhow::Result<()> {
         self.signal(rustix::process::Signal::CONT)
+    }
+
+    /// SIGTERM: it stops cleanly (a leader releases its Lease).
+    pub fn terminate(&self) -> anyhow::Result<()> {
+        self.signal(rustix::process::Signal::TERM)
     }
 
     fn signal(&self, signal: rustix::process::Signal) -> anyhow::Result<()> {
@@ -222,4 +236,353 @@ impl Proxy {
 /// A free loopback address (bound, then released for the child to bind).
 pub fn free_addr() -> anyhow::Result<SocketAddr> {
     Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?)
+}
+
+/// Where the hubs of a [`ProcessFleet`] keep their state.
+#[derive(Debug, Clone)]
+pub enum Store {
+    /// One SQLite file (one hub, no election).
+    Sqlite,
+    /// A fresh schema in the Postgres database at this URL, reached through a [`Proxy`] that
+    /// can cut the hubs off it.
+    Postgres(String),
+}
+
+/// What a [`ProcessFleet`] runs.
+#[derive(Debug, Clone)]
+pub struct FleetOptions {
+    /// Hub replicas.
+    pub hubs: usize,
+    /// Their store.
+    pub store: Store,
+    /// Leader election timings (`--lease-duration`, `--renew-deadline`, `--retry-period`);
+    /// `None`: no election (one hub).
+    pub lease: Option<[Duration; 3]>,
+    /// The workload clusters.
+    pub fleet: FleetConfig,
+}
+
+/// Namespace of the hubs' Lease in a [`ProcessFleet`].
+pub const LEASE_NAMESPACE: &str = "nave-system";
+
+/// Hubs and agents as processes over simulated clusters (in this process): the hubs behind one
+/// address (a [`Proxy`], as a Service), on a store the test can cut off; each part killed,
+/// paused, resumed and started again at will.
+pub struct ProcessFleet {
+    dir: tempfile::TempDir,
+    /// The simulated management cluster.
+    pub management: SimCluster,
+    /// The simulated workload clusters.
+    pub fleet: SimFleet,
+    /// Client of the management cluster.
+    pub client: kube::Client,
+    /// Each hub replica's process; `None` while stopped.
+    pub hubs: Vec<Option<Proc>>,
+    hub_args: Vec<Vec<String>>,
+    /// Each cluster's agent's process; `None` while stopped.
+    pub agents: BTreeMap<String, Option<Proc>>,
+    agent_args: BTreeMap<String, Vec<String>>,
+    /// Between the hubs and Postgres.
+    pub store_proxy: Option<Proxy>,
+    postgres: Option<(String, String)>,
+}
+
+impl std::fmt::Debug for ProcessFleet {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProcessFleet")
+            .field("hubs", &self.hubs.len())
+            .field("agents", &self.agents.keys().collect::<Vec<_>>())
+            .finish_non_exhaustive()
+    }
+}
+
+impl ProcessFleet {
+    /// Starts the clusters, the hubs and one agent per cluster, and waits until every agent
+    /// reported its capacity.
+    pub async fn start(options: FleetOptions) -> anyhow::Result<ProcessFleet> {
+        let dir = tempfile::tempdir()?;
+        let management = SimCluster::start(
+            ClusterConfig {
+                name: "management".to_owned(),
+                ..ClusterConfig::default()
+            },
+            ServeOptions {
+                control_plane: false,
+                ..ServeOptions::default()
+            },
+        )
+        .await?;
+        let client = management.client().await?;
+        nave_playground::up::install_crds(&client).await?;
+        Api::<Namespace>::all(client.clone())
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(serde_json::json!({"metadata": {"name": LEASE_NAMESPACE}}))?,
+            )
+            .await?;
+        let fleet = SimFleet::start(options.fleet.clone(), ServeOptions::default()).await?;
+        let kubeconfig = dir.path().join("kubeconfig");
+        management.write_kubeconfig(&kubeconfig)?;
+        let token = dir.path().join("bootstrap-token");
+        std::fs::write(&token, uuid::Uuid::new_v4().simple().to_string())?;
+        let store_key = dir.path().join("store-key");
+        std::fs::write(&store_key, uuid::Uuid::new_v4().simple().to_string())?;
+        let pki = nave_testkit::TestPki::generate(dir.path(), "hub");
+
+        let (database_url, store_proxy, postgres) = match &options.store {
+            Store::Sqlite => (
+                format!("sqlite://{}", dir.path().join("hub.db").display()),
+                None,
+                None,
+            ),
+            Store::Postgres(url) => {
+                let schema = format!("procs_{}", uuid::Uuid::new_v4().simple());
+                let pool = sqlx::PgPool::connect(url)
+                    .await
+                    .context("connecting to Postgres")?;
+                pool.execute(sqlx::AssertSqlSafe(format!("CREATE SCHEMA \"{schema}\"")))
+                    .await?;
+                pool.close().await;
+                let mut proxied = reqwest::Url::parse(url).context("the Postgres URL")?;
+                let upstream = format!(
+                    "{}:{}",
+                    proxied.host_str().unwrap_or("127.0.0.1"),
+                    proxied.port().unwrap_or(5432)
+                );
+                let upstream = tokio::net::lookup_host(&upstream)
+                    .await?
+                    .next()
+                    .ok_or_else(|| anyhow::anyhow!("no address for {upstream}"))?;
+                let proxy = Proxy::start(vec![upstream]).await?;
+                proxied
+                    .set_host(Some("127.0.0.1"))
+                    .map_err(|e| anyhow::anyhow!("{e}"))?;
+                proxied
+                    .set_port(Some(proxy.addr.port()))
+                    .map_err(|()| anyhow::anyhow!("no port in the Postgres URL"))?;
+                proxied
+                    .query_pairs_mut()
+                    .append_pair("options", &format!("-c search_path={schema}"));
+                (proxied.to_string(), Some(proxy), Some((url.clone(), schema)))
+            }
+        };
+
+        let path = |p: &Path| p.display().to_string();
+        let mut hub_args = Vec::new();
+        let mut listens = Vec::new();
+        for i in 0..options.hubs {
+            let listen = free_addr()?;
+            listens.push(listen);
+            let mut args: Vec<String> = vec![
+                "hub".into(),
+                "run".into(),
+                "--database-url".into(),
+                database_url.clone(),
+                "--listen".into(),
+                listen.to_string(),
+                "--metrics-listen".into(),
+                free_addr()?.to_string(),
+                "--bootstrap-token-file".into(),
+                path(&token),
+                "--kubeconfig".into(),
+                path(&kubeconfig),
+                "--accept-new-clusters".into(),
+                "--tls-cert-file".into(),
+                path(&pki.chain_file),
+                "--tls-key-file".into(),
+                path(&pki.key_file),
+                "--store-key-file".into(),
+                path(&store_key),
+            ];
+            if let Some([lease, renew, retry]) = options.lease {
+                args.extend([
+                    "--leader-elect".into(),
+                    "--leader-election-namespace".into(),
+                    LEASE_NAMESPACE.into(),
+                    "--leader-election-identity".into(),
+                    format!("hub-{i}"),
+                    format!("--lease-duration={}ms", lease.as_millis()),
+                    format!("--renew-deadline={}ms", renew.as_millis()),
+                    format!("--retry-period={}ms", retry.as_millis()),
+                ]);
+            }
+            hub_args.push(args);
+        }
+        // The proxy's task goes on serving without its handle, as long as the runtime runs.
+        let hub_proxy = Proxy::start(listens).await?;
+        let mut agent_args = BTreeMap::new();
+        for cluster in &fleet.clusters {
+            let kubeconfig = dir.path().join(format!("{}.kubeconfig", cluster.name()));
+            cluster.write_kubeconfig(&kubeconfig)?;
+            let args: Vec<String> = vec![
+                "agent".into(),
+                "--hub-url".into(),
+                format!("https://{}", hub_proxy.addr),
+                "--hub-ca-sha256".into(),
+                pki.ca_sha256.clone(),
+                "--cluster-name".into(),
+                cluster.name().to_owned(),
+                "--bootstrap-token-file".into(),
+                path(&token),
+                "--kubeconfig".into(),
+                path(&kubeconfig),
+                "--metrics-listen".into(),
+                "127.0.0.1:0".into(),
+            ];
+            agent_args.insert(cluster.name().to_owned(), args);
+        }
+        let mut run = ProcessFleet {
+            dir,
+            management,
+            fleet,
+            client,
+            hubs: (0..options.hubs).map(|_| None).collect(),
+            hub_args,
+            agents: BTreeMap::new(),
+            agent_args,
+            store_proxy,
+            postgres,
+        };
+        for i in 0..options.hubs {
+            run.start_hub(i)?;
+        }
+        for name in run.cluster_names() {
+            run.start_agent(&name)?;
+        }
+        let clusters: Api<WorkloadCluster> = Api::all(run.client.clone());
+        let expected = run.agent_args.len();
+        nave_testkit::wait_for(
+            "every agent to report its capacity",
+            Duration::from_secs(120),
+            || async {
+                let list = clusters
+                    .list(&ListParams::default())
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let reporting = list
+                    .items
+                    .iter()
+                    .filter(|w| w.status.as_ref().is_some_and(|s| s.capacity.is_some()))
+                    .count();
+                if reporting == expected {
+                    Ok(())
+                } else {
+                    Err(format!("{reporting} of {expected} reporting"))
+                }
+            },
+        )
+        .await;
+        Ok(run)
+    }
+
+    /// The workload clusters' names.
+    pub fn cluster_names(&self) -> Vec<String> {
+        self.agent_args.keys().cloned().collect()
+    }
+
+    /// Starts hub replica `i` (again).
+    pub fn start_hub(&mut self, i: usize) -> anyhow::Result<()> {
+        let proc = Proc::spawn(
+            &format!("hub-{i}"),
+            &self.hub_args[i],
+            self.dir.path(),
+            &format!("hub-{i}.log"),
+            "info,kube=warn,sqlx=warn",
+        )?;
+        self.hubs[i] = Some(proc);
+        Ok(())
+    }
+
+    /// Starts the agent of cluster `name` (again).
+    pub fn start_agent(&mut self, name: &str) -> anyhow::Result<()> {
+        let proc = Proc::spawn(
+            &format!("agent {name}"),
+            &self.agent_args[name],
+            self.dir.path(),
+            &format!("agent-{name}.log"),
+            "info,kube=warn",
+        )?;
+        self.agents.insert(name.to_owned(), Some(proc));
+        Ok(())
+    }
+
+    /// Hub replica `i`, while it runs.
+    pub fn hub(&mut self, i: usize) -> Option<&mut Proc> {
+        self.hubs.get_mut(i).and_then(Option::as_mut)
+    }
+
+    /// The replica holding the Lease, by its index.
+    pub async fn leader(&self) -> Option<usize> {
+        let leases: Api<Lease> = Api::namespaced(self.client.clone(), LEASE_NAMESPACE);
+        let lease = leases.get_opt("nave-hub").await.ok().flatten()?;
+        let holder = lease.spec?.holder_identity?;
+        holder.strip_prefix("hub-")?.parse().ok()
+    }
+
+    /// Waits (at most `within`) until a replica that runs holds the Lease, and says which.
+    pub async fn running_leader(&mut self, within: Duration) -> anyhow::Result<usize> {
+        let deadline = Instant::now() + within;
+        loop {
+            if let Some(i) = self.leader().await
+                && self.hub(i).is_some_and(|p| p.exited().is_none())
+            {
+                return Ok(i);
+            }
+            if Instant::now() >= deadline {
+                anyhow::bail!(
+                    "no running replica took the Lease within {within:?}{}",
+                    self.logs()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Starts again every hub that ended on its own (a resumed leader that lost the lead);
+    /// answers which.
+    pub fn restart_ended(&mut self) -> anyhow::Result<Vec<usize>> {
+        let mut restarted = Vec::new();
+        for i in 0..self.hubs.len() {
+            if self.hub(i).is_some_and(|p| p.exited().is_some()) {
+                self.start_hub(i)?;
+                restarted.push(i);
+            }
+        }
+        Ok(restarted)
+    }
+
+    /// The last lines of every part's log, for failure messages.
+    pub fn logs(&self) -> String {
+        let mut out = String::new();
+        for proc in self.hubs.iter().flatten().chain(self.agents.values().flatten()) {
+            out.push_str(&format!(
+                "\n--- {} (last lines)\n{}\n",
+                proc.name,
+                proc.log_tail(15)
+            ));
+        }
+        out
+    }
+
+    /// Stops everything and drops the Postgres schema.
+    pub async fn stop(mut self) {
+        for hub in self.hubs.iter_mut().flatten() {
+            hub.kill();
+        }
+        for agent in self.agents.values_mut().flatten() {
+            agent.kill();
+        }
+        if let Some((url, schema)) = &self.postgres
+            && let Ok(pool) = sqlx::PgPool::connect(url).await
+        {
+            let _ = pool
+                .execute(sqlx::AssertSqlSafe(format!(
+                    "DROP SCHEMA IF EXISTS \"{schema}\" CASCADE"
+                )))
+                .await;
+            pool.close().await;
+        }
+        self.fleet.shutdown().await;
+        self.management.shutdown().await;
+    }
 }

@@ -21,33 +21,30 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, anyhow, bail};
 use futures::StreamExt as _;
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::watcher;
 use nave_api::conditions::{self, types};
 use nave_api::wire::WORKLOAD_LABEL;
 use nave_api::{MultiClusterDeployment, WorkloadCluster};
-use nave_e2e::procs::{Proc, Proxy, free_addr};
+use nave_e2e::procs::{FleetOptions, ProcessFleet, Store};
+use nave_sim::SimFleet;
 use nave_sim::config::{ClusterConfig, FleetConfig, NodePool};
-use nave_sim::{ServeOptions, SimCluster, SimFleet};
 use nave_testkit::{Mcd, wait_for};
 use rand::{Rng as _, SeedableRng as _};
-use sqlx::Executor as _;
 
 const NAME: &str = "a_rollout_survives_leader_kills_a_paused_leader_agent_restarts_and_a_cut_store";
-const NAMESPACE: &str = "nave-system";
 const HUBS: usize = 3;
 const MCDS: usize = 200;
 /// The MCDs deleted during the chaos.
 const DELETED: std::ops::Range<usize> = 0..25;
 /// The MCDs scaled to three replicas during the chaos.
 const SCALED: std::ops::Range<usize> = 100..120;
-/// Lease timings of the hubs: short, so that a run sees many takeovers.
-const LEASE: &[&str] = &[
-    "--lease-duration=3s",
-    "--renew-deadline=2s",
-    "--retry-period=500ms",
+/// Lease timings of the hubs (lease duration, renew deadline, retry period): short, so that a
+/// run sees many takeovers.
+const LEASE: [Duration; 3] = [
+    Duration::from_secs(3),
+    Duration::from_secs(2),
+    Duration::from_millis(500),
 ];
 
 fn main() -> ExitCode {
@@ -103,21 +100,7 @@ fn main() -> ExitCode {
     }
 }
 
-/// Everything the run starts, and stops when dropped.
-struct Run {
-    dir: tempfile::TempDir,
-    management: SimCluster,
-    fleet: SimFleet,
-    client: kube::Client,
-    hubs: Vec<Option<Proc>>,
-    hub_args: Vec<Vec<String>>,
-    agents: BTreeMap<String, Option<Proc>>,
-    agent_args: BTreeMap<String, Vec<String>>,
-    store_proxy: Proxy,
-    schema: String,
-    url: String,
-}
-
+/// The workload clusters: room for every replica of the rollout.
 fn fleet_config() -> FleetConfig {
     let clusters = [
         ("eu-west-1", "eu-west"),
@@ -141,245 +124,6 @@ fn fleet_config() -> FleetConfig {
     FleetConfig {
         clusters,
         ..FleetConfig::default()
-    }
-}
-
-impl Run {
-    async fn start(url: &str) -> anyhow::Result<Run> {
-        let dir = tempfile::tempdir()?;
-        let management = SimCluster::start(
-            ClusterConfig {
-                name: "management".to_owned(),
-                ..ClusterConfig::default()
-            },
-            ServeOptions {
-                control_plane: false,
-                ..ServeOptions::default()
-            },
-        )
-        .await?;
-        let client = management.client().await?;
-        nave_playground::up::install_crds(&client).await?;
-        Api::<Namespace>::all(client.clone())
-            .create(
-                &PostParams::default(),
-                &serde_json::from_value(serde_json::json!({"metadata": {"name": NAMESPACE}}))?,
-            )
-            .await?;
-        let fleet = SimFleet::start(fleet_config(), ServeOptions::default()).await?;
-        let kubeconfig = dir.path().join("kubeconfig");
-        management.write_kubeconfig(&kubeconfig)?;
-        let token = dir.path().join("bootstrap-token");
-        std::fs::write(&token, uuid::Uuid::new_v4().simple().to_string())?;
-        let store_key = dir.path().join("store-key");
-        std::fs::write(&store_key, uuid::Uuid::new_v4().simple().to_string())?;
-        let pki = nave_testkit::TestPki::generate(dir.path(), "hub");
-
-        // A schema of its own, reached through the proxy that cuts the hubs off.
-        let schema = format!("chaos_{}", uuid::Uuid::new_v4().simple());
-        let pool = sqlx::PgPool::connect(url)
-            .await
-            .context("connecting to Postgres")?;
-        pool.execute(sqlx::AssertSqlSafe(format!("CREATE SCHEMA \"{schema}\"")))
-            .await?;
-        pool.close().await;
-        let mut proxied = reqwest::Url::parse(url).context("the Postgres URL")?;
-        let upstream = format!(
-            "{}:{}",
-            proxied.host_str().unwrap_or("127.0.0.1"),
-            proxied.port().unwrap_or(5432)
-        );
-        let upstream = tokio::net::lookup_host(&upstream)
-            .await?
-            .next()
-            .ok_or_else(|| anyhow!("no address for {upstream}"))?;
-        let store_proxy = Proxy::start(vec![upstream]).await?;
-        proxied.set_host(Some("127.0.0.1")).map_err(|e| anyhow!("{e}"))?;
-        proxied
-            .set_port(Some(store_proxy.addr.port()))
-            .map_err(|()| anyhow!("no port in the Postgres URL"))?;
-        proxied
-            .query_pairs_mut()
-            .append_pair("options", &format!("-c search_path={schema}"));
-
-        let mut hub_args = Vec::new();
-        let mut listens = Vec::new();
-        for i in 0..HUBS {
-            let listen = free_addr()?;
-            listens.push(listen);
-            let mut args: Vec<String> = [
-                "hub",
-                "run",
-                "--database-url",
-                proxied.as_str(),
-                "--listen",
-                &listen.to_string(),
-                "--metrics-listen",
-                &free_addr()?.to_string(),
-                "--bootstrap-token-file",
-                &token.display().to_string(),
-                "--kubeconfig",
-                &kubeconfig.display().to_string(),
-                "--accept-new-clusters",
-                "--tls-cert-file",
-                &pki.chain_file.display().to_string(),
-                "--tls-key-file",
-                &pki.key_file.display().to_string(),
-                "--store-key-file",
-                &store_key.display().to_string(),
-                "--leader-elect",
-                "--leader-election-namespace",
-                NAMESPACE,
-                "--leader-election-identity",
-                &format!("hub-{i}"),
-            ]
-            .iter()
-            .map(|s| (*s).to_owned())
-            .collect();
-            args.extend(LEASE.iter().map(|s| (*s).to_owned()));
-            hub_args.push(args);
-        }
-        let hub_proxy = Proxy::start(listens).await?;
-        let mut agent_args = BTreeMap::new();
-        for cluster in &fleet.clusters {
-            let path = dir.path().join(format!("{}.kubeconfig", cluster.name()));
-            cluster.write_kubeconfig(&path)?;
-            let args: Vec<String> = [
-                "agent",
-                "--hub-url",
-                &format!("https://{}", hub_proxy.addr),
-                "--hub-ca-sha256",
-                &pki.ca_sha256,
-                "--cluster-name",
-                cluster.name(),
-                "--bootstrap-token-file",
-                &token.display().to_string(),
-                "--kubeconfig",
-                &path.display().to_string(),
-                "--metrics-listen",
-                "127.0.0.1:0",
-            ]
-            .iter()
-            .map(|s| (*s).to_owned())
-            .collect();
-            agent_args.insert(cluster.name().to_owned(), args);
-        }
-        // The proxy's task goes on serving without the handle, as long as the runtime runs.
-        drop(hub_proxy);
-        let mut run = Run {
-            dir,
-            management,
-            fleet,
-            client,
-            hubs: (0..HUBS).map(|_| None).collect(),
-            hub_args,
-            agents: BTreeMap::new(),
-            agent_args,
-            store_proxy,
-            schema,
-            url: url.to_owned(),
-        };
-        for i in 0..HUBS {
-            run.start_hub(i)?;
-        }
-        let names: Vec<String> = run.agent_args.keys().cloned().collect();
-        for name in names {
-            run.start_agent(&name)?;
-        }
-        Ok(run)
-    }
-
-    fn start_hub(&mut self, i: usize) -> anyhow::Result<()> {
-        let proc = Proc::spawn(
-            &format!("hub-{i}"),
-            &self.hub_args[i],
-            self.dir.path(),
-            &format!("hub-{i}.log"),
-            "info,kube=warn,sqlx=warn",
-        )?;
-        self.hubs[i] = Some(proc);
-        Ok(())
-    }
-
-    fn start_agent(&mut self, name: &str) -> anyhow::Result<()> {
-        let proc = Proc::spawn(
-            &format!("agent {name}"),
-            &self.agent_args[name],
-            self.dir.path(),
-            &format!("agent-{name}.log"),
-            "info,kube=warn",
-        )?;
-        self.agents.insert(name.to_owned(), Some(proc));
-        Ok(())
-    }
-
-    /// The replica holding the Lease, by its index.
-    async fn leader(&self) -> Option<usize> {
-        let leases: Api<Lease> = Api::namespaced(self.client.clone(), NAMESPACE);
-        let lease = leases.get_opt("nave-hub").await.ok().flatten()?;
-        let holder = lease.spec?.holder_identity?;
-        holder.strip_prefix("hub-")?.parse().ok()
-    }
-
-    /// Waits until a replica that runs holds the Lease.
-    async fn running_leader(&mut self) -> usize {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            if let Some(i) = self.leader().await
-                && self.hubs[i].as_mut().is_some_and(|p| p.exited().is_none())
-            {
-                return i;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "no running replica took the Lease within 60 s"
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    }
-
-    /// Restarts every hub or agent that ended on its own (a resumed leader that lost the lead).
-    fn restart_ended(&mut self) -> anyhow::Result<Vec<String>> {
-        let mut restarted = Vec::new();
-        for i in 0..HUBS {
-            if self.hubs[i].as_mut().is_some_and(|p| p.exited().is_some()) {
-                self.start_hub(i)?;
-                restarted.push(format!("hub-{i}"));
-            }
-        }
-        Ok(restarted)
-    }
-
-    fn logs(&self) -> String {
-        let mut out = String::new();
-        for proc in self.hubs.iter().flatten().chain(self.agents.values().flatten()) {
-            out.push_str(&format!(
-                "\n--- {} (last lines)\n{}\n",
-                proc.name,
-                proc.log_tail(15)
-            ));
-        }
-        out
-    }
-
-    async fn stop(mut self) {
-        for hub in self.hubs.iter_mut().flatten() {
-            hub.kill();
-        }
-        for agent in self.agents.values_mut().flatten() {
-            agent.kill();
-        }
-        if let Ok(pool) = sqlx::PgPool::connect(&self.url).await {
-            let _ = pool
-                .execute(sqlx::AssertSqlSafe(format!(
-                    "DROP SCHEMA IF EXISTS \"{}\" CASCADE",
-                    self.schema
-                )))
-                .await;
-            pool.close().await;
-        }
-        self.fleet.shutdown().await;
-        self.management.shutdown().await;
     }
 }
 
@@ -440,13 +184,13 @@ struct Done {
 
 /// The chaos: leader kills every few seconds, a leader paused past its Lease, agent kills and a
 /// cut store, in a fixed order with jittered timing.
-async fn chaos_steps(run: &mut Run, seed: u64) -> anyhow::Result<Done> {
+async fn chaos_steps(run: &mut ProcessFleet, seed: u64) -> anyhow::Result<Done> {
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
     let mut done = Done::default();
     let jitter = |rng: &mut rand::rngs::StdRng, from: f64, to: f64| {
         Duration::from_secs_f64(rng.random_range(from..to))
     };
-    let agents: Vec<String> = run.agent_args.keys().cloned().collect();
+    let agents: Vec<String> = run.cluster_names();
     let steps = [
         "kill", "agent", "kill", "pause", "cut", "kill", "agent", "kill", "kill", "kill",
     ];
@@ -455,7 +199,7 @@ async fn chaos_steps(run: &mut Run, seed: u64) -> anyhow::Result<Done> {
         run.restart_ended()?;
         match step {
             "kill" => {
-                let leader = run.running_leader().await;
+                let leader = run.running_leader(Duration::from_secs(60)).await?;
                 run.hubs[leader].as_mut().expect("running").kill();
                 done.leader_kills += 1;
                 tokio::time::sleep(jitter(&mut rng, 0.3, 2.0)).await;
@@ -471,7 +215,7 @@ async fn chaos_steps(run: &mut Run, seed: u64) -> anyhow::Result<Done> {
                 run.start_agent(&name)?;
             }
             "pause" => {
-                let leader = run.running_leader().await;
+                let leader = run.running_leader(Duration::from_secs(60)).await?;
                 run.hubs[leader].as_ref().expect("running").pause()?;
                 done.pauses += 1;
                 // Past its Lease: another replica takes over meanwhile.
@@ -519,10 +263,14 @@ async fn chaos_steps(run: &mut Run, seed: u64) -> anyhow::Result<Done> {
                 run.start_hub(leader)?;
             }
             "cut" => {
-                run.store_proxy.cut();
+                let proxy = run
+                    .store_proxy
+                    .clone()
+                    .expect("a Postgres fleet has a store proxy");
+                proxy.cut();
                 done.cuts += 1;
                 tokio::time::sleep(jitter(&mut rng, 3.0, 6.0)).await;
-                run.store_proxy.restore();
+                proxy.restore();
             }
             _ => unreachable!("a step of the list"),
         }
@@ -604,7 +352,13 @@ async fn chaos(url: &str) -> anyhow::Result<String> {
         .and_then(|s| s.parse().ok())
         .unwrap_or_else(rand::random::<u64>);
     println!("chaos seed {seed} (NAVE_CHAOS_SEED={seed} replays it)");
-    let mut run = Run::start(url).await?;
+    let mut run = ProcessFleet::start(FleetOptions {
+        hubs: HUBS,
+        store: Store::Postgres(url.to_owned()),
+        lease: Some(LEASE),
+        fleet: fleet_config(),
+    })
+    .await?;
     let clusters: Api<WorkloadCluster> = Api::all(run.client.clone());
     wait_for(
         "every agent to report its capacity",
