@@ -220,6 +220,7 @@ conformance!(
     a_claim_waits_for_writes_in_flight_and_no_older_write_lands_after_it,
     work_sets_are_complete_once_the_current_term_published,
     other_replicas_hear_every_change_but_their_own,
+    a_stalled_writer_delays_a_claim_seconds_not_hours_and_a_writer_without_a_term_is_refused,
 );
 
 // Fixtures.
@@ -643,6 +644,48 @@ mod cases {
             .expect("the follower's change is heard")
             .expect("the feed goes on");
         assert_eq!(first, FeedEvent::Change(StoreChange::Cluster("eu-1".to_owned())));
+    }
+
+    pub async fn a_stalled_writer_delays_a_claim_seconds_not_hours_and_a_writer_without_a_term_is_refused(
+        db: TestDb,
+    ) {
+        if db.backend() != Backend::Postgres {
+            // SQLite: one hub per file; its writers queue on BEGIN IMMEDIATE's busy timeout.
+            return;
+        }
+        let leader = db.open().await;
+        register(&*leader, &["eu-1"]).await;
+        leader.put_work("eu-1", &[deployment("web", 1)]).await.unwrap();
+        let pool = sqlx::PgPool::connect(&db.url()).await.expect("raw Postgres");
+        // A hub of an older version, which knows nothing of terms: the database refuses it.
+        let refused = sqlx::query("UPDATE work SET revision = revision + 1 WHERE cluster = 'eu-1'")
+            .execute(&pool)
+            .await
+            .expect_err("a write without a term");
+        assert!(refused.to_string().contains("current term"), "{refused}");
+        // A writer stopped in the middle of its transaction, holding the term's row.
+        let mut stalled = pool.begin().await.unwrap();
+        sqlx::query("SELECT term FROM leadership WHERE singleton = 1 FOR SHARE")
+            .execute(&mut *stalled)
+            .await
+            .unwrap();
+        let next = db.open_following().await;
+        let started = std::time::Instant::now();
+        let error = next
+            .claim_term(None, "replica-b")
+            .await
+            .expect_err("the claim cannot lock the row while the writer holds it");
+        assert_eq!(error.kind(), StoreErrorKind::Unavailable, "{error:?}");
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "the claim gave up after {:?}, not after the writer",
+            started.elapsed()
+        );
+        stalled.rollback().await.unwrap();
+        assert!(matches!(
+            next.claim_term(None, "replica-b").await.unwrap(),
+            Claim::Claimed(_)
+        ));
     }
 
     pub async fn acceptance_is_stored_and_a_removed_cluster_leaves_nothing(db: TestDb) {

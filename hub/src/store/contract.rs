@@ -459,10 +459,14 @@ pub(super) fn is_transient(error: &sqlx::Error) -> bool {
                 // SQLITE_BUSY (5) and SQLITE_LOCKED (6), e.g. a busy timeout that ran out.
                 code.parse::<i32>().is_ok_and(|c| matches!(c & 0xff, 5 | 6))
             } else {
-                // Postgres: connection exceptions (08xxx), serialization failure, deadlock, too
-                // many connections, the server shutting down or not yet accepting connections.
+                // Postgres: connection exceptions (08xxx), serialization failure, deadlock, a
+                // lock not available in time, too many connections, the server shutting down or
+                // not yet accepting connections.
                 code.starts_with("08")
-                    || matches!(&*code, "40001" | "40P01" | "53300" | "57P01" | "57P02" | "57P03")
+                    || matches!(
+                        &*code,
+                        "40001" | "40P01" | "55P03" | "53300" | "57P01" | "57P02" | "57P03"
+                    )
             }
         }
         _ => false,

@@ -38,6 +38,10 @@ impl Dialect for Postgres {
     }
 
     const NOTIFY: Option<&'static str> = Some("SELECT pg_notify($1, $2)");
+    // Checked again by the tables' trigger (migration 0004), which also stops a writer that
+    // knows nothing of terms (a hub of an older version during an upgrade).
+    const SET_TERM: Option<&'static str> = Some("SELECT set_config('nave.term', $1, true)");
+    const CLAIM_LOCK_TIMEOUT: Option<&'static str> = Some("SET LOCAL lock_timeout = '2s'");
 
     async fn listen(
         pool: &sqlx::Pool<Postgres>,
@@ -100,6 +104,16 @@ impl SqlStore<Postgres> {
     /// migrations and every query use the connection's `search_path`, so a store can live in a
     /// schema of its own.
     pub async fn connect_with(pool: PgPoolOptions, options: PgConnectOptions) -> Result<Self, StoreError> {
+        // A hub that dies or stops in the middle of a transaction must not hold its locks for
+        // long (the term's row above all, which a new leader's claim waits for): the server
+        // ends such a session after 10 s idle in a transaction, and probes a silent client's
+        // connection after 10 s.
+        let options = options.options([
+            ("idle_in_transaction_session_timeout", "10s"),
+            ("tcp_keepalives_idle", "10"),
+            ("tcp_keepalives_interval", "5"),
+            ("tcp_keepalives_count", "3"),
+        ]);
         let pool = pool
             .connect_with(options)
             .await

@@ -54,6 +54,13 @@ pub trait Dialect: Database {
     /// payload; `None` where nothing listens (SQLite: one hub per file).
     const NOTIFY: Option<&'static str>;
 
+    /// The statement that names, for the rest of the transaction, the term the write is made
+    /// under (binding it as text), where the database checks it itself; `None` elsewhere.
+    const SET_TERM: Option<&'static str>;
+
+    /// The statement that bounds how long a claim of a term waits for the writes in flight.
+    const CLAIM_LOCK_TIMEOUT: Option<&'static str>;
+
     /// The other replicas' announcements on `channel`, skipping those of `origin` (this
     /// process); `None` where the backend has none.
     fn listen(
@@ -78,11 +85,18 @@ pub struct SqlStore<DB: Database> {
     origin: std::sync::Arc<str>,
 }
 
-/// The term a store handle claimed, and the signal that another term was claimed since.
+/// The term a store handle claimed, and the signal that another term was claimed since (a new
+/// one with every claim).
 #[derive(Debug, Default)]
 struct Fence {
     term: std::sync::Mutex<Option<u64>>,
-    lost: tokio_util::sync::CancellationToken,
+    lost: std::sync::Mutex<tokio_util::sync::CancellationToken>,
+}
+
+impl Fence {
+    fn lose(&self) {
+        self.lost.lock().unwrap_or_else(|e| e.into_inner()).cancel();
+    }
 }
 
 /// An announcement as it travels: who wrote, and what.
@@ -153,7 +167,7 @@ impl<DB: Dialect> SqlStore<DB> {
             return Ok(current);
         }
         if mine.is_some() {
-            self.fence.lost.cancel();
+            self.fence.lose();
         }
         Err(StoreError::Fenced {
             op,
@@ -197,7 +211,15 @@ macro_rules! fence {
         .fetch_one(&mut *$tx)
         .await
         .map_err(query_error($op))?;
-        $store.check_term($op, current)?
+        let term = $store.check_term($op, current)?;
+        if let Some(sql) = DB::SET_TERM {
+            sqlx::query(sql)
+                .bind(term.to_string())
+                .execute(&mut *$tx)
+                .await
+                .map_err(query_error($op))?;
+        }
+        term
     }};
 }
 
@@ -345,6 +367,14 @@ where
         Box::pin(async move {
             const OP: StoreOp = StoreOp::ClaimTerm;
             let mut tx = self.begin_write(OP).await?;
+            // A writer that holds the term's row (a leader that stopped in the middle of a
+            // transaction) makes the claim fail soon, to be tried again, rather than wait.
+            if let Some(sql) = DB::CLAIM_LOCK_TIMEOUT {
+                sqlx::query(sql)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(query_error(OP))?;
+            }
             let current: i64 = sqlx::query_scalar(if DB::ROW_LOCKS {
                 TERM_FOR_CLAIM_LOCKED
             } else {
@@ -358,7 +388,7 @@ where
             if wanted <= current {
                 tx.rollback().await.map_err(query_error(OP))?;
                 if self.term().is_some_and(|mine| mine < current) {
-                    self.fence.lost.cancel();
+                    self.fence.lose();
                 }
                 return Ok(Claim::Stale { current });
             }
@@ -374,6 +404,7 @@ where
             announce!(self, &mut *tx, OP, StoreChange::Leadership);
             tx.commit().await.map_err(query_error(OP))?;
             *self.fence.term.lock().unwrap_or_else(|e| e.into_inner()) = Some(wanted);
+            *self.fence.lost.lock().unwrap_or_else(|e| e.into_inner()) = Default::default();
             Ok(Claim::Claimed(wanted))
         })
     }
@@ -383,14 +414,23 @@ where
     }
 
     fn fenced(&self) -> tokio_util::sync::CancellationToken {
-        self.fence.lost.clone()
+        self.fence.lost.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
     fn mark_published(&self) -> StoreFuture<'_, ()> {
         Box::pin(async move {
             const OP: StoreOp = StoreOp::MarkPublished;
             let mut tx = self.begin_write(OP).await?;
-            let term = fence!(self, tx, OP);
+            // The row is updated below: locked for that at once, rather than shared first.
+            let current: i64 = sqlx::query_scalar(if DB::ROW_LOCKS {
+                TERM_FOR_CLAIM_LOCKED
+            } else {
+                TERM_FOR_WRITE
+            })
+            .fetch_one(&mut *tx)
+            .await
+            .map_err(query_error(OP))?;
+            let term = self.check_term(OP, current)?;
             sqlx::query("UPDATE leadership SET published_term = $1 WHERE singleton = 1")
                 .bind(revision_in(OP, "term", term)?)
                 .execute(&mut *tx)
@@ -409,6 +449,7 @@ where
     fn upsert_cluster<'a>(&'a self, cluster: &'a ClusterUpsert) -> StoreFuture<'a, ClusterRecord> {
         Box::pin(async move {
             const OP: StoreOp = StoreOp::UpsertCluster;
+            let mut tx = self.begin_write(OP).await?;
             let row: ClusterRow = sqlx::query_as(concat!(
                 "INSERT INTO clusters (name, labels, region, zone, latitude, longitude, registered_at_ms, \
                  agent_version, kubernetes_version, cordoned, burst_only, accepted) \
@@ -434,10 +475,11 @@ where
             .bind(cluster.cordoned)
             .bind(cluster.burst_only)
             .bind(cluster.accepted)
-            .fetch_one(&self.pool)
+            .fetch_one(&mut *tx)
             .await
             .map_err(query_error(OP))?;
-            announce!(self, &self.pool, OP, StoreChange::Cluster(cluster.name.clone()));
+            announce!(self, &mut *tx, OP, StoreChange::Cluster(cluster.name.clone()));
+            tx.commit().await.map_err(query_error(OP))?;
             row.into_record(OP)
         })
     }
@@ -570,13 +612,15 @@ where
             const OP: StoreOp = StoreOp::SetAccepted;
             // A plain UPDATE, then a read: on SQLite an `UPDATE ... RETURNING` read with
             // `fetch_optional` can leave its statement, and so its transaction, open.
+            let mut tx = self.begin_write(OP).await?;
             sqlx::query("UPDATE clusters SET accepted = $1 WHERE name = $2")
                 .bind(accepted)
                 .bind(cluster)
-                .execute(&self.pool)
+                .execute(&mut *tx)
                 .await
                 .map_err(query_error(OP))?;
-            announce!(self, &self.pool, OP, StoreChange::Cluster(cluster.to_owned()));
+            announce!(self, &mut *tx, OP, StoreChange::Cluster(cluster.to_owned()));
+            tx.commit().await.map_err(query_error(OP))?;
             self.get_cluster(cluster).await
         })
     }
@@ -588,13 +632,15 @@ where
     ) -> StoreFuture<'a, Option<ClusterRecord>> {
         Box::pin(async move {
             const OP: StoreOp = StoreOp::ConfirmPrune;
+            let mut tx = self.begin_write(OP).await?;
             sqlx::query("UPDATE clusters SET prune_confirmed_revision = $1 WHERE name = $2")
                 .bind(revision_in(OP, "revision", revision)?)
                 .bind(cluster)
-                .execute(&self.pool)
+                .execute(&mut *tx)
                 .await
                 .map_err(query_error(OP))?;
-            announce!(self, &self.pool, OP, StoreChange::Cluster(cluster.to_owned()));
+            announce!(self, &mut *tx, OP, StoreChange::Cluster(cluster.to_owned()));
+            tx.commit().await.map_err(query_error(OP))?;
             self.get_cluster(cluster).await
         })
     }
@@ -895,11 +941,13 @@ where
             } else {
                 None
             };
-            let change = StoreChange::Placement {
-                namespace: placement.namespace.clone(),
-                name: placement.name.clone(),
-            };
-            announce!(self, &mut *tx, OP, change);
+            if changed {
+                let change = StoreChange::Placement {
+                    namespace: placement.namespace.clone(),
+                    name: placement.name.clone(),
+                };
+                announce!(self, &mut *tx, OP, change);
+            }
             tx.commit().await.map_err(query_error(OP))?;
             Ok(PlacementWrite { changed, history_id })
         })
@@ -1055,6 +1103,7 @@ where
     fn put_work_status<'a>(&'a self, status: &'a WorkStatus) -> StoreFuture<'a, ()> {
         Box::pin(async move {
             const OP: StoreOp = StoreOp::PutWorkStatus;
+            let mut tx = self.begin_write(OP).await?;
             sqlx::query(
                 "INSERT INTO work_status (cluster, applied_revision, objects, reported_at_ms) \
                  VALUES ($1, $2, $3, $4) \
@@ -1065,10 +1114,11 @@ where
             .bind(revision_in(OP, "applied revision", status.applied_revision)?)
             .bind(Json(&status.objects))
             .bind(millis(status.reported_at))
-            .execute(&self.pool)
+            .execute(&mut *tx)
             .await
             .map_err(cluster_write_error(OP, &status.cluster))?;
-            announce!(self, &self.pool, OP, StoreChange::Status(status.cluster.clone()));
+            announce!(self, &mut *tx, OP, StoreChange::Status(status.cluster.clone()));
+            tx.commit().await.map_err(query_error(OP))?;
             Ok(())
         })
     }

@@ -37,6 +37,10 @@ impl Dialect for Sqlite {
     }
 
     const NOTIFY: Option<&'static str> = None;
+    // One writer at a time (BEGIN IMMEDIATE), one hub per file: the term read in the
+    // transaction is the check.
+    const SET_TERM: Option<&'static str> = None;
+    const CLAIM_LOCK_TIMEOUT: Option<&'static str> = None;
 
     async fn listen(
         _pool: &sqlx::Pool<Sqlite>,
