@@ -673,8 +673,9 @@ pub struct WorkQuery {
     /// as soon as the hub has published every workload's objects ([`WorkSet::complete`]).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub held: bool,
-    /// The [`WorkSet::prune_confirmed`] of the set at `after`, as the agent last saw it: an
-    /// answer comes also when it changes (an admin confirmed a prune the agent holds).
+    /// The [`WorkSet::prune_confirmed`] of the set at `after`, as the agent last saw it (`0`:
+    /// none): an answer comes also when it changes (an admin confirmed a prune the agent
+    /// holds). Absent (an agent that knows nothing of confirmations): not compared.
     #[serde(
         deserialize_with = "int64::optional",
         default,

@@ -586,7 +586,9 @@ async fn work(
         // that releases it.
         if query.after != Some(revision)
             || (query.held && complete)
-            || (query.after.is_some() && query.prune_confirmed != prune_confirmed)
+            || query
+                .prune_confirmed
+                .is_some_and(|seen| query.after.is_some() && seen != prune_confirmed.unwrap_or(0))
         {
             // No work row is "no opinion" (revision 0): agents never prune on it.
             let (revision, objects) = current.map_or((0, Vec::new()), |w| (w.revision, w.objects));

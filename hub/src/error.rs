@@ -120,10 +120,9 @@ pub enum Error {
     /// The leader election's settings cannot work.
     #[error("leader election: {0}")]
     LeaderElection(String),
-    /// This replica led and lost the lead (another replica took the Lease, it could not renew
-    /// it, or the store refused its term). It stops, so that it starts again as a follower
-    /// with nothing of its term left in memory.
-    #[error("this hub replica lost the lead of term {term}; stopping so that it starts again as a follower")]
+    /// This hub led alone (no leader election) and another hub claimed a later term of its
+    /// store. It stops rather than take the store back: two hubs would take turns forever.
+    #[error("another hub claimed this hub's store (it led in term {term}); stopping rather than take it back: run one hub per store, or elect a leader")]
     LeadershipLost {
         /// The term it led in.
         term: u64,

@@ -51,47 +51,71 @@ pub struct Follower {
 /// How long the feed waits before listening again, or reading everything again, after a failure.
 const RETRY: Duration = Duration::from_secs(1);
 
+/// How often a replica pings itself through the store.
+const PING_INTERVAL: Duration = Duration::from_secs(5);
+
+/// A feed that hears nothing (not even its own pings) for this long has lost its connection
+/// without noticing (a dropped NAT entry, a failed-over database): it listens anew.
+const SILENCE: Duration = Duration::from_secs(15);
+
 /// Applies the store's change feed until `shutdown`; returns at once where the store announces
 /// nothing (SQLite: one hub per file).
 pub async fn run(follower: Follower, shutdown: CancellationToken) {
-    let mut feed = loop {
-        match follower.store.changes().await {
-            Ok(Some(feed)) => break feed,
-            Ok(None) => return,
-            Err(error) => {
-                warn!(error = %error, "cannot listen to the store's changes; retrying");
-                tokio::select! {
-                    () = shutdown.cancelled() => return,
-                    () = tokio::time::sleep(RETRY) => {}
+    let mut pings = tokio::time::interval(PING_INTERVAL);
+    pings.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    'listen: loop {
+        let mut feed = loop {
+            match follower.store.changes().await {
+                Ok(Some(feed)) => break feed,
+                Ok(None) => return,
+                Err(error) => {
+                    warn!(error = %error, "cannot listen to the store's changes; retrying");
+                    tokio::select! {
+                        () = shutdown.cancelled() => return,
+                        () = tokio::time::sleep(RETRY) => {}
+                    }
                 }
             }
-        }
-    };
-    info!("following the other replicas' writes");
-    // What was written between loading the index and listening.
-    let mut behind = true;
-    loop {
-        if behind {
-            match follower.resync().await {
-                Ok(()) => behind = false,
-                Err(error) => warn!(error = %error, "reading the store again failed; retrying"),
-            }
-        }
-        let event = tokio::select! {
-            () = shutdown.cancelled() => return,
-            event = feed.next() => event,
-            () = tokio::time::sleep(RETRY), if behind => continue,
         };
-        match event {
-            Some(FeedEvent::Change(change)) => {
-                debug!(?change, "another replica wrote");
-                if let Err(error) = follower.apply(change).await {
-                    warn!(error = %error, "applying another replica's write failed; reading everything again");
-                    behind = true;
+        info!("following the other replicas' writes");
+        // What was written before listening.
+        let mut behind = true;
+        let mut heard = tokio::time::Instant::now();
+        loop {
+            if behind {
+                match follower.resync().await {
+                    Ok(()) => behind = false,
+                    Err(error) => warn!(error = %error, "reading the store again failed; retrying"),
                 }
             }
-            Some(FeedEvent::Resync) => behind = true,
-            None => return,
+            let event = tokio::select! {
+                () = shutdown.cancelled() => return,
+                event = feed.next() => event,
+                _ = pings.tick() => {
+                    if heard.elapsed() >= SILENCE {
+                        warn!(silent = ?heard.elapsed(), "the store's change feed is silent, even to this replica's pings; listening anew");
+                        continue 'listen;
+                    }
+                    if let Err(error) = follower.store.ping().await {
+                        debug!(error = %error, "pinging through the store failed");
+                    }
+                    continue;
+                }
+                () = tokio::time::sleep(RETRY), if behind => continue,
+            };
+            heard = tokio::time::Instant::now();
+            match event {
+                Some(FeedEvent::Change(StoreChange::Ping)) => {}
+                Some(FeedEvent::Change(change)) => {
+                    debug!(?change, "another replica wrote");
+                    if let Err(error) = follower.apply(change).await {
+                        warn!(error = %error, "applying another replica's write failed; reading everything again");
+                        behind = true;
+                    }
+                }
+                Some(FeedEvent::Resync) => behind = true,
+                None => continue 'listen,
+            }
         }
     }
 }
@@ -112,6 +136,7 @@ impl Follower {
                 let Ok(beat) = serde_json::from_value::<Heartbeat>(record.payload) else {
                     return Ok(());
                 };
+                self.know(&cluster).await?;
                 let observed = self
                     .index
                     .observe_heartbeat(&cluster, record.received_at, &beat, self.grace);
@@ -123,6 +148,7 @@ impl Follower {
                     .get_work_status(&cluster)
                     .await
                     .map_err(Error::store("reading a status report"))?;
+                self.know(&cluster).await?;
                 if let Some(report) = status.and_then(|s| parse_report(&s))
                     && let Some(changed) = self.index.keep_report(&cluster, report)
                 {
@@ -140,6 +166,10 @@ impl Follower {
                 self.trigger.trigger();
             }
             StoreChange::Work { cluster, revision } => self.signals.notify(&cluster, revision),
+            // The leader's own bookings are the record (a placement booked and not yet stored
+            // must not be replaced); late notices of its predecessor's writes are in the store
+            // it read when it took the lead.
+            StoreChange::Placement { .. } if self.trigger.enabled() => {}
             StoreChange::Placement { namespace, name } => {
                 let placement = self
                     .store
@@ -150,6 +180,21 @@ impl Follower {
                     .refresh_placement(&WorkloadRef::new(&namespace, &name), placement.as_ref());
             }
             StoreChange::Leadership => self.leadership().await?,
+            StoreChange::Ping => {}
+        }
+        Ok(())
+    }
+
+    /// Reads `cluster`'s record when the index does not have it (its registration was missed,
+    /// or raced with a reload), so what it reports is not dropped.
+    async fn know(&self, cluster: &str) -> Result<(), Error> {
+        if self.index.cluster(cluster).is_none() {
+            let record = self
+                .store
+                .get_cluster(cluster)
+                .await
+                .map_err(Error::store("reading a cluster"))?;
+            self.index.refresh_cluster(cluster, record);
         }
         Ok(())
     }

@@ -76,6 +76,16 @@ pub struct Index {
     /// Each cluster's work set; the lock serializes their read-modify-write, since several
     /// workloads share a set and two reconciles writing at once would lose one's objects.
     work: tokio::sync::Mutex<WorkSets>,
+    /// While [`Index::reload`] reads the store: the clusters and workloads written meanwhile,
+    /// which keep what was written rather than what the reload read before.
+    touched: Mutex<Option<Touched>>,
+}
+
+/// What was written during a reload (see [`Index::touched`]).
+#[derive(Debug, Default)]
+struct Touched {
+    clusters: BTreeSet<String>,
+    workloads: BTreeSet<WorkloadRef>,
 }
 
 impl Index {
@@ -90,12 +100,38 @@ impl Index {
     /// Reads `what` again from the store, replacing what the index held: everything when a
     /// replica becomes leader (after claiming its term, so no earlier term writes after the
     /// read) and when a follower's change feed may have missed changes; what the agents report
-    /// when the leader's feed may have (its own placements are the record: a placement booked
-    /// and not yet stored must not be replaced by the stored one). The work sets are read again
-    /// on their next use; no workload is unsettled until reconciled again.
+    /// when the leader's feed may have (its own placements and work sets are the record: a
+    /// placement booked and not yet stored must not be replaced by the stored one). After
+    /// everything, the work sets are read again on their next use and no workload is unsettled
+    /// until reconciled again. What is written to the index while the store is read wins over
+    /// what was read (see [`Index::touched`]).
     pub async fn reload(&self, what: Reload) -> Result<(), Error> {
-        let mut work = self.work.lock().await;
-        let store = work.store.clone();
+        let store = self.work.lock().await.store.clone();
+        *self.touched.lock().unwrap_or_else(|e| e.into_inner()) = Some(Touched::default());
+        let read = self.read_all(&store, what).await;
+        {
+            // Held through the swap: a writer records what it writes before writing it, so a
+            // write is either merged here or lands after the swap.
+            let mut touched_guard = self.touched.lock().unwrap_or_else(|e| e.into_inner());
+            let touched = touched_guard.take().unwrap_or_default();
+            let (clusters, reports, pending, bookings) = read?;
+            merge(&self.clusters, clusters, &touched.clusters);
+            merge(&self.reports, reports, &touched.clusters);
+            merge(&self.pending, pending, &touched.clusters);
+            if let Some(bookings) = bookings {
+                merge(&self.bookings, bookings, &touched.workloads);
+            }
+        }
+        if what == Reload::Everything {
+            self.unsettled.lock().unwrap_or_else(|e| e.into_inner()).clear();
+            self.work.lock().await.sets.clear();
+        }
+        Ok(())
+    }
+
+    /// What [`Index::reload`] reads: clusters, reports, Pending pods, and with everything, the
+    /// bookings.
+    async fn read_all(&self, store: &Arc<dyn Store>, what: Reload) -> Result<ReadAll, Error> {
         let records = store
             .list_clusters()
             .await
@@ -121,8 +157,9 @@ impl Index {
                 reports.insert(cluster.name.clone(), Arc::new(report));
             }
         }
+        let mut bookings = None;
         if what == Reload::Everything {
-            let bookings = store
+            let read = store
                 .list_placements(None)
                 .await
                 .map_err(Error::store("listing placements"))?
@@ -134,18 +171,27 @@ impl Index {
                     )
                 })
                 .collect();
-            *self.bookings.write().unwrap_or_else(|e| e.into_inner()) = bookings;
+            bookings = Some(read);
         }
         let clusters = records
             .into_iter()
             .map(|r| (r.name.clone(), Arc::new(r)))
             .collect();
-        *self.clusters.write().unwrap_or_else(|e| e.into_inner()) = clusters;
-        *self.reports.write().unwrap_or_else(|e| e.into_inner()) = reports;
-        *self.pending.write().unwrap_or_else(|e| e.into_inner()) = pending;
-        self.unsettled.lock().unwrap_or_else(|e| e.into_inner()).clear();
-        work.sets.clear();
-        Ok(())
+        Ok((clusters, reports, pending, bookings))
+    }
+
+    /// Records that `cluster` is about to be written (see [`Index::touched`]).
+    fn touch_cluster(&self, cluster: &str) {
+        if let Some(touched) = self.touched.lock().unwrap_or_else(|e| e.into_inner()).as_mut() {
+            touched.clusters.insert(cluster.to_owned());
+        }
+    }
+
+    /// Records that `workload`'s booking is about to be written (see [`Index::touched`]).
+    fn touch_workload(&self, workload: &WorkloadRef) {
+        if let Some(touched) = self.touched.lock().unwrap_or_else(|e| e.into_inner()).as_mut() {
+            touched.workloads.insert(workload.clone());
+        }
     }
 
     /// An empty index over `store` (for tests that start from an empty store).
@@ -157,6 +203,7 @@ impl Index {
             bookings: RwLock::default(),
             unsettled: Mutex::default(),
             planning: Mutex::default(),
+            touched: Mutex::default(),
             network: Network::default(),
             work: tokio::sync::Mutex::new(WorkSets {
                 store,
@@ -181,6 +228,7 @@ impl Index {
 
     /// Keeps `record` (after the store wrote it).
     pub fn put_cluster(&self, record: ClusterRecord) {
+        self.touch_cluster(&record.name);
         self.clusters
             .write()
             .unwrap_or_else(|e| e.into_inner())
@@ -189,6 +237,7 @@ impl Index {
 
     /// Forgets a removed cluster's record and Pending pods.
     pub fn forget_cluster(&self, cluster: &str) {
+        self.touch_cluster(cluster);
         self.clusters
             .write()
             .unwrap_or_else(|e| e.into_inner())
@@ -207,6 +256,7 @@ impl Index {
         agent_version: Option<String>,
         kubernetes_version: Option<String>,
     ) {
+        self.touch_cluster(cluster);
         let mut clusters = self.clusters.write().unwrap_or_else(|e| e.into_inner());
         let Some(record) = clusters.get_mut(cluster) else {
             return;
@@ -272,6 +322,7 @@ impl Index {
     /// Keeps `cluster`'s report (the store has it) and returns the workloads whose objects'
     /// status it changed, or `None` when nothing changed at all.
     pub fn keep_report(&self, cluster: &str, report: StatusReport) -> Option<BTreeSet<WorkloadRef>> {
+        self.touch_cluster(cluster);
         let before = self.report(cluster);
         if before.as_deref() == Some(&report) {
             return None;
@@ -356,6 +407,7 @@ impl Index {
     /// Keeps `workload`'s placement as the store now holds it (another replica wrote it), or
     /// forgets it.
     pub fn refresh_placement(&self, workload: &WorkloadRef, placement: Option<&PlacementRecord>) {
+        self.touch_workload(workload);
         let mut bookings = self.bookings.write().unwrap_or_else(|e| e.into_inner());
         match placement {
             Some(p) => bookings.insert(
@@ -368,6 +420,7 @@ impl Index {
 
     /// Keeps `cluster`'s Pending pods from its latest heartbeat.
     pub fn put_pending(&self, cluster: &str, pods: Vec<PendingPod>) {
+        self.touch_cluster(cluster);
         self.pending
             .write()
             .unwrap_or_else(|e| e.into_inner())
@@ -381,6 +434,7 @@ impl Index {
 
     /// Records what `workload`'s placement now books, and returns what it booked before.
     pub fn book(&self, workload: &WorkloadRef, booking: Booking) -> Option<Booking> {
+        self.touch_workload(workload);
         self.bookings
             .write()
             .unwrap_or_else(|e| e.into_inner())
@@ -389,6 +443,7 @@ impl Index {
 
     /// Puts back what [`Index::book`] returned, when the placement it booked was not stored.
     pub fn rebook(&self, workload: &WorkloadRef, before: Option<Booking>) {
+        self.touch_workload(workload);
         let mut bookings = self.bookings.write().unwrap_or_else(|e| e.into_inner());
         match before {
             Some(booking) => bookings.insert(workload.clone(), booking),
@@ -404,6 +459,7 @@ impl Index {
 
     /// Forgets `workload` (its placement was deleted).
     pub fn forget(&self, workload: &WorkloadRef) {
+        self.touch_workload(workload);
         self.bookings
             .write()
             .unwrap_or_else(|e| e.into_inner())
@@ -496,6 +552,31 @@ impl WorkSets {
     }
 }
 
+/// What [`Index::read_all`] answers: clusters, reports, Pending pods, bookings.
+type ReadAll = (
+    BTreeMap<String, Arc<ClusterRecord>>,
+    Reports,
+    Pending,
+    Option<BTreeMap<WorkloadRef, Booking>>,
+);
+
+/// Replaces `map` with `read`, except for the keys in `touched`, which keep what `map` holds
+/// (or stay absent when it holds nothing).
+fn merge<K: Ord + Clone, V: Clone>(
+    map: &RwLock<BTreeMap<K, V>>,
+    mut read: BTreeMap<K, V>,
+    touched: &BTreeSet<K>,
+) {
+    let mut map = map.write().unwrap_or_else(|e| e.into_inner());
+    for key in touched {
+        match map.get(key) {
+            Some(value) => read.insert(key.clone(), value.clone()),
+            None => read.remove(key),
+        };
+    }
+    *map = read;
+}
+
 /// What [`Index::reload`] reads again.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Reload {
@@ -574,6 +655,19 @@ mod tests {
             ready_replicas: Some(ready),
             ..ObjectStatus::default()
         }
+    }
+
+    #[test]
+    fn a_reload_keeps_what_was_written_while_it_read() {
+        let map = RwLock::new(BTreeMap::from([("a", 1), ("b", 2), ("d", 4)]));
+        let read = BTreeMap::from([("a", 10), ("b", 20), ("c", 30), ("e", 50)]);
+        // b and d were written during the reload; e was removed during it.
+        merge(&map, read, &BTreeSet::from(["b", "d", "e"]));
+        assert_eq!(
+            *map.read().unwrap(),
+            BTreeMap::from([("a", 10), ("b", 2), ("c", 30), ("d", 4)]),
+            "untouched keys as read, touched keys as written (or gone)"
+        );
     }
 
     #[test]

@@ -15,12 +15,16 @@
 //!   both take it.
 //!
 //! ```text
-//!  candidate ──retry_period──► try take ──taken──► Leading { term } ──renew every retry_period──┐
-//!      ▲                         │ held by another                    │ no renewal for         │
-//!      └─────────────────────────┘                                    │ renew_deadline, or     │
-//!                                                                     ▼ taken by another       │
-//!                                                                    Lost ◄────────────────────┘
+//!  candidate ──retry_period──► try take ──taken──► claim the term in the store ──► renew once
+//!      ▲                         │ held by another                                    │
+//!      │                         └──────────────────────────┐                         ▼
+//!      └──── lost: the Lease taken, not renewed (or the ◄── keep: renew the Lease and read the
+//!            store not reached) within renew_deadline,      store's term every retry_period
+//!            or the store at a later term                   (shutdown: release the Lease)
 //! ```
+//!
+//! A replica that loses the lead stops everything it ran as leader before it may lead again
+//! (see the hub's `run_until`), and goes on serving agents and the REST API meanwhile.
 //!
 //! `leaseTransitions` counts the changes of holder; the count after this replica took the Lease
 //! is its **term**, which the hub claims in the store ([`crate::store::Store::claim_term`]). The
@@ -33,7 +37,6 @@ use std::time::Duration;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use kube::api::{Api, PostParams};
-use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
@@ -90,18 +93,12 @@ impl Config {
     }
 }
 
-/// Where this replica stands.
+/// How a term ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Standing {
-    /// Waiting for the Lease.
-    Candidate,
-    /// Holding the Lease in `term`.
-    Leading {
-        /// The Lease's `leaseTransitions` after this replica took it.
-        term: u64,
-    },
-    /// Led, and lost the Lease (or could not renew it in time). Final: a replica that lost
-    /// leads no more; it is restarted as a candidate, so nothing of its term lingers.
+pub enum Kept {
+    /// The hub is shutting down; the Lease was released.
+    Shutdown,
+    /// The lead was lost; this replica is a candidate again.
     Lost,
 }
 
@@ -122,6 +119,8 @@ pub struct Elector {
     observed: Option<(String, Option<String>, Instant)>,
     /// Counts the changes of holder it sees.
     metrics: Option<std::sync::Arc<HubMetrics>>,
+    /// When the Lease was last renewed (and the store last answered) in the current term.
+    renewed: Instant,
 }
 
 impl std::fmt::Debug for Elector {
@@ -140,6 +139,7 @@ impl Elector {
             config,
             observed: None,
             metrics: None,
+            renewed: Instant::now(),
         }
     }
 
@@ -161,21 +161,23 @@ impl Elector {
         self.observed = Some((version, holder, Instant::now()));
     }
 
-    /// Runs the election until `shutdown`, publishing where this replica stands. Once it holds
-    /// the Lease it claims the Lease's term in `store` (raising the Lease's count first when
-    /// the store is past it), and only then leads. A leader shutting down releases the Lease.
-    /// Returns once this replica lost the lead or shut down.
-    pub async fn run(
-        mut self,
-        store: std::sync::Arc<dyn Store>,
-        standing: watch::Sender<Standing>,
-        shutdown: CancellationToken,
-    ) {
+    /// Waits until this replica holds the Lease and has claimed its term in `store`, and
+    /// answers the term; `None` once `shutdown` is cancelled. The claim comes with a renewal
+    /// right after it, so the term starts with a full renew deadline ahead, however long the
+    /// claim waited for the store.
+    pub async fn acquire(&mut self, store: &dyn Store, shutdown: &CancellationToken) -> Option<u64> {
         let retry = self.config.retry_period;
-        let mut term = loop {
+        loop {
             match self.attempt().await {
-                Ok(Attempt::Holding(term)) => match self.claim(store.as_ref(), term).await {
-                    Ok(term) => break term,
+                Ok(Attempt::Holding(term)) => match self.claim(store, term).await {
+                    Ok(term) => match self.attempt().await {
+                        Ok(Attempt::Holding(now)) if now == term => {
+                            self.renewed = Instant::now();
+                            info!(term, identity = %self.config.identity, lease = %self.config.name, "leading");
+                            return Some(term);
+                        }
+                        other => warn!(?other, term, "lost the Lease right after claiming its term"),
+                    },
                     Err(error) => {
                         warn!(error = %error, "holding the Lease but cannot claim its term in the store; letting it go");
                         if let Err(error) = self.release().await {
@@ -189,13 +191,17 @@ impl Elector {
                 }
             }
             tokio::select! {
-                () = shutdown.cancelled() => return,
+                () = shutdown.cancelled() => return None,
                 () = tokio::time::sleep(retry) => {}
             }
-        };
-        info!(term, identity = %self.config.identity, lease = %self.config.name, "leading");
-        standing.send_replace(Standing::Leading { term });
-        let mut renewed = Instant::now();
+        }
+    }
+
+    /// Keeps leading in `term`: renews the Lease and checks the store every retry period, until
+    /// `shutdown` (the Lease is then released) or until the lead is lost: the Lease was taken,
+    /// it or the store could not be reached for the renew deadline (the Lease is then let go,
+    /// for a replica that reaches both), or the store holds a later term.
+    pub async fn keep(&mut self, store: &dyn Store, term: u64, shutdown: &CancellationToken) -> Kept {
         let fenced = store.fenced();
         loop {
             tokio::select! {
@@ -204,39 +210,53 @@ impl Elector {
                         Ok(()) => info!(lease = %self.config.name, "released the Lease"),
                         Err(error) => warn!(error = %error, "releasing the Lease failed; another replica takes over when it expires"),
                     }
-                    return;
+                    return Kept::Shutdown;
                 }
                 () = fenced.cancelled() => {
                     warn!(term, "the store refused a write of this term: another replica claimed a later one");
-                    break;
+                    return Kept::Lost;
                 }
-                () = tokio::time::sleep(retry) => {}
+                () = tokio::time::sleep(self.config.retry_period) => {}
             }
-            let left = self.config.renew_deadline.saturating_sub(renewed.elapsed());
-            match tokio::time::timeout(left, self.attempt()).await {
-                Ok(Ok(Attempt::Holding(now))) if now == term => renewed = Instant::now(),
-                Ok(Ok(Attempt::Holding(now))) => {
+            let started = Instant::now();
+            let left = self.config.renew_deadline.saturating_sub(self.renewed.elapsed());
+            let renewal = tokio::time::timeout(left, async {
+                let lease = self.attempt().await;
+                let stored = store.leadership().await;
+                (lease, stored)
+            })
+            .await;
+            match renewal {
+                Ok((Ok(Attempt::Holding(now)), Ok(stored))) if now == term && stored.term == term => {
+                    self.renewed = started;
+                }
+                Ok((Ok(Attempt::HeldBy(holder)), _)) => {
+                    warn!(holder = %holder, term, "another replica took the Lease");
+                    return Kept::Lost;
+                }
+                Ok((Ok(Attempt::Holding(now)), _)) if now != term => {
                     warn!(
                         term,
                         now, "the Lease was taken and given back meanwhile; this term is over"
                     );
-                    term = now;
-                    break;
+                    return Kept::Lost;
                 }
-                Ok(Ok(Attempt::HeldBy(holder))) => {
-                    warn!(holder = %holder, "another replica took the Lease");
-                    break;
+                Ok((_, Ok(stored))) if stored.term != term => {
+                    warn!(term, store_term = stored.term, holder = %stored.holder, "the store is at a later term");
+                    return Kept::Lost;
                 }
-                Ok(Err(error)) => warn!(error = %error, "renewing the Lease failed"),
-                Err(_) => {}
+                Ok((Err(error), _)) => warn!(error = %error, "renewing the Lease failed"),
+                Ok((_, Err(error))) => warn!(error = %error, "the store does not answer"),
+                _ => {}
             }
-            if renewed.elapsed() >= self.config.renew_deadline {
-                warn!(deadline = ?self.config.renew_deadline, "could not renew the Lease in time");
-                break;
+            if self.renewed.elapsed() >= self.config.renew_deadline {
+                warn!(deadline = ?self.config.renew_deadline, term, "could not renew the Lease and reach the store in time; letting the Lease go");
+                if let Err(error) = self.release().await {
+                    warn!(error = %error, "releasing the Lease failed");
+                }
+                return Kept::Lost;
             }
         }
-        warn!(term, "no longer leading");
-        standing.send_replace(Standing::Lost);
     }
 
     /// Claims `term` in the store; when the store is at that term or past it (the Lease was
@@ -262,7 +282,9 @@ impl Elector {
     /// One try to take or renew the Lease.
     async fn attempt(&mut self) -> Result<Attempt, kube::Error> {
         let now = MicroTime(jiff::Timestamp::now());
-        let seconds = i32::try_from(self.config.lease_duration.as_secs().max(1)).unwrap_or(i32::MAX);
+        // Whole seconds in the Lease, rounded up: the others wait at least the configured time.
+        let seconds = self.config.lease_duration.as_millis().div_ceil(1000).max(1);
+        let seconds = i32::try_from(seconds).unwrap_or(i32::MAX);
         let Some(current) = self.api.get_opt(&self.config.name).await? else {
             let lease = Lease {
                 metadata: ObjectMeta {
@@ -381,37 +403,37 @@ impl Elector {
     }
 }
 
-/// Leads without an election (one hub on its store): claims the store's next term at once, so a
-/// hub started before on the same store by mistake is fenced off, and leads until `shutdown` or
-/// until another hub claims a later term.
-pub async fn lead_alone(
-    store: &dyn Store,
-    identity: &str,
-    standing: watch::Sender<Standing>,
-    shutdown: CancellationToken,
-) {
+/// Claims the store's next term without an election (one hub on its store), so that a hub
+/// started before on the same store by mistake is fenced off; `None` once `shutdown` is
+/// cancelled.
+pub async fn claim_alone(store: &dyn Store, identity: &str, shutdown: &CancellationToken) -> Option<u64> {
     let mut backoff = Duration::from_millis(200);
-    let term = loop {
+    loop {
         match store.claim_term(None, identity).await {
-            Ok(Claim::Claimed(term)) => break term,
+            Ok(Claim::Claimed(term)) => {
+                info!(term, "leading alone (no leader election)");
+                return Some(term);
+            }
             // Another hub claimed between the read and the write: try the next one.
             Ok(Claim::Stale { .. }) => continue,
             Err(error) => warn!(error = %error, "claiming a term in the store failed; retrying"),
         }
         tokio::select! {
-            () = shutdown.cancelled() => return,
+            () = shutdown.cancelled() => return None,
             () = tokio::time::sleep(backoff) => {}
         }
         backoff = (backoff * 2).min(Duration::from_secs(5));
-    };
-    info!(term, "leading alone (no leader election)");
-    standing.send_replace(Standing::Leading { term });
+    }
+}
+
+/// Keeps leading alone until `shutdown`, or until another hub claims a later term of the store.
+pub async fn keep_alone(store: &dyn Store, term: u64, shutdown: &CancellationToken) -> Kept {
     let fenced = store.fenced();
     tokio::select! {
-        () = shutdown.cancelled() => {}
+        () = shutdown.cancelled() => Kept::Shutdown,
         () = fenced.cancelled() => {
-            warn!(term, "another hub claimed a later term of this store; this one stops");
-            standing.send_replace(Standing::Lost);
+            warn!(term, "another hub claimed a later term of this store");
+            Kept::Lost
         }
     }
 }

@@ -179,7 +179,7 @@ pub async fn run_until(args: RunArgs, shutdown: CancellationToken) -> Result<(),
         max_per_minute: failover.failover_max_per_minute,
     };
     let election = args.leader_election.config().map_err(Error::LeaderElection)?;
-    let (trigger, triggered) = ReconcileTrigger::new();
+    let trigger = ReconcileTrigger::new();
     let index = Arc::new(Index::load(store.clone()).await?);
     let metrics = Arc::new(HubMetrics::default());
     let health = Arc::new(FleetHealth::default());
@@ -321,24 +321,11 @@ pub async fn run_until(args: RunArgs, shutdown: CancellationToken) -> Result<(),
         shutdown.clone(),
     );
     // Who leads: the Lease's holder, or this hub alone.
-    let (standing_tx, standing) = tokio::sync::watch::channel(leader::Standing::Candidate);
-    let identity = args.leader_election.identity();
-    let electing = {
-        let store = store.clone();
-        let client = client.clone();
-        let metrics = metrics.clone();
-        let shutdown = shutdown.clone();
-        async move {
-            match election {
-                Some(config) => {
-                    leader::Elector::new(client, config)
-                        .counting(metrics)
-                        .run(store, standing_tx, shutdown)
-                        .await
-                }
-                None => leader::lead_alone(store.as_ref(), &identity, standing_tx, shutdown).await,
-            }
-        }
+    let election = match election {
+        Some(config) => Election::Lease(Box::new(
+            leader::Elector::new(client.clone(), config).counting(metrics.clone()),
+        )),
+        None => Election::Alone(args.leader_election.identity()),
     };
     let leading = lead(
         Leading {
@@ -350,15 +337,14 @@ pub async fn run_until(args: RunArgs, shutdown: CancellationToken) -> Result<(),
             metrics: metrics.clone(),
             health,
             trigger: trigger.clone(),
-            triggered,
             timings: timings.clone(),
             rules,
             refresher,
         },
-        standing,
+        election,
         shutdown.clone(),
     );
-    let (served, led, (), (), (), (), (), ()) = tokio::join!(
+    let (served, led, (), (), (), (), ()) = tokio::join!(
         async {
             server.await;
             // Everything else stops too when the server stops.
@@ -367,11 +353,10 @@ pub async fn run_until(args: RunArgs, shutdown: CancellationToken) -> Result<(),
         },
         async {
             let led = leading.await;
-            // A replica that lost the lead stops serving too.
+            // A hub fenced off its store (no election) stops serving too.
             shutdown.cancel();
             led
         },
-        electing,
         following,
         watching,
         reload,
@@ -380,6 +365,14 @@ pub async fn run_until(args: RunArgs, shutdown: CancellationToken) -> Result<(),
     );
     store.close().await.map_err(Error::OpenStore)?;
     served.and(led)
+}
+
+/// How this replica comes to lead.
+enum Election {
+    /// Through the Lease, against the other replicas.
+    Lease(Box<leader::Elector>),
+    /// Alone (no election), claiming the store's next term under this identity.
+    Alone(String),
 }
 
 /// What the leading replica runs with.
@@ -392,31 +385,63 @@ struct Leading {
     metrics: Arc<HubMetrics>,
     health: Arc<FleetHealth>,
     trigger: ReconcileTrigger,
-    triggered: signals::Triggered,
     timings: Timings,
     rules: cluster_health::Rules,
     refresher: Option<usage::Refresher>,
 }
 
-/// Waits until this replica leads, then runs what only the leader runs (the controllers, the
-/// heartbeat checks, Prometheus reads, retention) until `shutdown`, or until it loses the lead,
-/// which ends the hub with [`Error::LeadershipLost`].
+/// Leads whenever this replica holds the lead, until `shutdown`: each term runs what only the
+/// leader runs (the controllers, the heartbeat checks, Prometheus reads, retention), from a
+/// fresh read of the store, and stops it all before this replica may lead again. A replica that
+/// leads alone (no election) and finds another hub claimed its store stops with
+/// [`Error::LeadershipLost`] rather than take it back (two hubs would take turns forever).
 async fn lead(
-    leading: Leading,
-    mut standing: tokio::sync::watch::Receiver<leader::Standing>,
+    mut leading: Leading,
+    mut election: Election,
     shutdown: CancellationToken,
 ) -> Result<(), Error> {
-    let term = loop {
-        match *standing.borrow_and_update() {
-            leader::Standing::Leading { term } => break term,
-            leader::Standing::Lost => return Err(Error::LeadershipLost { term: 0 }),
-            leader::Standing::Candidate => {}
+    loop {
+        let store = leading.store.clone();
+        let term = match &mut election {
+            Election::Lease(elector) => elector.acquire(store.as_ref(), &shutdown).await,
+            Election::Alone(identity) => leader::claim_alone(store.as_ref(), identity, &shutdown).await,
+        };
+        let Some(term) = term else { return Ok(()) };
+        let term_over = shutdown.child_token();
+        let keeping = async {
+            let kept = match &mut election {
+                Election::Lease(elector) => elector.keep(store.as_ref(), term, &shutdown).await,
+                Election::Alone(_) => leader::keep_alone(store.as_ref(), term, &shutdown).await,
+            };
+            // Stop what leads at once; the store refuses its writes from now on anyway.
+            term_over.cancel();
+            kept
+        };
+        let ((), kept) = tokio::join!(run_term(&mut leading, term, &term_over), keeping);
+        leading.metrics.set_leading(0);
+        leading.trigger.detach();
+        match kept {
+            leader::Kept::Shutdown => return Ok(()),
+            leader::Kept::Lost if matches!(election, Election::Alone(_)) => {
+                return Err(Error::LeadershipLost { term });
+            }
+            leader::Kept::Lost => {
+                warn!(
+                    term,
+                    "no longer leading; following until this replica leads again"
+                );
+                // What the next leader writes reaches this replica through the change feed;
+                // what this one booked and did not write must not linger.
+                if let Err(error) = leading.sources.index.reload(index::Reload::Everything).await {
+                    warn!(error = %error, "reading the store after leading failed; the change feed repairs it");
+                }
+            }
         }
-        tokio::select! {
-            () = shutdown.cancelled() => return Ok(()),
-            changed = standing.changed() => if changed.is_err() { return Ok(()) },
-        }
-    };
+    }
+}
+
+/// One term of leading, until `term_over`.
+async fn run_term(leading: &mut Leading, term: u64, term_over: &CancellationToken) {
     let Leading {
         client,
         store,
@@ -426,12 +451,10 @@ async fn lead(
         metrics,
         health,
         trigger,
-        triggered,
         timings,
         rules,
         refresher,
     } = leading;
-    metrics.set_leading(term);
     // A new term: the work sets are complete again once this leader's first pass is done. Read
     // everything the previous leader and the other replicas wrote, after the claim of the term
     // (no earlier term writes any more).
@@ -441,70 +464,46 @@ async fn lead(
     while let Err(error) = index.reload(index::Reload::Everything).await {
         warn!(error = %error, "reading the store to lead failed; retrying");
         tokio::select! {
-            () = shutdown.cancelled() => return Ok(()),
+            () = term_over.cancelled() => return,
             () = tokio::time::sleep(backoff) => {}
         }
         backoff = (backoff * 2).min(std::time::Duration::from_secs(5));
     }
-    trigger.enable();
+    metrics.set_leading(term);
+    let triggered = trigger.attach();
     info!(term, "this replica leads: placing workloads");
-    let term_over = shutdown.child_token();
     let ctx = Arc::new(Context::new(
         client.clone(),
         store.clone(),
-        signals,
+        signals.clone(),
         sources.clone(),
-        watched,
+        watched.clone(),
         metrics.clone(),
         timings.resync,
     ));
     let monitor = controller::heartbeats::Monitor {
         index: index.clone(),
-        health,
+        health: health.clone(),
         objects: ClusterObjects::new(client.clone()),
         recorder: ctx.recorder.clone(),
         trigger: trigger.clone(),
-        rules,
+        rules: rules.clone(),
         failback_settle: timings.failback_settle,
     };
-    let watch_standing = async {
-        loop {
-            if *standing.borrow_and_update() == leader::Standing::Lost {
-                return true;
+    tokio::join!(
+        controller::run(ctx, triggered, term_over.clone()),
+        controller::heartbeats::run(monitor, term_over.clone()),
+        async {
+            if let Some(refresher) = refresher {
+                refresher.run(term_over.clone()).await;
             }
-            tokio::select! {
-                () = term_over.cancelled() => return false,
-                changed = standing.changed() => if changed.is_err() { return false },
-            }
-        }
-    };
-    let run = async {
-        tokio::join!(
-            controller::run(ctx, triggered, term_over.clone()),
-            controller::heartbeats::run(monitor, term_over.clone()),
-            async {
-                if let Some(refresher) = refresher {
-                    refresher.run(term_over.clone()).await;
-                }
-            },
-            store::retention::run(
-                store.clone(),
-                store::retention::Retention::default(),
-                term_over.clone(),
-            ),
-        )
-    };
-    let lost = tokio::select! {
-        lost = watch_standing => lost,
-        ((), (), (), ()) = run => false,
-    };
-    metrics.set_leading(0);
-    if lost {
-        // Stop what leads at once; the store refuses its writes from now on anyway.
-        term_over.cancel();
-        return Err(Error::LeadershipLost { term });
-    }
-    Ok(())
+        },
+        store::retention::run(
+            store.clone(),
+            store::retention::Retention::default(),
+            term_over.clone(),
+        ),
+    );
 }
 
 /// The REST API tokens of the file and the Secret the arguments name.

@@ -22,10 +22,6 @@ pub struct WorkSignals {
     published: std::sync::atomic::AtomicBool,
 }
 
-/// Whether a pass of [`ReconcileTrigger`] reaches a controller: only the leader runs them.
-#[derive(Debug, Default)]
-struct Enabled(std::sync::atomic::AtomicBool);
-
 impl WorkSignals {
     /// A receiver that wakes when `cluster`'s work revision changes.
     pub fn subscribe(&self, cluster: &str) -> watch::Receiver<u64> {
@@ -104,14 +100,19 @@ impl WorkSignals {
 /// Requests for every object go through a channel of capacity one, so a burst of them while a
 /// pass is pending coalesces into that pass; the controller's queue merges repeated names.
 ///
-/// A replica that does not lead runs no controller: its trigger stays disabled and drops what
-/// it is asked, so nothing piles up in the channels (the leader hears of the same changes
-/// through the store's change feed, and a new leader's first pass reconciles everything).
-#[derive(Clone, Debug)]
+/// Only a leading replica runs the controllers: they [`attach`](Self::attach) when it starts to
+/// lead, and [`detach`](Self::detach) when it stops. Detached, the trigger drops what it is asked,
+/// so nothing piles up (the leader hears of the same changes through the store's change feed,
+/// and a new leader's first pass reconciles everything).
+#[derive(Clone, Debug, Default)]
 pub struct ReconcileTrigger {
+    senders: std::sync::Arc<Mutex<Option<Senders>>>,
+}
+
+#[derive(Debug)]
+struct Senders {
     all: mpsc::Sender<()>,
     some: mpsc::UnboundedSender<WorkloadRef>,
-    enabled: std::sync::Arc<Enabled>,
 }
 
 /// The receiving ends of a [`ReconcileTrigger`], read by the controller.
@@ -124,47 +125,46 @@ pub struct Triggered {
 }
 
 impl ReconcileTrigger {
-    /// A trigger and what the controller reads.
-    pub fn new() -> (ReconcileTrigger, Triggered) {
-        let (all, all_rx) = mpsc::channel(1);
-        let (some, some_rx) = mpsc::unbounded_channel();
-        (
-            ReconcileTrigger {
-                all,
-                some,
-                enabled: std::sync::Arc::default(),
-            },
-            Triggered {
-                all: all_rx,
-                some: some_rx,
-            },
-        )
+    /// A trigger that reaches nothing until [`attach`](Self::attach)ed.
+    pub fn new() -> ReconcileTrigger {
+        ReconcileTrigger::default()
     }
 
-    /// The same trigger, reaching the controllers from now on (this replica leads).
-    pub fn enable(&self) {
-        self.enabled.0.store(true, std::sync::atomic::Ordering::SeqCst);
+    /// From now on the trigger reaches the controllers that read what this returns (this
+    /// replica leads).
+    pub fn attach(&self) -> Triggered {
+        let (all, all_rx) = mpsc::channel(1);
+        let (some, some_rx) = mpsc::unbounded_channel();
+        *self.senders.lock().unwrap_or_else(|e| e.into_inner()) = Some(Senders { all, some });
+        Triggered {
+            all: all_rx,
+            some: some_rx,
+        }
+    }
+
+    /// From now on the trigger reaches nothing (this replica no longer leads).
+    pub fn detach(&self) {
+        *self.senders.lock().unwrap_or_else(|e| e.into_inner()) = None;
     }
 
     /// Whether it reaches the controllers: this replica leads.
     pub fn enabled(&self) -> bool {
-        self.enabled.0.load(std::sync::atomic::Ordering::SeqCst)
+        self.senders.lock().unwrap_or_else(|e| e.into_inner()).is_some()
     }
 
     /// Requests a pass over every object; a no-op when one is already pending.
     pub fn trigger(&self) {
-        if self.enabled() {
-            let _ = self.all.try_send(());
+        if let Some(senders) = self.senders.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
+            let _ = senders.all.try_send(());
         }
     }
 
     /// Requests a reconcile of each of `workloads`.
     pub fn workloads(&self, workloads: impl IntoIterator<Item = WorkloadRef>) {
-        if !self.enabled() {
-            return;
-        }
-        for workload in workloads {
-            let _ = self.some.send(workload);
+        if let Some(senders) = self.senders.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
+            for workload in workloads {
+                let _ = senders.some.send(workload);
+            }
         }
     }
 

@@ -326,7 +326,7 @@ impl Refresher {
     }
 
     /// Queries until `shutdown`.
-    pub async fn run(mut self, shutdown: CancellationToken) {
+    pub async fn run(&mut self, shutdown: CancellationToken) {
         info!(
             url = %self.client.base_url(),
             every = ?self.interval,

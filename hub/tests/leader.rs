@@ -10,13 +10,37 @@ use std::time::Duration;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Api, DeleteParams, PostParams};
-use nave_hub::leader::{Config, Elector, Standing};
-use nave_hub::store::{self, Store};
+use nave_hub::leader::{Config, Elector, Kept};
+use nave_hub::store::{self, Claim, Store};
 use nave_testkit::wait_for;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 const NAMESPACE: &str = "nave-system";
+
+/// Where a candidate stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Standing {
+    Candidate,
+    Leading { term: u64 },
+}
+
+/// Runs `elector` as the hub does: acquire, keep, and again after a loss, until shutdown.
+async fn elect(
+    mut elector: Elector,
+    store: Arc<dyn Store>,
+    standing: watch::Sender<Standing>,
+    shutdown: CancellationToken,
+) {
+    while let Some(term) = elector.acquire(store.as_ref(), &shutdown).await {
+        standing.send_replace(Standing::Leading { term });
+        let kept = elector.keep(store.as_ref(), term, &shutdown).await;
+        standing.send_replace(Standing::Candidate);
+        if kept == Kept::Shutdown {
+            return;
+        }
+    }
+}
 
 /// A candidate running the election on its own store handle.
 struct Candidate {
@@ -35,8 +59,12 @@ impl Candidate {
         config.retry_period = Duration::from_millis(200);
         let (tx, standing) = watch::channel(Standing::Candidate);
         let shutdown = CancellationToken::new();
-        let task =
-            tokio::spawn(Elector::new(client.clone(), config).run(store.clone(), tx, shutdown.clone()));
+        let task = tokio::spawn(elect(
+            Elector::new(client.clone(), config),
+            store.clone(),
+            tx,
+            shutdown.clone(),
+        ));
         Candidate {
             standing,
             shutdown,
@@ -112,6 +140,27 @@ async fn one_replica_leads_at_a_time_and_each_term_is_claimed_above_the_last() {
     // b's store handle (its process still around, say paused) can no longer write.
     let refused = b.store.mark_published().await.expect_err("b's term is over");
     assert!(matches!(refused, store::StoreError::Fenced { .. }), "{refused:?}");
+
+    // Another replica claims a later term in the store while c holds the Lease (it took the
+    // Lease from under a paused c, say, and c has not noticed): c stops leading, and, holding
+    // the Lease still, leads again in a term above the store's, in the same process.
+    let other = store::connect(&database_url).await.unwrap();
+    let Claim::Claimed(claimed) = other.claim_term(Some(third + 10), "hub-x").await.unwrap() else {
+        panic!("the later term is claimed")
+    };
+    let again = wait_for(
+        "c to lead again in a later term",
+        Duration::from_secs(10),
+        || async {
+            match c.standing() {
+                Standing::Leading { term } if term > claimed => Ok(term),
+                other => Err(format!("{other:?}")),
+            }
+        },
+    )
+    .await;
+    assert_eq!(c.store.term(), Some(again));
+    let third = again;
 
     // The Lease is deleted (by hand, or a namespace restored from an old backup): its count
     // starts over, but the next leader's term is above the store's anyway.

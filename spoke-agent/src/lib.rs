@@ -721,7 +721,8 @@ async fn work_loop(agent: Arc<Agent>, shutdown: CancellationToken) -> Result<()>
             cluster: Some(agent.config.cluster_name.clone()),
             held: held
                 .is_some_and(|h| matches!(h.reason, HeldReason::StoreChanged | HeldReason::RevisionWentBack)),
-            prune_confirmed,
+            // Always sent (`0`: none), so the hub answers when it changes.
+            prune_confirmed: Some(prune_confirmed.unwrap_or(0)),
         };
         let polled = tokio::select! {
             () = shutdown.cancelled() => return Ok(()),

@@ -236,7 +236,8 @@ async fn work(State(hub): State<HubDouble>, headers: HeaderMap, Query(q): Query<
         if let Some(set) = current
             && (Some(set.revision) != q.after
                 || (q.held && set.complete)
-                || (q.after.is_some() && q.prune_confirmed != set.prune_confirmed))
+                || q.prune_confirmed
+                    .is_some_and(|seen| q.after.is_some() && seen != set.prune_confirmed.unwrap_or(0)))
         {
             return Json(set).into_response();
         }

@@ -68,6 +68,11 @@ pub trait Store: Send + Sync + fmt::Debug {
     /// at most once: after a lost connection the feed says [`FeedEvent::Resync`].
     fn changes(&self) -> StoreFuture<'_, Option<ChangeFeed>>;
 
+    /// Announces [`StoreChange::Ping`], which this handle's own feed hears too (every other
+    /// change of its own it skips): a feed that stops hearing its pings has lost its connection
+    /// without noticing. A no-op where the backend announces nothing.
+    fn ping(&self) -> StoreFuture<'_, ()>;
+
     /// Inserts a cluster or updates its descriptive fields, returning the stored row.
     /// `registered_at` is set on insert and kept afterwards.
     fn upsert_cluster<'a>(&'a self, cluster: &'a ClusterUpsert) -> StoreFuture<'a, ClusterRecord>;

@@ -10,11 +10,11 @@ use std::time::Duration;
 
 use sqlx::Postgres;
 use sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions, PgQueryResult};
-use tracing::warn;
+use tracing::{debug, warn};
 
 use super::contract::{Backend, ChangeFeed, StoreError, StoreOp, query_error};
 use super::sql::{Dialect, Notice, SqlStore, connect_error, migrate};
-use super::types::FeedEvent;
+use super::types::{FeedEvent, StoreChange};
 
 /// The embedded migrations of `migrations/postgres`.
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/postgres");
@@ -56,28 +56,53 @@ impl Dialect for Postgres {
             .await
             .map_err(query_error(StoreOp::Listen))?;
         let origin = origin.to_owned();
-        let feed = futures::stream::unfold((listener, origin), |(mut listener, origin)| async move {
-            loop {
-                match listener.try_recv().await {
-                    Ok(Some(notification)) => match serde_json::from_str::<Notice>(notification.payload()) {
-                        Ok(notice) if notice.o == origin => continue,
-                        Ok(notice) => return Some((FeedEvent::Change(notice.c), (listener, origin))),
-                        Err(error) => {
-                            warn!(error = %error, "an announcement of the store that does not parse; reading everything again");
-                            return Some((FeedEvent::Resync, (listener, origin)));
+        let channel = channel.to_owned();
+        let feed = futures::stream::unfold(
+            (listener, origin, channel),
+            |(mut listener, origin, channel)| async move {
+                loop {
+                    match listener.try_recv().await {
+                        Ok(Some(notification)) => {
+                            match serde_json::from_str::<Notice>(notification.payload()) {
+                                // Its own pings come back: the connection hears.
+                                Ok(notice) if notice.c == StoreChange::Ping && notice.o == origin => {
+                                    return Some((FeedEvent::Change(notice.c), (listener, origin, channel)));
+                                }
+                                Ok(notice) if notice.o == origin || notice.c == StoreChange::Ping => continue,
+                                Ok(notice) => {
+                                    return Some((FeedEvent::Change(notice.c), (listener, origin, channel)));
+                                }
+                                // A change this version does not know (a newer replica during a rolling
+                                // upgrade): nothing it keeps depends on it.
+                                Err(error) => {
+                                    debug!(error = %error, "an announcement this version does not know; ignored");
+                                    continue;
+                                }
+                            }
                         }
-                    },
-                    // The connection was lost and is made again on the next call: whatever was
-                    // announced meanwhile is missed.
-                    Ok(None) => return Some((FeedEvent::Resync, (listener, origin))),
-                    Err(error) => {
-                        warn!(error = %error, "listening to the store failed; retrying");
-                        tokio::time::sleep(LISTEN_RETRY).await;
-                        return Some((FeedEvent::Resync, (listener, origin)));
+                        // The connection was lost and made again (listening again) on this call:
+                        // whatever was announced meanwhile is missed.
+                        Ok(None) => return Some((FeedEvent::Resync, (listener, origin, channel))),
+                        Err(error) => {
+                            // Reconnecting failed: listen again until it works, and only then say
+                            // that changes may have been missed, so the reading that follows
+                            // misses nothing announced after it.
+                            warn!(error = %error, "listening to the store failed; retrying");
+                            loop {
+                                tokio::time::sleep(LISTEN_RETRY).await;
+                                match listener.listen(&channel).await {
+                                    Ok(()) => break,
+                                    Err(error) => {
+                                        warn!(error = %error, "listening to the store failed; retrying")
+                                    }
+                                }
+                            }
+                            return Some((FeedEvent::Resync, (listener, origin, channel)));
+                        }
                     }
                 }
-            }
-        });
+            },
+        );
         Ok(Some(Box::pin(feed)))
     }
 }

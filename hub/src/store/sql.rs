@@ -446,6 +446,14 @@ where
         Box::pin(async move { DB::listen(&self.pool, &self.channel, &self.origin).await })
     }
 
+    fn ping(&self) -> StoreFuture<'_, ()> {
+        Box::pin(async move {
+            const OP: StoreOp = StoreOp::Listen;
+            announce!(self, &self.pool, OP, StoreChange::Ping);
+            Ok(())
+        })
+    }
+
     fn upsert_cluster<'a>(&'a self, cluster: &'a ClusterUpsert) -> StoreFuture<'a, ClusterRecord> {
         Box::pin(async move {
             const OP: StoreOp = StoreOp::UpsertCluster;

@@ -482,6 +482,8 @@ pub enum StoreChange {
     },
     /// A term was claimed, or its leader published every workload's objects.
     Leadership,
+    /// Nothing changed: a replica checks that its feed still hears (its own pings come back).
+    Ping,
 }
 
 /// What a store's change feed yields.
