@@ -122,7 +122,9 @@ pub enum Error {
     LeaderElection(String),
     /// This hub led alone (no leader election) and another hub claimed a later term of its
     /// store. It stops rather than take the store back: two hubs would take turns forever.
-    #[error("another hub claimed this hub's store (it led in term {term}); stopping rather than take it back: run one hub per store, or elect a leader")]
+    #[error(
+        "another hub claimed this hub's store (it led in term {term}); stopping rather than take it back: run one hub per store, or elect a leader"
+    )]
     LeadershipLost {
         /// The term it led in.
         term: u64,
