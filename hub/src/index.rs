@@ -124,7 +124,7 @@ impl Index {
         }
         if what == Reload::Everything {
             self.unsettled.lock().unwrap_or_else(|e| e.into_inner()).clear();
-            self.work.lock().await.sets.clear();
+            self.work.lock().await.clear();
         }
         Ok(())
     }
@@ -208,6 +208,7 @@ impl Index {
             work: tokio::sync::Mutex::new(WorkSets {
                 store,
                 sets: HashMap::new(),
+                holders: HashMap::new(),
             }),
         }
     }
@@ -517,11 +518,17 @@ impl Index {
     }
 }
 
-/// The clusters' work sets, read from the store once and then kept.
+/// The clusters' work sets, read from the store once and then kept, with which clusters hold
+/// each workload's objects: a change of one workload touches only the sets that hold its
+/// objects or will, not every cluster's (which made a pass over N workloads cost N² object
+/// copies).
 #[derive(Debug)]
 pub struct WorkSets {
     store: Arc<dyn Store>,
     sets: HashMap<String, Vec<Value>>,
+    /// For each workload ([`WorkloadRef::label_value`]), the clusters whose sets hold objects
+    /// it contributes, over the sets read so far.
+    holders: HashMap<String, BTreeSet<String>>,
 }
 
 impl WorkSets {
@@ -535,9 +542,30 @@ impl WorkSets {
                 .map_err(Error::store("reading work"))?
                 .map(|w| w.objects)
                 .unwrap_or_default();
+            self.hold(cluster, &objects, true);
             self.sets.insert(cluster.to_owned(), objects);
         }
         Ok(self.sets.get(cluster).map(Vec::as_slice).unwrap_or_default())
+    }
+
+    /// The clusters among `clusters` (sorted) whose sets hold objects `workload` contributes;
+    /// reads the sets of `clusters` not read yet first.
+    pub async fn holding(
+        &mut self,
+        clusters: &[String],
+        workload: &WorkloadRef,
+    ) -> Result<BTreeSet<String>, Error> {
+        for cluster in clusters {
+            self.get(cluster).await?;
+        }
+        // `clusters` is sorted (the index keeps clusters by name).
+        let held = self.holders.get(&workload.label_value());
+        Ok(held
+            .into_iter()
+            .flatten()
+            .filter(|c| clusters.binary_search(c).is_ok())
+            .cloned()
+            .collect())
     }
 
     /// Stores `objects` as `cluster`'s work set.
@@ -547,8 +575,36 @@ impl WorkSets {
             .put_work(cluster, &objects)
             .await
             .map_err(Error::store("writing work"))?;
+        if let Some(before) = self.sets.remove(cluster) {
+            self.hold(cluster, &before, false);
+        }
+        self.hold(cluster, &objects, true);
         self.sets.insert(cluster.to_owned(), objects);
         Ok(write)
+    }
+
+    /// Records that `cluster`'s set holds (or no longer holds) the objects `objects`' workloads
+    /// contribute.
+    fn hold(&mut self, cluster: &str, objects: &[Value], holds: bool) {
+        for workload in objects.iter().flat_map(crate::render::contributors) {
+            if holds {
+                self.holders
+                    .entry(workload)
+                    .or_default()
+                    .insert(cluster.to_owned());
+            } else if let Some(clusters) = self.holders.get_mut(&workload) {
+                clusters.remove(cluster);
+                if clusters.is_empty() {
+                    self.holders.remove(&workload);
+                }
+            }
+        }
+    }
+
+    /// Forgets every set read (they are read again on their next use).
+    fn clear(&mut self) {
+        self.sets.clear();
+        self.holders.clear();
     }
 }
 
@@ -655,6 +711,64 @@ mod tests {
             ready_replicas: Some(ready),
             ..ObjectStatus::default()
         }
+    }
+
+    #[tokio::test]
+    async fn a_workload_touches_only_the_sets_that_hold_its_objects() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = crate::store::connect(&format!("sqlite://{}", dir.path().join("hub.db").display()))
+            .await
+            .unwrap();
+        store.claim_term(None, "test").await.unwrap();
+        for cluster in ["a", "b", "c"] {
+            store
+                .upsert_cluster(&crate::store::ClusterUpsert {
+                    name: cluster.to_owned(),
+                    ..Default::default()
+                })
+                .await
+                .unwrap();
+        }
+        let object = |workload: &str, name: &str| {
+            serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"namespace": "shop", "name": name,
+                    "labels": {nave_api::wire::WORKLOAD_LABEL: format!("shop.{workload}")}}})
+        };
+        // b already holds web's objects in the store, from before this hub started.
+        store.put_work("b", &[object("web", "web-config")]).await.unwrap();
+        let index = Index::empty(store);
+        let clusters = vec!["a".to_owned(), "b".to_owned(), "c".to_owned()];
+        let web = WorkloadRef::new("shop", "web");
+        let api = WorkloadRef::new("shop", "api");
+        let mut work = index.work().await;
+        assert_eq!(
+            work.holding(&clusters, &web).await.unwrap(),
+            BTreeSet::from(["b".to_owned()])
+        );
+        work.put(
+            "a",
+            vec![object("web", "web-config"), object("api", "api-config")],
+        )
+        .await
+        .unwrap();
+        assert_eq!(
+            work.holding(&clusters, &web).await.unwrap(),
+            BTreeSet::from(["a".to_owned(), "b".to_owned()])
+        );
+        assert_eq!(
+            work.holding(&clusters, &api).await.unwrap(),
+            BTreeSet::from(["a".to_owned()])
+        );
+        work.put("a", vec![object("api", "api-config")]).await.unwrap();
+        assert_eq!(
+            work.holding(&clusters, &web).await.unwrap(),
+            BTreeSet::from(["b".to_owned()]),
+            "a set that no longer holds web's objects is not touched for web"
+        );
+        assert!(
+            work.holding(&clusters[..1], &web).await.unwrap().is_empty(),
+            "only the clusters asked"
+        );
     }
 
     #[test]

@@ -361,8 +361,8 @@ pub fn object_key(object: &Value) -> (String, String, String) {
 /// comma-separated. The workload labels name the first; the object stays while any is left.
 pub const SHARED_BY_ANNOTATION: &str = "nave.dev/shared-by";
 
-/// The workloads that contribute `object` to a work set.
-fn contributors(object: &Value) -> BTreeSet<String> {
+/// The workloads ([`WorkloadRef::label_value`]) that contribute `object` to a work set.
+pub fn contributors(object: &Value) -> BTreeSet<String> {
     let metadata = &object["metadata"];
     match metadata["annotations"][SHARED_BY_ANNOTATION].as_str() {
         Some(list) => list

@@ -313,10 +313,18 @@ async fn apply(mcd: Arc<MultiClusterDeployment>, ctx: &Context) -> Result<Action
         rendered.insert(cluster.clone(), objects);
     }
 
-    // Dispatch: this workload's objects replace its previous ones in every cluster's set.
+    // Dispatch: this workload's objects replace its previous ones in every cluster's set that
+    // holds them or will.
     {
         let mut work = ctx.sources.index.work().await;
-        for cluster in &gathered.view.registered {
+        let mut touched = work.holding(&gathered.view.registered, &workload).await?;
+        touched.extend(
+            rendered
+                .keys()
+                .filter(|c| gathered.view.registered.contains(c))
+                .cloned(),
+        );
+        for cluster in &touched {
             let mine = rendered.remove(cluster).unwrap_or_default();
             let before = work.get(cluster).await?;
             let merged = merge_work(before, &workload, mine);
@@ -461,10 +469,10 @@ async fn write_service_status(
 
 async fn cleanup(mcd: Arc<MultiClusterDeployment>, ctx: &Context) -> Result<Action, Error> {
     let workload = render::workload_ref(&mcd);
-    let clusters = ctx.sources.index.clusters();
+    let clusters: Vec<String> = ctx.sources.index.clusters().into_keys().collect();
     {
         let mut work = ctx.sources.index.work().await;
-        for cluster in clusters.keys() {
+        for cluster in &work.holding(&clusters, &workload).await? {
             let before = work.get(cluster).await?;
             let merged = merge_work(before, &workload, Vec::new());
             if merged == before {
