@@ -14,8 +14,9 @@
 //! and written through; the management cluster's objects come from reflectors.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use kube::ResourceExt;
 use kube::runtime::reflector;
@@ -111,7 +112,19 @@ pub struct Sources {
     pub usage: Arc<UsageCache>,
     /// A cluster without a heartbeat for this long is not Ready.
     pub grace: Duration,
+    /// Grows when a WorkloadCluster's spec or labels change (see [`crate::watch`]).
+    pub objects_version: Arc<AtomicU64>,
+    /// The last view, reused while it is current (see [`Sources::view`]).
+    pub cache: ViewCache,
 }
+
+/// How long a view of the fleet is reused while no cluster changed: readiness (a heartbeat's
+/// age against the grace), measured usage and round trips may be this much behind.
+pub const VIEW_TTL: Duration = Duration::from_millis(250);
+
+/// The last view of the fleet: when it was taken, what it was taken of, and the view.
+#[derive(Clone, Debug, Default)]
+pub struct ViewCache(Arc<Mutex<Option<(Instant, (u64, u64), Arc<FleetView>)>>>);
 
 impl std::fmt::Debug for Sources {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -126,7 +139,7 @@ impl std::fmt::Debug for Sources {
 #[derive(Debug)]
 pub struct Gathered {
     /// The fleet.
-    pub view: FleetView,
+    pub view: Arc<FleetView>,
     /// The agents' latest reports.
     pub reports: Reports,
     /// Room taken by replicas not reported running.
@@ -137,6 +150,9 @@ pub struct Gathered {
     pub health: HealthSnapshot,
     /// The workload's stored placement, when there is one of this incarnation.
     pub previous: Option<Previous>,
+    /// When it was gathered: what the plan's clocks (timeouts, cooldowns) read, and the time
+    /// its placement is recorded at. The view may be a little older (see [`VIEW_TTL`]).
+    pub now: jiff::Timestamp,
 }
 
 impl Gathered {
@@ -157,7 +173,7 @@ impl Gathered {
             reports: &self.reports,
             pending: &self.pending,
             health: &self.health,
-            now: self.view.now,
+            now: self.now,
         }
     }
 }
@@ -170,8 +186,27 @@ impl Sources {
     }
 
     /// The fleet now: every registered cluster and every WorkloadCluster, with measured usage
-    /// and round trips. Reads memory only.
-    pub fn view(&self) -> FleetView {
+    /// and round trips. Reads memory only. A view is shared by the plans that ask within
+    /// [`VIEW_TTL`] of it while no cluster's record or object changed: building it reads every
+    /// cluster's capacity model, which a burst of reconciles would otherwise do for each one.
+    pub fn view(&self) -> Arc<FleetView> {
+        let version = (
+            self.index.clusters_version(),
+            self.objects_version.load(Ordering::SeqCst),
+        );
+        let mut cache = self.cache.0.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((at, seen, view)) = cache.as_ref()
+            && *seen == version
+            && at.elapsed() < VIEW_TTL
+        {
+            return view.clone();
+        }
+        let view = Arc::new(self.build_view());
+        *cache = Some((Instant::now(), version, view.clone()));
+        view
+    }
+
+    fn build_view(&self) -> FleetView {
         let records = self.index.clusters();
         let objects: BTreeMap<String, Arc<WorkloadCluster>> = self
             .objects
@@ -209,7 +244,7 @@ impl Sources {
     pub fn gather(&self, previous: Option<Previous>) -> Gathered {
         let view = self.view();
         let reports = self.index.reports();
-        let ledger = self.index.ledger(&reports);
+        let ledger = self.index.ledger();
         Gathered {
             view,
             ledger,
@@ -217,6 +252,7 @@ impl Sources {
             pending: self.index.pending(),
             health: self.health.snapshot(),
             previous,
+            now: jiff::Timestamp::now(),
         }
     }
 }

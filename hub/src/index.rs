@@ -67,6 +67,11 @@ pub struct Index {
     /// Each cluster's Pending pods, from its latest heartbeat.
     pending: RwLock<Pending>,
     bookings: RwLock<BTreeMap<WorkloadRef, Booking>>,
+    /// The replicas of each booking that its clusters' reports do not count yet, by workload
+    /// and cluster: the ledger's content, kept as bookings and reports change, so reading the
+    /// ledger costs the reservations outstanding rather than every booking and report. Locked
+    /// before `bookings` and `reports` whenever several are held.
+    reserved: RwLock<BTreeMap<WorkloadRef, BTreeMap<String, u32>>>,
     /// Workloads whose placement may change when capacity changes (see [`Index::settle`]).
     unsettled: Mutex<BTreeSet<WorkloadRef>>,
     /// See [`Index::planning`].
@@ -76,6 +81,10 @@ pub struct Index {
     /// Each cluster's work set; the lock serializes their read-modify-write, since several
     /// workloads share a set and two reconciles writing at once would lose one's objects.
     work: tokio::sync::Mutex<WorkSets>,
+    /// Grows whenever a cluster's record changes in what placement reads of it (registered,
+    /// removed, accepted or not, its capacity or versions); a fleet view is current while it
+    /// does not.
+    clusters_version: std::sync::atomic::AtomicU64,
     /// While [`Index::reload`] reads the store: the clusters and workloads written meanwhile,
     /// which keep what was written rather than what the reload read before.
     touched: Mutex<Option<Touched>>,
@@ -122,6 +131,8 @@ impl Index {
                 merge(&self.bookings, bookings, &touched.workloads);
             }
         }
+        self.reserve_all();
+        self.clusters_changed();
         if what == Reload::Everything {
             self.unsettled.lock().unwrap_or_else(|e| e.into_inner()).clear();
             self.work.lock().await.clear();
@@ -201,9 +212,11 @@ impl Index {
             reports: RwLock::default(),
             pending: RwLock::default(),
             bookings: RwLock::default(),
+            reserved: RwLock::default(),
             unsettled: Mutex::default(),
             planning: Mutex::default(),
             touched: Mutex::default(),
+            clusters_version: Default::default(),
             network: Network::default(),
             work: tokio::sync::Mutex::new(WorkSets {
                 store,
@@ -211,6 +224,18 @@ impl Index {
                 holders: HashMap::new(),
             }),
         }
+    }
+
+    /// See [`Index::clusters_version`](Index#structfield.clusters_version).
+    pub fn clusters_version(&self) -> u64 {
+        self.clusters_version.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Records that what placement reads of the clusters changed (a record, or their health):
+    /// fleet views taken before are not current.
+    pub fn clusters_changed(&self) {
+        self.clusters_version
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
     }
 
     /// Every registered cluster's record, by name.
@@ -234,6 +259,7 @@ impl Index {
             .write()
             .unwrap_or_else(|e| e.into_inner())
             .insert(record.name.clone(), Arc::new(record));
+        self.clusters_changed();
     }
 
     /// Forgets a removed cluster's record and Pending pods.
@@ -243,6 +269,7 @@ impl Index {
             .write()
             .unwrap_or_else(|e| e.into_inner())
             .remove(cluster);
+        self.clusters_changed();
         self.put_pending(cluster, Vec::new());
     }
 
@@ -266,15 +293,24 @@ impl Index {
             return;
         }
         let record = Arc::make_mut(record);
+        let first = record.last_heartbeat_at.is_none();
         record.last_heartbeat_at = Some(at);
-        if capacity.is_some() {
+        let mut changed = first;
+        if capacity.is_some() && capacity != record.capacity {
             record.capacity = capacity;
+            changed = true;
         }
-        if agent_version.is_some() {
+        if agent_version.is_some() && agent_version != record.agent_version {
             record.agent_version = agent_version;
+            changed = true;
         }
-        if kubernetes_version.is_some() {
+        if kubernetes_version.is_some() && kubernetes_version != record.kubernetes_version {
             record.kubernetes_version = kubernetes_version;
+            changed = true;
+        }
+        drop(clusters);
+        if changed {
+            self.clusters_changed();
         }
     }
 
@@ -344,6 +380,9 @@ impl Index {
             .write()
             .unwrap_or_else(|e| e.into_inner())
             .insert(cluster.to_owned(), Arc::new(report));
+        for workload in &changed {
+            self.reserve(workload);
+        }
         Some(changed)
     }
 
@@ -379,6 +418,10 @@ impl Index {
                 .put(cluster, beat.probe_url.as_deref(), &beat.latency_samples);
         } else {
             self.network.put(cluster, None, &[]);
+        }
+        if !was_ready {
+            // Back (or new): a view that had it not Ready is not current.
+            self.clusters_changed();
         }
         // Placement is steady: settled workloads keep their placement whatever the room, so
         // new capacity concerns the unsettled ones; a cluster coming back concerns all.
@@ -417,6 +460,8 @@ impl Index {
             ),
             None => bookings.remove(workload),
         };
+        drop(bookings);
+        self.reserve(workload);
     }
 
     /// Keeps `cluster`'s Pending pods from its latest heartbeat.
@@ -436,10 +481,13 @@ impl Index {
     /// Records what `workload`'s placement now books, and returns what it booked before.
     pub fn book(&self, workload: &WorkloadRef, booking: Booking) -> Option<Booking> {
         self.touch_workload(workload);
-        self.bookings
+        let before = self
+            .bookings
             .write()
             .unwrap_or_else(|e| e.into_inner())
-            .insert(workload.clone(), booking)
+            .insert(workload.clone(), booking);
+        self.reserve(workload);
+        before
     }
 
     /// Puts back what [`Index::book`] returned, when the placement it booked was not stored.
@@ -450,6 +498,8 @@ impl Index {
             Some(booking) => bookings.insert(workload.clone(), booking),
             None => bookings.remove(workload),
         };
+        drop(bookings);
+        self.reserve(workload);
     }
 
     /// Held from reading the ledger to booking a decision: one plan at a time sees every booking
@@ -465,6 +515,7 @@ impl Index {
             .write()
             .unwrap_or_else(|e| e.into_inner())
             .remove(workload);
+        self.reserve(workload);
         self.settle(workload, true);
     }
 
@@ -473,21 +524,47 @@ impl Index {
     /// keep their reservation, see [`counted_replicas`]). The workload being
     /// decided is included: its own replicas that do not run yet take room too, or a move would
     /// count the same free room twice.
-    pub fn ledger(&self, reports: &Reports) -> Ledger {
+    pub fn ledger(&self) -> Ledger {
         let mut ledger = Ledger::new();
+        let reserved = self.reserved.read().unwrap_or_else(|e| e.into_inner());
         let bookings = self.bookings.read().unwrap_or_else(|e| e.into_inner());
-        for (other, booking) in bookings.iter() {
-            for (cluster, &assigned) in &booking.replicas {
-                let counted = counted_replicas(reports.get(cluster).map(Arc::as_ref), other);
-                ledger.reserve(
-                    cluster,
-                    &other.to_string(),
-                    &booking.demand,
-                    assigned.saturating_sub(counted),
-                );
+        for (workload, clusters) in reserved.iter() {
+            let Some(booking) = bookings.get(workload) else {
+                continue;
+            };
+            let name = workload.to_string();
+            for (cluster, &replicas) in clusters {
+                ledger.reserve(cluster, &name, &booking.demand, replicas);
             }
         }
         ledger
+    }
+
+    /// Computes again what `workload`'s booking reserves: per cluster, its replicas minus those
+    /// the cluster's report counts.
+    fn reserve(&self, workload: &WorkloadRef) {
+        let mut reserved = self.reserved.write().unwrap_or_else(|e| e.into_inner());
+        let bookings = self.bookings.read().unwrap_or_else(|e| e.into_inner());
+        let reports = self.reports.read().unwrap_or_else(|e| e.into_inner());
+        match bookings
+            .get(workload)
+            .map(|booking| reservations(booking, &reports, workload))
+        {
+            Some(clusters) if !clusters.is_empty() => reserved.insert(workload.clone(), clusters),
+            _ => reserved.remove(workload),
+        };
+    }
+
+    /// Computes again what every booking reserves.
+    fn reserve_all(&self) {
+        let mut reserved = self.reserved.write().unwrap_or_else(|e| e.into_inner());
+        let bookings = self.bookings.read().unwrap_or_else(|e| e.into_inner());
+        let reports = self.reports.read().unwrap_or_else(|e| e.into_inner());
+        *reserved = bookings
+            .iter()
+            .map(|(workload, booking)| (workload.clone(), reservations(booking, &reports, workload)))
+            .filter(|(_, clusters)| !clusters.is_empty())
+            .collect();
     }
 
     /// Marks `workload` settled (its placement cannot gain from more room: everything placed,
@@ -608,6 +685,20 @@ impl WorkSets {
     }
 }
 
+/// What `booking` reserves of `workload`: per cluster, its replicas that the cluster's report
+/// does not count yet (zeros left out).
+fn reservations(booking: &Booking, reports: &Reports, workload: &WorkloadRef) -> BTreeMap<String, u32> {
+    booking
+        .replicas
+        .iter()
+        .map(|(cluster, &assigned)| {
+            let counted = counted_replicas(reports.get(cluster).map(Arc::as_ref), workload);
+            (cluster.clone(), assigned.saturating_sub(counted))
+        })
+        .filter(|(_, n)| *n > 0)
+        .collect()
+}
+
 /// What [`Index::read_all`] answers: clusters, reports, Pending pods, bookings.
 type ReadAll = (
     BTreeMap<String, Arc<ClusterRecord>>,
@@ -710,6 +801,87 @@ mod tests {
             workload: Some(WorkloadRef::new("shop", name)),
             ready_replicas: Some(ready),
             ..ObjectStatus::default()
+        }
+    }
+
+    /// The ledger as it was computed before it was kept incrementally: every booking, every
+    /// report.
+    fn ledger_from_scratch(index: &Index) -> Ledger {
+        let reports = index.reports();
+        let mut ledger = Ledger::new();
+        for (workload, booking) in index.bookings.read().unwrap().iter() {
+            for (cluster, &assigned) in &booking.replicas {
+                let counted = counted_replicas(reports.get(cluster).map(Arc::as_ref), workload);
+                ledger.reserve(
+                    cluster,
+                    &workload.to_string(),
+                    &booking.demand,
+                    assigned.saturating_sub(counted),
+                );
+            }
+        }
+        ledger
+    }
+
+    #[tokio::test]
+    async fn the_ledger_kept_as_bookings_and_reports_change_is_the_one_computed_from_scratch() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = crate::store::connect(&format!("sqlite://{}", dir.path().join("hub.db").display()))
+            .await
+            .unwrap();
+        let index = Index::empty(store);
+        let clusters = ["a", "b", "c"];
+        let names = ["web", "api", "db", "cache"];
+        let demand = Demand {
+            cpu_millis: 100,
+            memory_bytes: 1 << 20,
+            ..Demand::default()
+        };
+        // A fixed pseudo-random walk: bookings move, reports come and go.
+        let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut next = |n: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % n
+        };
+        for step in 0..400 {
+            let workload = WorkloadRef::new("shop", names[next(4) as usize]);
+            match next(4) {
+                0 | 1 => {
+                    let mut replicas = BTreeMap::new();
+                    for cluster in clusters {
+                        if next(2) == 0 {
+                            replicas.insert(cluster.to_owned(), next(4) as u32);
+                        }
+                    }
+                    index.book(
+                        &workload,
+                        Booking {
+                            demand: demand.clone(),
+                            replicas,
+                        },
+                    );
+                }
+                2 => {
+                    let cluster = clusters[next(3) as usize];
+                    let mut objects = Vec::new();
+                    for name in names {
+                        if next(2) == 0 {
+                            objects.push(deployment(name, next(4) as i32));
+                        }
+                    }
+                    index.keep_report(
+                        cluster,
+                        StatusReport {
+                            objects,
+                            ..StatusReport::default()
+                        },
+                    );
+                }
+                _ => index.forget(&workload),
+            }
+            assert_eq!(index.ledger(), ledger_from_scratch(&index), "after step {step}");
         }
     }
 

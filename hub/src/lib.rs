@@ -207,6 +207,8 @@ pub async fn run_until(args: RunArgs, shutdown: CancellationToken) -> Result<(),
         health: health.clone(),
         usage: usage.clone(),
         grace: timings.heartbeat_grace,
+        objects_version: watched.clusters_version.clone(),
+        cache: Default::default(),
     };
     // On shutdown, end the agents' long-polls so the graceful shutdown does not wait them out.
     let closing = signals.clone();

@@ -34,6 +34,8 @@ pub struct Watched {
     pub clusters: Store<WorkloadCluster>,
     /// Whether `clusters` has been listed once.
     pub clusters_ready: Ready,
+    /// Grows when a WorkloadCluster's spec or labels change, or one comes or goes.
+    pub clusters_version: Arc<std::sync::atomic::AtomicU64>,
     /// Every MultiClusterService.
     pub services: Store<MultiClusterService>,
     /// Whether `services` has been listed once.
@@ -108,9 +110,12 @@ pub fn start(
     let (services, service_writer) = reflector::store();
     let (clusters_listed, clusters_ready) = watch::channel(false);
     let (services_listed, services_ready) = watch::channel(false);
+    let clusters_version: Arc<std::sync::atomic::AtomicU64> = Arc::default();
+    let version = clusters_version.clone();
     let watched = Watched {
         clusters,
         clusters_ready: Ready(clusters_ready),
+        clusters_version,
         services,
         services_ready: Ready(services_ready),
     };
@@ -136,11 +141,13 @@ pub fn start(
         let clusters = cluster_events.for_each(|event| {
             // The reflector has applied the event to its store before passing it on.
             if let Ok(Event::InitDone) = event {
+                version.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                 clusters_listed.send_replace(true);
             }
             if let Ok(event) = event
                 && edits.changed(&event)
             {
+                version.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                 cluster_trigger.trigger();
             }
             futures::future::ready(())

@@ -1089,6 +1089,8 @@ async fn rest_api_serves_clusters_placements_history_and_simulations_as_document
         health: Arc::default(),
         usage: Arc::default(),
         grace: Duration::from_secs(40),
+        objects_version: Arc::default(),
+        cache: Default::default(),
     };
     let closed = nave_hub::rest::router(
         sources,

@@ -112,6 +112,7 @@ pub async fn run(monitor: Monitor, shutdown: CancellationToken) {
         let snapshot = tracker.snapshot();
         health.publish(snapshot.clone());
         if changes.any() {
+            index.clusters_changed();
             trigger.trigger();
         }
         if let Some(engaged) = changes.partition {

@@ -246,7 +246,7 @@ async fn apply(mcd: Arc<MultiClusterDeployment>, ctx: &Context) -> Result<Action
             decision: planned.stored.to_json(),
             trigger: planned.trigger.to_owned(),
             reason: planned.reason.clone(),
-            at: gathered.view.now,
+            at: gathered.now,
         })
         .await;
     let written = match written {

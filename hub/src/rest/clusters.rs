@@ -291,7 +291,7 @@ async fn view(
     })
 }
 
-async fn gather(state: &RestState) -> Result<(FleetView, Vec<PlacementRecord>), ApiError> {
+async fn gather(state: &RestState) -> Result<(std::sync::Arc<FleetView>, Vec<PlacementRecord>), ApiError> {
     state.sources.ready().await?;
     let fleet = state.sources.view();
     let placements = state.store.list_placements(None).await?;
