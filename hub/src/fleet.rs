@@ -122,9 +122,17 @@ pub struct Sources {
 /// age against the grace), measured usage and round trips may be this much behind.
 pub const VIEW_TTL: Duration = Duration::from_millis(250);
 
-/// The last view of the fleet: when it was taken, what it was taken of, and the view.
+/// The last view of the fleet (see [`Sources::view`]).
 #[derive(Clone, Debug, Default)]
-pub struct ViewCache(Arc<Mutex<Option<(Instant, (u64, u64), Arc<FleetView>)>>>);
+pub struct ViewCache(Arc<Mutex<Option<CachedView>>>);
+
+/// A view of the fleet, when it was taken and the versions of what it was taken of.
+#[derive(Debug)]
+struct CachedView {
+    at: Instant,
+    versions: (u64, u64),
+    view: Arc<FleetView>,
+}
 
 impl std::fmt::Debug for Sources {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -195,14 +203,18 @@ impl Sources {
             self.objects_version.load(Ordering::SeqCst),
         );
         let mut cache = self.cache.0.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some((at, seen, view)) = cache.as_ref()
-            && *seen == version
-            && at.elapsed() < VIEW_TTL
+        if let Some(cached) = cache.as_ref()
+            && cached.versions == version
+            && cached.at.elapsed() < VIEW_TTL
         {
-            return view.clone();
+            return cached.view.clone();
         }
         let view = Arc::new(self.build_view());
-        *cache = Some((Instant::now(), version, view.clone()));
+        *cache = Some(CachedView {
+            at: Instant::now(),
+            versions: version,
+            view: view.clone(),
+        });
         view
     }
 
