@@ -117,8 +117,11 @@ async fn publish_after_first_pass(
     loop {
         let published = async {
             let created = give_every_cluster_a_set(&ctx).await?;
-            ctx.store.mark_published().await?;
-            Ok::<_, crate::store::StoreError>(created)
+            ctx.store
+                .mark_published()
+                .await
+                .map_err(crate::error::Error::store("publishing the work sets"))?;
+            Ok::<_, crate::error::Error>(created)
         };
         match published.await {
             Ok(created) => {
@@ -144,18 +147,76 @@ async fn publish_after_first_pass(
 
 /// Writes an empty work set for every known cluster that has none, under the work sets' lock so
 /// no reconcile writes in between; answers how many it wrote.
-async fn give_every_cluster_a_set(ctx: &Context) -> Result<usize, crate::store::StoreError> {
+async fn give_every_cluster_a_set(ctx: &Context) -> Result<usize, crate::error::Error> {
     let index = &ctx.sources.index;
-    let _work = index.work().await;
+    let mut work = index.work().await;
+    // The first pass's changes are in the store before the sets are said complete.
+    for (cluster, write) in work.flush().await? {
+        if write.changed {
+            ctx.signals.notify(&cluster, write.revision);
+        }
+    }
     let mut created = 0;
     for cluster in index.clusters().keys() {
-        if ctx.store.get_work(cluster).await?.is_none() {
-            let write = ctx.store.put_work(cluster, &[]).await?;
+        let store = crate::error::Error::store;
+        if ctx
+            .store
+            .get_work(cluster)
+            .await
+            .map_err(store("reading a work set"))?
+            .is_none()
+        {
+            let write = ctx
+                .store
+                .put_work(cluster, &[])
+                .await
+                .map_err(store("giving a cluster its first work set"))?;
             ctx.signals.notify(cluster, write.revision);
             created += 1;
         }
     }
     Ok(created)
+}
+
+/// Writes the work sets the reconciles changed, until `shutdown` (then once more): woken by
+/// each change, it writes every set that changed since it last wrote, so the changes of
+/// reconciles that come together are written, and fetched by each agent, once.
+pub async fn flush_work(ctx: Arc<Context>, shutdown: CancellationToken) {
+    let index = &ctx.sources.index;
+    let changed = index.work_changed().await;
+    let mut backoff = Duration::from_millis(100);
+    loop {
+        let stopping = tokio::select! {
+            () = shutdown.cancelled() => true,
+            () = changed.notified() => false,
+        };
+        let written = index.work().await.flush().await;
+        match written {
+            Ok(writes) => {
+                backoff = Duration::from_millis(100);
+                for (cluster, write) in writes {
+                    if write.changed {
+                        debug!(cluster = %cluster, revision = write.revision, "work changed");
+                        ctx.signals.notify(&cluster, write.revision);
+                    }
+                }
+            }
+            Err(error) => {
+                warn!(error = %error, retry_in = ?backoff, "writing the work sets failed; retrying");
+                changed.notify_one();
+                if !stopping {
+                    tokio::select! {
+                        () = shutdown.cancelled() => {}
+                        () = tokio::time::sleep(backoff) => {}
+                    }
+                }
+                backoff = (backoff * 2).min(Duration::from_secs(10));
+            }
+        }
+        if stopping {
+            return;
+        }
+    }
 }
 
 /// The MultiClusterDeployments in `object`'s namespace whose pod template (or

@@ -37,6 +37,7 @@ use crate::network::Network;
 use crate::placement::reports::counted_replicas;
 use crate::placement::stored::StoredDecision;
 use crate::placement::{Pending, Reports};
+use crate::render::ClusterWork;
 use crate::store::{ClusterRecord, PlacementRecord, Store, WorkStatus, WorkWrite};
 
 /// The replicas a workload's placement assigns, and what each needs: the ledger's input.
@@ -222,6 +223,8 @@ impl Index {
                 store,
                 sets: HashMap::new(),
                 holders: HashMap::new(),
+                dirty: BTreeSet::new(),
+                changed: Arc::default(),
             }),
         }
     }
@@ -593,24 +596,34 @@ impl Index {
     pub async fn work(&self) -> tokio::sync::MutexGuard<'_, WorkSets> {
         self.work.lock().await
     }
+
+    /// Woken whenever a work set changed and waits to be written.
+    pub async fn work_changed(&self) -> Arc<tokio::sync::Notify> {
+        self.work.lock().await.changed.clone()
+    }
 }
 
 /// The clusters' work sets, read from the store once and then kept, with which clusters hold
 /// each workload's objects: a change of one workload touches only the sets that hold its
-/// objects or will, not every cluster's (which made a pass over N workloads cost N² object
-/// copies).
+/// objects or will, and only the objects it contributes (see [`ClusterWork`]); the sets it
+/// changed are written by [`WorkSets::flush`], so changes that come together (a burst of
+/// reconciles) are written, and fetched by the agents, once.
 #[derive(Debug)]
 pub struct WorkSets {
     store: Arc<dyn Store>,
-    sets: HashMap<String, Vec<Value>>,
+    sets: HashMap<String, ClusterWork>,
     /// For each workload ([`WorkloadRef::label_value`]), the clusters whose sets hold objects
     /// it contributes, over the sets read so far.
     holders: HashMap<String, BTreeSet<String>>,
+    /// The clusters whose set changed since it was last written.
+    dirty: BTreeSet<String>,
+    /// Woken when a set becomes dirty (see [`Index::work_changed`]).
+    changed: Arc<tokio::sync::Notify>,
 }
 
 impl WorkSets {
-    /// `cluster`'s current objects.
-    pub async fn get(&mut self, cluster: &str) -> Result<&[Value], Error> {
+    /// `cluster`'s set, read from the store on first use.
+    async fn load(&mut self, cluster: &str) -> Result<&mut ClusterWork, Error> {
         if !self.sets.contains_key(cluster) {
             let objects = self
                 .store
@@ -619,10 +632,21 @@ impl WorkSets {
                 .map_err(Error::store("reading work"))?
                 .map(|w| w.objects)
                 .unwrap_or_default();
-            self.hold(cluster, &objects, true);
-            self.sets.insert(cluster.to_owned(), objects);
+            let set = ClusterWork::from_objects(&objects);
+            for workload in set.workloads() {
+                self.holders
+                    .entry(workload.clone())
+                    .or_default()
+                    .insert(cluster.to_owned());
+            }
+            self.sets.insert(cluster.to_owned(), set);
         }
-        Ok(self.sets.get(cluster).map(Vec::as_slice).unwrap_or_default())
+        Ok(self.sets.get_mut(cluster).expect("just read"))
+    }
+
+    /// `cluster`'s current objects, as they are (or are about to be) stored.
+    pub async fn get(&mut self, cluster: &str) -> Result<Vec<Value>, Error> {
+        Ok(self.load(cluster).await?.to_objects())
     }
 
     /// The clusters among `clusters` (sorted) whose sets hold objects `workload` contributes;
@@ -633,7 +657,9 @@ impl WorkSets {
         workload: &WorkloadRef,
     ) -> Result<BTreeSet<String>, Error> {
         for cluster in clusters {
-            self.get(cluster).await?;
+            if !self.sets.contains_key(cluster) {
+                self.load(cluster).await?;
+            }
         }
         // `clusters` is sorted (the index keeps clusters by name).
         let held = self.holders.get(&workload.label_value());
@@ -645,43 +671,60 @@ impl WorkSets {
             .collect())
     }
 
-    /// Stores `objects` as `cluster`'s work set.
-    pub async fn put(&mut self, cluster: &str, objects: Vec<Value>) -> Result<WorkWrite, Error> {
-        let write = self
-            .store
-            .put_work(cluster, &objects)
-            .await
-            .map_err(Error::store("writing work"))?;
-        if let Some(before) = self.sets.remove(cluster) {
-            self.hold(cluster, &before, false);
-        }
-        self.hold(cluster, &objects, true);
-        self.sets.insert(cluster.to_owned(), objects);
-        Ok(write)
-    }
-
-    /// Records that `cluster`'s set holds (or no longer holds) the objects `objects`' workloads
-    /// contribute.
-    fn hold(&mut self, cluster: &str, objects: &[Value], holds: bool) {
-        for workload in objects.iter().flat_map(crate::render::contributors) {
-            if holds {
-                self.holders
-                    .entry(workload)
-                    .or_default()
-                    .insert(cluster.to_owned());
-            } else if let Some(clusters) = self.holders.get_mut(&workload) {
-                clusters.remove(cluster);
-                if clusters.is_empty() {
-                    self.holders.remove(&workload);
-                }
+    /// Replaces `workload`'s objects in `cluster`'s set (see [`ClusterWork::replace`]); a set
+    /// that changed is written by the next [`flush`](WorkSets::flush).
+    pub async fn replace(
+        &mut self,
+        cluster: &str,
+        workload: &WorkloadRef,
+        objects: Vec<Value>,
+    ) -> Result<bool, Error> {
+        let set = self.load(cluster).await?;
+        let changed = set.replace(workload, objects);
+        let holds = set.workloads().any(|w| *w == workload.label_value());
+        let me = workload.label_value();
+        if holds {
+            self.holders.entry(me).or_default().insert(cluster.to_owned());
+        } else if let Some(clusters) = self.holders.get_mut(&me) {
+            clusters.remove(cluster);
+            if clusters.is_empty() {
+                self.holders.remove(&me);
             }
         }
+        if changed {
+            self.dirty.insert(cluster.to_owned());
+            self.changed.notify_one();
+        }
+        Ok(changed)
     }
 
-    /// Forgets every set read (they are read again on their next use).
+    /// Writes every set that changed since it was last written, in cluster order; answers the
+    /// writes. A set whose write fails stays to be written, with those after it.
+    pub async fn flush(&mut self) -> Result<Vec<(String, WorkWrite)>, Error> {
+        let mut writes = Vec::new();
+        while let Some(cluster) = self.dirty.first().cloned() {
+            let objects = self
+                .sets
+                .get(&cluster)
+                .map(ClusterWork::to_objects)
+                .unwrap_or_default();
+            let write = self
+                .store
+                .put_work(&cluster, &objects)
+                .await
+                .map_err(Error::store("writing work"))?;
+            self.dirty.remove(&cluster);
+            writes.push((cluster, write));
+        }
+        Ok(writes)
+    }
+
+    /// Forgets every set read (they are read again on their next use), and what was not
+    /// written of them.
     fn clear(&mut self) {
         self.sets.clear();
         self.holders.clear();
+        self.dirty.clear();
     }
 }
 
@@ -917,12 +960,12 @@ mod tests {
             work.holding(&clusters, &web).await.unwrap(),
             BTreeSet::from(["b".to_owned()])
         );
-        work.put(
-            "a",
-            vec![object("web", "web-config"), object("api", "api-config")],
-        )
-        .await
-        .unwrap();
+        work.replace("a", &web, vec![object("web", "web-config")])
+            .await
+            .unwrap();
+        work.replace("a", &api, vec![object("api", "api-config")])
+            .await
+            .unwrap();
         assert_eq!(
             work.holding(&clusters, &web).await.unwrap(),
             BTreeSet::from(["a".to_owned(), "b".to_owned()])
@@ -931,11 +974,35 @@ mod tests {
             work.holding(&clusters, &api).await.unwrap(),
             BTreeSet::from(["a".to_owned()])
         );
-        work.put("a", vec![object("api", "api-config")]).await.unwrap();
+        assert!(
+            !work
+                .replace("a", &api, vec![object("api", "api-config")])
+                .await
+                .unwrap(),
+            "the same objects again change nothing"
+        );
+        work.replace("a", &web, Vec::new()).await.unwrap();
         assert_eq!(
             work.holding(&clusters, &web).await.unwrap(),
             BTreeSet::from(["b".to_owned()]),
             "a set that no longer holds web's objects is not touched for web"
+        );
+        // Written once, with every change since the last write.
+        let writes = work.flush().await.unwrap();
+        assert_eq!(
+            writes
+                .iter()
+                .map(|(c, w)| (c.as_str(), w.revision))
+                .collect::<Vec<_>>(),
+            [("a", 1)]
+        );
+        assert!(work.flush().await.unwrap().is_empty(), "nothing more to write");
+        let stored = work.store.get_work("a").await.unwrap().unwrap();
+        assert_eq!(
+            stored.objects.len(),
+            2,
+            "api's ConfigMap and its Namespace: {:?}",
+            stored.objects
         );
         assert!(
             work.holding(&clusters[..1], &web).await.unwrap().is_empty(),

@@ -493,6 +493,7 @@ async fn run_term(leading: &mut Leading, term: u64, term_over: &CancellationToke
         failback_settle: timings.failback_settle,
     };
     tokio::join!(
+        controller::flush_work(ctx.clone(), term_over.clone()),
         controller::run(ctx, triggered, term_over.clone()),
         controller::heartbeats::run(monitor, term_over.clone()),
         async {

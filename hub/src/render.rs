@@ -11,7 +11,7 @@
 //!  every namespace used ──► Namespace
 //! ```
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use nave_api::wire::{WORKLOAD_LABEL, WorkloadRef};
 use nave_api::{Dependencies, DependencyKind, MultiClusterDeployment, MultiClusterService};
@@ -441,6 +441,111 @@ pub fn merge_work(current: &[Value], workload: &WorkloadRef, objects: Vec<Value>
     out.extend(namespaces.iter().map(|ns| namespace(ns)));
     out.sort_by_key(object_key);
     out
+}
+
+/// The key of an object in a set: kind, namespace, name.
+type Key = (String, String, String);
+
+/// One cluster's work set as the hub keeps it between writes: by object, with which workloads
+/// contribute each, so replacing one workload's objects costs those objects rather than the whole
+/// set (as [`merge_work`] does, which it equals).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ClusterWork {
+    /// Every object but the Namespaces (derived), its content as last rendered, and the
+    /// workloads ([`WorkloadRef::label_value`]) that contribute it.
+    objects: BTreeMap<Key, (Value, BTreeSet<String>)>,
+    /// The keys each workload contributes.
+    by_workload: HashMap<String, BTreeSet<Key>>,
+}
+
+impl ClusterWork {
+    /// The set that `objects` (as stored) make; objects no workload contributes are left out,
+    /// as [`merge_work`] leaves them out.
+    pub fn from_objects(objects: &[Value]) -> ClusterWork {
+        let mut work = ClusterWork::default();
+        for object in objects.iter().filter(|o| o["kind"] != "Namespace") {
+            let users = contributors(object);
+            if users.is_empty() {
+                continue;
+            }
+            let key = object_key(object);
+            for user in &users {
+                work.by_workload
+                    .entry(user.clone())
+                    .or_default()
+                    .insert(key.clone());
+            }
+            work.objects.insert(key, (object.clone(), users));
+        }
+        work
+    }
+
+    /// The workloads ([`WorkloadRef::label_value`]) that contribute objects to the set.
+    pub fn workloads(&self) -> impl Iterator<Item = &String> {
+        self.by_workload.keys()
+    }
+
+    /// Replaces `workload`'s objects with `objects`; answers whether the set changed. An
+    /// object another workload contributes too stays (with the content rendered last) until the
+    /// last of them stops contributing it.
+    pub fn replace(&mut self, workload: &WorkloadRef, objects: Vec<Value>) -> bool {
+        let me = workload.label_value();
+        let new: BTreeMap<Key, Value> = objects
+            .into_iter()
+            .filter(|o| o["kind"] != "Namespace")
+            .map(|o| (object_key(&o), o))
+            .collect();
+        let before = self.by_workload.remove(&me).unwrap_or_default();
+        let affected: BTreeSet<Key> = before.iter().chain(new.keys()).cloned().collect();
+        let was: Vec<Option<Value>> = affected.iter().map(|k| self.rendered(k)).collect();
+        for key in before.iter().filter(|k| !new.contains_key(*k)) {
+            if let Some((_, users)) = self.objects.get_mut(key) {
+                users.remove(&me);
+                if users.is_empty() {
+                    self.objects.remove(key);
+                }
+            }
+        }
+        let mine: BTreeSet<Key> = new.keys().cloned().collect();
+        for (key, object) in new {
+            let entry = self
+                .objects
+                .entry(key)
+                .or_insert_with(|| (Value::Null, BTreeSet::new()));
+            entry.0 = object;
+            entry.1.insert(me.clone());
+        }
+        if !mine.is_empty() {
+            self.by_workload.insert(me, mine);
+        }
+        affected
+            .iter()
+            .zip(was)
+            .any(|(key, was)| self.rendered(key) != was)
+    }
+
+    /// The object of `key` as it is sent: labelled with its contributors.
+    fn rendered(&self, key: &Key) -> Option<Value> {
+        let (object, users) = self.objects.get(key)?;
+        let mut object = object.clone();
+        set_contributors(&mut object, users);
+        Some(object)
+    }
+
+    /// The set as it is stored and sent: every object labelled with its contributors, and the
+    /// Namespaces the namespaced ones use, by key.
+    pub fn to_objects(&self) -> Vec<Value> {
+        let mut out: Vec<Value> = self.objects.keys().filter_map(|key| self.rendered(key)).collect();
+        let namespaces: BTreeSet<&str> = self
+            .objects
+            .keys()
+            .map(|(_, ns, _)| ns.as_str())
+            .filter(|ns| !ns.is_empty())
+            .collect();
+        out.extend(namespaces.iter().map(|ns| namespace(ns)));
+        out.sort_by_key(object_key);
+        out
+    }
 }
 
 #[cfg(test)]

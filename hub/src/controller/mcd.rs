@@ -36,7 +36,7 @@ use super::context::Context;
 use crate::error::Error;
 use crate::placement::stored::StoredDecision;
 use crate::placement::{self, Previous, Reports};
-use crate::render::{self, merge_work};
+use crate::render;
 use crate::settings::HUB_NAME;
 use crate::store::PlacementUpdate;
 
@@ -314,7 +314,8 @@ async fn apply(mcd: Arc<MultiClusterDeployment>, ctx: &Context) -> Result<Action
     }
 
     // Dispatch: this workload's objects replace its previous ones in every cluster's set that
-    // holds them or will.
+    // holds them or will; the sets that changed are written by the work flusher, with the
+    // changes of the other reconciles that come meanwhile (see `crate::controller::flush_work`).
     {
         let mut work = ctx.sources.index.work().await;
         let mut touched = work.holding(&gathered.view.registered, &workload).await?;
@@ -326,16 +327,7 @@ async fn apply(mcd: Arc<MultiClusterDeployment>, ctx: &Context) -> Result<Action
         );
         for cluster in &touched {
             let mine = rendered.remove(cluster).unwrap_or_default();
-            let before = work.get(cluster).await?;
-            let merged = merge_work(before, &workload, mine);
-            if merged == before {
-                continue;
-            }
-            let write = work.put(cluster, merged).await?;
-            if write.changed {
-                info!(cluster = %cluster, revision = write.revision, "work changed");
-                ctx.signals.notify(cluster, write.revision);
-            }
+            work.replace(cluster, &workload, mine).await?;
         }
     }
 
@@ -473,14 +465,13 @@ async fn cleanup(mcd: Arc<MultiClusterDeployment>, ctx: &Context) -> Result<Acti
     {
         let mut work = ctx.sources.index.work().await;
         for cluster in &work.holding(&clusters, &workload).await? {
-            let before = work.get(cluster).await?;
-            let merged = merge_work(before, &workload, Vec::new());
-            if merged == before {
-                continue;
-            }
-            let write = work.put(cluster, merged).await?;
+            work.replace(cluster, &workload, Vec::new()).await?;
+        }
+        // Written before the finalizer goes: once the MCD is gone, nothing would remove its
+        // objects from the sets any more.
+        for (cluster, write) in work.flush().await? {
             if write.changed {
-                ctx.signals.notify(cluster, write.revision);
+                ctx.signals.notify(&cluster, write.revision);
             }
         }
     }

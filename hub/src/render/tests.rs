@@ -362,3 +362,64 @@ fn a_rendered_deployment_is_checked_to_be_the_object_intended() {
     let error = render_deployment(&mcd, "eu-1", &BTreeMap::new(), 2).unwrap_err();
     assert!(error.to_string().contains("spec.replicas"), "{error}");
 }
+
+fn object(kind: &str, namespace: &str, name: &str, workload: &WorkloadRef, version: u64) -> Value {
+    json!({"apiVersion": "v1", "kind": kind,
+        "metadata": {"namespace": namespace, "name": name,
+            "labels": {nave_api::wire::WORKLOAD_LABEL: workload.label_value()}},
+        "data": {"v": version}})
+}
+
+#[test]
+fn replacing_one_workloads_objects_gives_what_merging_the_whole_set_gives() {
+    let workloads = [
+        WorkloadRef::new("shop", "web"),
+        WorkloadRef::new("shop", "api"),
+        WorkloadRef::new("blog", "db"),
+    ];
+    let mut merged: Vec<Value> = Vec::new();
+    let mut kept = ClusterWork::default();
+    // A fixed pseudo-random walk over contributions, shared objects included.
+    let mut seed: u64 = 0x2545_f491_4f6c_dd1d;
+    let mut next = |n: u64| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed % n
+    };
+    let mut shared = 0;
+    for step in 0..500 {
+        let workload = &workloads[next(3) as usize];
+        let mut objects = Vec::new();
+        for (kind, namespace, name) in [
+            ("Deployment", workload.namespace.as_str(), workload.name.as_str()),
+            ("ConfigMap", "shop", "common"),
+            ("ConfigMap", "blog", "settings"),
+            ("Secret", workload.namespace.as_str(), "token"),
+        ] {
+            if next(3) > 0 {
+                objects.push(object(kind, namespace, name, workload, next(3)));
+            }
+        }
+        let before = merged.clone();
+        merged = merge_work(&merged, workload, objects.clone());
+        let changed = kept.replace(workload, objects);
+        assert_eq!(kept.to_objects(), merged, "step {step}");
+        assert_eq!(changed, merged != before, "step {step}: whether the set changed");
+        assert_eq!(
+            ClusterWork::from_objects(&merged).to_objects(),
+            merged,
+            "step {step}: read back from what is stored"
+        );
+        if merged
+            .iter()
+            .any(|o| !o["metadata"]["annotations"][SHARED_BY_ANNOTATION].is_null())
+        {
+            shared += 1;
+        }
+    }
+    assert!(
+        shared > 50,
+        "the walk shares objects often enough: {shared} steps of 500"
+    );
+}
