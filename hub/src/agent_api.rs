@@ -509,6 +509,13 @@ async fn heartbeat(
         kubernetes_version: beat.kubernetes_version.clone(),
     };
     state.store.record_heartbeat(&record).await?;
+    if state.index.cluster(&identity.cluster).is_none() {
+        // The store knows the cluster (its credential was just checked there) and the index
+        // does not: read it, or its heartbeats would never count and placement would not see it.
+        warn!(cluster = %identity.cluster, "a heartbeat from a cluster the index did not hold; reading it from the store");
+        let stored = state.store.get_cluster(&identity.cluster).await?;
+        state.index.refresh_cluster(&identity.cluster, stored);
+    }
     let observed =
         state
             .index

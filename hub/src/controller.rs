@@ -31,7 +31,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::ResourceExt;
 use kube::api::Api;
 use kube::runtime::reflector::{ObjectRef, Store as Reflected};
-use kube::runtime::{Controller, watcher};
+use kube::runtime::{Controller, WatchStreamExt, watcher};
 use nave_api::wire::WorkloadRef;
 use nave_api::{DependencyKind, MultiClusterDeployment};
 use tokio_util::sync::CancellationToken;
@@ -60,7 +60,17 @@ pub async fn run(ctx: Arc<Context>, triggered: Triggered, shutdown: Cancellation
     });
     let configmaps: Api<ConfigMap> = Api::all(ctx.client.clone());
     let secrets: Api<Secret> = Api::all(ctx.client.clone());
-    let controller = Controller::new(mcds, watcher::Config::default())
+    // The hub's own status writes change an MCD too; reconciling on them would plan every
+    // workload again after each of its own writes. What a plan reads of the object is its spec
+    // (generation), its finalizers, its deletion and its annotations (what people poke);
+    // everything else that matters reaches the controller through the reconcile trigger.
+    let (reader, writer) = kube::runtime::reflector::store();
+    let changes = watcher(mcds, watcher::Config::default())
+        .default_backoff()
+        .reflect(writer)
+        .applied_objects()
+        .predicate_filter(what_a_plan_reads, Default::default());
+    let controller = Controller::for_stream(changes, reader)
         .with_config(kube::runtime::controller::Config::default().concurrency(CONCURRENCY));
     let known = controller.store();
     let known_too = known.clone();
@@ -217,6 +227,23 @@ pub async fn flush_work(ctx: Arc<Context>, shutdown: CancellationToken) {
             return;
         }
     }
+}
+
+/// A hash of what a plan reads of a MultiClusterDeployment's metadata and spec (not its status).
+fn what_a_plan_reads(mcd: &MultiClusterDeployment) -> Option<u64> {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    let metadata = &mcd.metadata;
+    metadata.uid.hash(&mut hasher);
+    metadata.generation.hash(&mut hasher);
+    metadata.finalizers.hash(&mut hasher);
+    metadata.annotations.hash(&mut hasher);
+    metadata
+        .deletion_timestamp
+        .as_ref()
+        .map(|t| t.0.to_string())
+        .hash(&mut hasher);
+    Some(hasher.finish())
 }
 
 /// The MultiClusterDeployments in `object`'s namespace whose pod template (or

@@ -40,6 +40,25 @@ use crate::placement::{Pending, Reports};
 use crate::render::ClusterWork;
 use crate::store::{ClusterRecord, PlacementRecord, Store, WorkStatus, WorkWrite};
 
+/// A workload's placement as stored, with its decision read.
+#[derive(Debug)]
+pub struct KeptPlacement {
+    /// The row.
+    pub record: PlacementRecord,
+    /// Its decision.
+    pub decision: StoredDecision,
+}
+
+impl KeptPlacement {
+    /// The row, its decision read.
+    pub fn new(record: PlacementRecord) -> KeptPlacement {
+        KeptPlacement {
+            decision: StoredDecision::from_json(&record.decision),
+            record,
+        }
+    }
+}
+
 /// The replicas a workload's placement assigns, and what each needs: the ledger's input.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Booking {
@@ -68,6 +87,9 @@ pub struct Index {
     /// Each cluster's Pending pods, from its latest heartbeat.
     pending: RwLock<Pending>,
     bookings: RwLock<BTreeMap<WorkloadRef, Booking>>,
+    /// Each workload's placement as the store holds it (its decision read once): what the next
+    /// plan of the workload starts from, without a read of the store.
+    placements: RwLock<HashMap<WorkloadRef, Arc<KeptPlacement>>>,
     /// The replicas of each booking that its clusters' reports do not count yet, by workload
     /// and cluster: the ledger's content, kept as bookings and reports change, so reading the
     /// ledger costs the reservations outstanding rather than every booking and report. Locked
@@ -89,6 +111,10 @@ pub struct Index {
     /// While [`Index::reload`] reads the store: the clusters and workloads written meanwhile,
     /// which keep what was written rather than what the reload read before.
     touched: Mutex<Option<Touched>>,
+    /// Held through a reload: two at once (a new term's and the change feed's) would share
+    /// [`Index::touched`], and the one that ended last would put back what it read before the
+    /// other began, losing the clusters registered in between.
+    reloading: tokio::sync::Mutex<()>,
 }
 
 /// What was written during a reload (see [`Index::touched`]).
@@ -116,6 +142,7 @@ impl Index {
     /// until reconciled again. What is written to the index while the store is read wins over
     /// what was read (see [`Index::touched`]).
     pub async fn reload(&self, what: Reload) -> Result<(), Error> {
+        let _one_at_a_time = self.reloading.lock().await;
         let store = self.work.lock().await.store.clone();
         *self.touched.lock().unwrap_or_else(|e| e.into_inner()) = Some(Touched::default());
         let read = self.read_all(&store, what).await;
@@ -128,8 +155,17 @@ impl Index {
             merge(&self.clusters, clusters, &touched.clusters);
             merge(&self.reports, reports, &touched.clusters);
             merge(&self.pending, pending, &touched.clusters);
-            if let Some(bookings) = bookings {
+            if let Some((bookings, kept)) = bookings {
                 merge(&self.bookings, bookings, &touched.workloads);
+                let mut placements = self.placements.write().unwrap_or_else(|e| e.into_inner());
+                let mut kept: HashMap<_, _> = kept.into_iter().collect();
+                for workload in &touched.workloads {
+                    match placements.get(workload) {
+                        Some(current) => kept.insert(workload.clone(), current.clone()),
+                        None => kept.remove(workload),
+                    };
+                }
+                *placements = kept;
             }
         }
         self.reserve_all();
@@ -171,19 +207,23 @@ impl Index {
         }
         let mut bookings = None;
         if what == Reload::Everything {
-            let read = store
+            let kept: BTreeMap<WorkloadRef, Arc<KeptPlacement>> = store
                 .list_placements(None)
                 .await
                 .map_err(Error::store("listing placements"))?
-                .iter()
-                .map(|p: &PlacementRecord| {
+                .into_iter()
+                .map(|p: PlacementRecord| {
                     (
                         WorkloadRef::new(&p.namespace, &p.name),
-                        Booking::of_stored(&StoredDecision::from_json(&p.decision)),
+                        Arc::new(KeptPlacement::new(p)),
                     )
                 })
                 .collect();
-            bookings = Some(read);
+            let booked = kept
+                .iter()
+                .map(|(w, p)| (w.clone(), Booking::of_stored(&p.decision)))
+                .collect();
+            bookings = Some((booked, kept));
         }
         let clusters = records
             .into_iter()
@@ -213,10 +253,12 @@ impl Index {
             reports: RwLock::default(),
             pending: RwLock::default(),
             bookings: RwLock::default(),
+            placements: RwLock::default(),
             reserved: RwLock::default(),
             unsettled: Mutex::default(),
             planning: Mutex::default(),
             touched: Mutex::default(),
+            reloading: tokio::sync::Mutex::default(),
             clusters_version: Default::default(),
             network: Network::default(),
             work: tokio::sync::Mutex::new(WorkSets {
@@ -455,16 +497,34 @@ impl Index {
     /// forgets it.
     pub fn refresh_placement(&self, workload: &WorkloadRef, placement: Option<&PlacementRecord>) {
         self.touch_workload(workload);
+        let kept = placement.map(|p| Arc::new(KeptPlacement::new(p.clone())));
         let mut bookings = self.bookings.write().unwrap_or_else(|e| e.into_inner());
-        match placement {
-            Some(p) => bookings.insert(
-                workload.clone(),
-                Booking::of_stored(&StoredDecision::from_json(&p.decision)),
-            ),
+        match &kept {
+            Some(p) => bookings.insert(workload.clone(), Booking::of_stored(&p.decision)),
             None => bookings.remove(workload),
         };
         drop(bookings);
+        self.keep_placement(workload, kept);
         self.reserve(workload);
+    }
+
+    /// `workload`'s placement as the store holds it.
+    pub fn placement(&self, workload: &WorkloadRef) -> Option<Arc<KeptPlacement>> {
+        self.placements
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(workload)
+            .cloned()
+    }
+
+    /// Keeps `workload`'s placement as just written to the store, or forgets it (deleted).
+    pub fn keep_placement(&self, workload: &WorkloadRef, placement: Option<Arc<KeptPlacement>>) {
+        self.touch_workload(workload);
+        let mut placements = self.placements.write().unwrap_or_else(|e| e.into_inner());
+        match placement {
+            Some(p) => placements.insert(workload.clone(), p),
+            None => placements.remove(workload),
+        };
     }
 
     /// Keeps `cluster`'s Pending pods from its latest heartbeat.
@@ -518,6 +578,7 @@ impl Index {
             .write()
             .unwrap_or_else(|e| e.into_inner())
             .remove(workload);
+        self.keep_placement(workload, None);
         self.reserve(workload);
         self.settle(workload, true);
     }
@@ -747,7 +808,10 @@ type ReadAll = (
     BTreeMap<String, Arc<ClusterRecord>>,
     Reports,
     Pending,
-    Option<BTreeMap<WorkloadRef, Booking>>,
+    Option<(
+        BTreeMap<WorkloadRef, Booking>,
+        BTreeMap<WorkloadRef, Arc<KeptPlacement>>,
+    )>,
 );
 
 /// Replaces `map` with `read`, except for the keys in `touched`, which keep what `map` holds
@@ -926,6 +990,58 @@ mod tests {
             }
             assert_eq!(index.ledger(), ledger_from_scratch(&index), "after step {step}");
         }
+    }
+
+    /// A new term's reload and the change feed's run at once when a replica starts; a cluster
+    /// registered meanwhile must stay in the index, whichever reload ends last.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_cluster_registered_during_two_reloads_stays_known() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = crate::store::connect(&format!("sqlite://{}", dir.path().join("hub.db").display()))
+            .await
+            .unwrap();
+        for n in 0..20 {
+            store
+                .upsert_cluster(&crate::store::ClusterUpsert {
+                    name: format!("old-{n}"),
+                    ..Default::default()
+                })
+                .await
+                .unwrap();
+        }
+        let index = Arc::new(Index::empty(store.clone()));
+        let mut lost = Vec::new();
+        for round in 0..60 {
+            let name = format!("new-{round}");
+            let everything = {
+                let index = index.clone();
+                tokio::spawn(async move { index.reload(Reload::Everything).await })
+            };
+            let observations = {
+                let index = index.clone();
+                tokio::spawn(async move {
+                    tokio::task::yield_now().await;
+                    index.reload(Reload::Observations).await
+                })
+            };
+            let record = store
+                .upsert_cluster(&crate::store::ClusterUpsert {
+                    name: name.clone(),
+                    ..Default::default()
+                })
+                .await
+                .unwrap();
+            index.put_cluster(record);
+            everything.await.unwrap().unwrap();
+            observations.await.unwrap().unwrap();
+            if index.cluster(&name).is_none() {
+                lost.push(name);
+            }
+        }
+        assert!(
+            lost.is_empty(),
+            "every cluster registered while the index reloaded is in it; lost: {lost:?}"
+        );
     }
 
     #[tokio::test]

@@ -35,6 +35,7 @@ use std::sync::Arc;
 
 pub use self::contract::{
     Backend, ChangeFeed, JOIN_TOKEN_PREFIX, Store, StoreError, StoreErrorKind, StoreFuture, StoreOp,
+    same_but_prose,
 };
 pub use self::postgres::PgStore;
 pub use self::sql::{Dialect, SqlStore};

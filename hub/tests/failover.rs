@@ -213,7 +213,10 @@ impl Harness {
     /// reconcile stored the placement again.
     async fn reconcile_web(&self, round: &str) -> PlacementRecord {
         let before = self.placement().await.updated_at;
-        let patch = json!({"metadata": {"annotations": {"test.nave.dev/poke": round}}});
+        // A change of the spec (a pod annotation): the placement is written again even when it
+        // decides the same, for the new generation.
+        let patch =
+            json!({"spec": {"template": {"metadata": {"annotations": {"test.nave.dev/poke": round}}}}});
         self.mcds()
             .patch("web", &PatchParams::default(), &Patch::Merge(&patch))
             .await

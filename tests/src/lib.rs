@@ -169,6 +169,10 @@ impl Env {
         database: Database,
         options: EnvOptions,
     ) -> anyhow::Result<Env> {
+        if std::env::var_os("NAVE_TEST_LOG").is_some() {
+            // The hub's and agents' logs, filtered by RUST_LOG, for a failing test.
+            nave_runtime::init_tracing(false);
+        }
         let dir = tempfile::tempdir().context("a temporary directory")?;
         let management = SimCluster::start(
             ClusterConfig {

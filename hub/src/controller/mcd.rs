@@ -34,7 +34,6 @@ pub use self::status::status_of;
 use self::status::{condition, truncate};
 use super::context::Context;
 use crate::error::Error;
-use crate::placement::stored::StoredDecision;
 use crate::placement::{self, Previous, Reports};
 use crate::render;
 use crate::settings::HUB_NAME;
@@ -206,18 +205,17 @@ async fn apply(mcd: Arc<MultiClusterDeployment>, ctx: &Context) -> Result<Action
     let uid = mcd.uid().unwrap_or_default();
     let generation = mcd.metadata.generation.unwrap_or(0);
 
-    // Gather: everything but this workload's stored placement is in memory.
+    // Gather: everything is in memory, this workload's stored placement included.
     ctx.watched.ready().await?;
-    let previous = ctx
-        .store
-        .get_placement(&workload.namespace, &workload.name)
-        .await
-        .map_err(Error::store("reading the placement"))?
-        .filter(|p| p.uid == uid)
-        .map(|p| Previous {
-            decision: StoredDecision::from_json(&p.decision),
-            generation: p.generation,
-        });
+    let kept = ctx
+        .sources
+        .index
+        .placement(&workload)
+        .filter(|p| p.record.uid == uid);
+    let previous = kept.as_ref().map(|p| Previous {
+        decision: p.decision.clone(),
+        generation: p.record.generation,
+    });
     // Gather, plan and book under the planning lock, so that workloads reconciled at once do not
     // read the ledger before each other's bookings and are not given the same room. All three
     // are in memory; the store write follows, and a failed write takes the booking back.
@@ -235,25 +233,52 @@ async fn apply(mcd: Arc<MultiClusterDeployment>, ctx: &Context) -> Result<Action
     let decision = &planned.decision;
     debug!(assignment = ?decision.assignment, unplaced = decision.unplaced, "decided");
 
-    // Write: the placement, then every cluster's work, then the status.
-    let written = ctx
-        .store
-        .put_placement(&PlacementUpdate {
+    // Write: the placement (unless it decides what the stored one does, for the same
+    // generation: most reconciles only follow the agents' reports), then every cluster's work,
+    // then the status.
+    let decision_json = planned.stored.to_json();
+    let unchanged = kept.as_ref().is_some_and(|p| {
+        p.record.generation == generation && crate::store::same_but_prose(&p.record.decision, &decision_json)
+    });
+    let written = if unchanged {
+        crate::store::PlacementWrite {
+            changed: false,
+            history_id: None,
+        }
+    } else {
+        let update = PlacementUpdate {
             namespace: workload.namespace.clone(),
             name: workload.name.clone(),
             uid,
             generation,
-            decision: planned.stored.to_json(),
+            decision: decision_json,
             trigger: planned.trigger.to_owned(),
             reason: planned.reason.clone(),
             at: gathered.now,
-        })
-        .await;
-    let written = match written {
-        Ok(written) => written,
-        Err(source) => {
-            ctx.sources.index.rebook(&workload, booked_before);
-            return Err(Error::store("storing the placement")(source));
+        };
+        match ctx.store.put_placement(&update).await {
+            Ok(written) => {
+                let record = crate::store::PlacementRecord {
+                    namespace: update.namespace,
+                    name: update.name,
+                    uid: update.uid,
+                    generation: update.generation,
+                    decision: update.decision,
+                    updated_at: update.at,
+                };
+                ctx.sources.index.keep_placement(
+                    &workload,
+                    Some(Arc::new(crate::index::KeptPlacement {
+                        record,
+                        decision: planned.stored.clone(),
+                    })),
+                );
+                written
+            }
+            Err(source) => {
+                ctx.sources.index.rebook(&workload, booked_before);
+                return Err(Error::store("storing the placement")(source));
+            }
         }
     };
     let dispatched = planned.dispatched();

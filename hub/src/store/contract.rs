@@ -599,6 +599,22 @@ pub(super) fn json_hash(value: &Value) -> String {
 /// replicas kept until the new ones run), rather than make it: see [`PlacementUpdate::decision`].
 pub(super) const NOT_DECIDED: [&str; 3] = ["explanation", "clusters", "moving"];
 
+/// Whether two stored decisions are the same but for their prose and fresh numbers (the
+/// `explanation` and `clusters` members): writing one over the other would change nothing a
+/// plan or an agent reads.
+pub fn same_but_prose(a: &Value, b: &Value) -> bool {
+    match (a, b) {
+        (Value::Object(a), Value::Object(b)) => {
+            let prose = |k: &String| k == "explanation" || k == "clusters";
+            a.len() - a.keys().filter(|k| prose(k)).count() == b.len() - b.keys().filter(|k| prose(k)).count()
+                && a.iter()
+                    .filter(|(k, _)| !prose(k))
+                    .all(|(k, v)| b.get(k) == Some(v))
+        }
+        _ => a == b,
+    }
+}
+
 /// Hex SHA-256 of what a decision decides (explanations left out), to tell a new decision from a
 /// re-explained one.
 pub(super) fn decision_hash(decision: &Value) -> String {
