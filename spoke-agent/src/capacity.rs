@@ -19,23 +19,18 @@ pub const PER_NODE_LABELS: &[&str] = &["kubernetes.io/hostname"];
 /// taints, each with allocatable and the requests of the non-terminal pods bound to it.
 pub fn capacity_model<'a>(
     nodes: impl IntoIterator<Item = &'a Node>,
-    pods: impl IntoIterator<Item = &'a Pod>,
+    pods: impl IntoIterator<Item = &'a PodSummary>,
 ) -> CapacityModel {
     let mut requested: BTreeMap<&str, Resources> = BTreeMap::new();
     for pod in pods {
-        let Some(node) = pod
-            .spec
-            .as_ref()
-            .and_then(|s| s.node_name.as_deref())
-            .filter(|n| !n.is_empty())
-        else {
+        let Some(node) = pod.node.as_deref() else {
             continue;
         };
-        if is_terminal(pod) {
+        if pod.terminal {
             continue;
         }
         let entry = requested.entry(node).or_default();
-        *entry = entry.saturating_add(pod_requests(pod));
+        *entry = entry.saturating_add(pod.requests);
     }
 
     type GroupKey = (BTreeMap<String, String>, Vec<Taint>);
@@ -152,8 +147,8 @@ pub fn workload_of(labels: Option<&BTreeMap<String, String>>) -> Option<Workload
 /// The pods the scheduler could not place (`PodScheduled=False`, not bound, not terminal), Nave's
 /// first, then by namespace and name; at most [`Heartbeat::MAX_PENDING_PODS`], with the number
 /// left out.
-pub fn pending_pods<'a>(pods: impl IntoIterator<Item = &'a Pod>) -> (Vec<PendingPod>, u64) {
-    let mut pending: Vec<PendingPod> = pods.into_iter().filter_map(pending_pod).collect();
+pub fn pending_pods<'a>(pods: impl IntoIterator<Item = &'a PodSummary>) -> (Vec<PendingPod>, u64) {
+    let mut pending: Vec<PendingPod> = pods.into_iter().filter_map(|p| p.pending.clone()).collect();
     pending.sort_by(|a, b| {
         (a.workload.is_none(), &a.namespace, &a.name).cmp(&(b.workload.is_none(), &b.namespace, &b.name))
     });
@@ -193,12 +188,51 @@ pub fn pending_pod(pod: &Pod) -> Option<PendingPod> {
 }
 
 /// Pending pods per workload, for status reports.
-pub fn pending_by_workload<'a>(pods: impl IntoIterator<Item = &'a Pod>) -> BTreeMap<WorkloadRef, u32> {
+pub fn pending_by_workload<'a>(pods: impl IntoIterator<Item = &'a PodSummary>) -> BTreeMap<WorkloadRef, u32> {
     let mut counts = BTreeMap::new();
-    for p in pods.into_iter().filter_map(pending_pod) {
-        if let Some(w) = p.workload {
-            *counts.entry(w).or_default() += 1;
+    for p in pods.into_iter().filter_map(|p| p.pending.as_ref()) {
+        if let Some(w) = &p.workload {
+            *counts.entry(w.clone()).or_default() += 1;
         }
     }
     counts
+}
+
+/// What the agent keeps of a pod: what the capacity model, the Pending pods and the status
+/// reports read of it, a few hundred bytes where the pod as the API server sends it takes tens of
+/// kilobytes in memory (see [`crate::trim`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct PodSummary {
+    /// The node it is bound to, if any.
+    pub node: Option<String>,
+    /// What it takes from its node ([`pod_requests`]).
+    pub requests: Resources,
+    /// Done (`Succeeded` or `Failed`): it holds nothing any more.
+    pub terminal: bool,
+    /// The Nave workload it belongs to, from its [`WORKLOAD_LABEL`].
+    pub workload: Option<WorkloadRef>,
+    /// Why the scheduler could not place it, when it could not ([`pending_pod`]).
+    pub pending: Option<PendingPod>,
+}
+
+impl PodSummary {
+    /// The summary of `pod`.
+    pub fn of(pod: &Pod) -> PodSummary {
+        PodSummary {
+            node: pod
+                .spec
+                .as_ref()
+                .and_then(|s| s.node_name.clone())
+                .filter(|n| !n.is_empty()),
+            requests: pod_requests(pod),
+            terminal: is_terminal(pod),
+            workload: workload_of(pod.metadata.labels.as_ref()),
+            pending: pending_pod(pod),
+        }
+    }
+
+    /// Whether a change of this pod can change a status report: it is Pending, or Nave's.
+    pub fn matters(&self) -> bool {
+        self.pending.is_some() || self.workload.is_some()
+    }
 }

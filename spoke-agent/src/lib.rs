@@ -40,6 +40,7 @@ pub mod metrics;
 mod pinned;
 pub mod probe;
 pub mod status;
+pub mod trim;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -328,7 +329,7 @@ pub struct Agent {
     identity: Identity,
     applier: Applier,
     nodes: Store<Node>,
-    pods: Store<Pod>,
+    pods: trim::Pods,
     deployments: Store<Deployment>,
     kubernetes_version: Option<String>,
     work: RwLock<WorkState>,
@@ -417,13 +418,12 @@ pub async fn run_agent(config: Config, client: Client, shutdown: CancellationTok
     metrics.set_applied(state.revision, state.objects.len());
 
     let (nodes, nodes_writer) = reflector::store::<Node>();
-    let (pods, pods_writer) = reflector::store::<Pod>();
     let (deployments, deployments_writer) = reflector::store::<Deployment>();
     let agent = Arc::new(Agent {
         identity: Identity::new(hub, client.clone(), config.clone(), kubernetes_version.clone()),
         applier,
         nodes,
-        pods,
+        pods: trim::Pods::new(),
         deployments,
         kubernetes_version,
         work: RwLock::new(WorkState {
@@ -448,7 +448,7 @@ pub async fn run_agent(config: Config, client: Client, shutdown: CancellationTok
     };
     let stream = reflector::reflector(
         nodes_writer,
-        watcher(Api::<Node>::all(client.clone()), watcher::Config::default()),
+        watcher(Api::<Node>::all(client.clone()), watcher::Config::default()).modify(trim::node),
     );
     tasks.spawn(drain(
         stream.default_backoff().boxed(),
@@ -456,21 +456,18 @@ pub async fn run_agent(config: Config, client: Client, shutdown: CancellationTok
         "nodes",
         None,
     ));
-    let stream = reflector::reflector(
-        pods_writer,
-        watcher(Api::<Pod>::all(client.clone()), watcher::Config::default()),
-    );
+    // Pods are kept as summaries, not whole (see `trim`).
     let pod_wake = wake(&agent);
-    let stream = stream
+    let pods_agent = agent.clone();
+    let stream = watcher(Api::<Pod>::all(client.clone()), watcher::Config::default())
         .default_backoff()
-        .touched_objects()
-        .map(move |pod| {
-            if let Ok(pod) = &pod
-                && status::pod_matters(pod)
+        .map(move |event| {
+            if let Ok(event) = &event
+                && pods_agent.pods.apply(event)
             {
                 pod_wake();
             }
-            pod.map(|_| ())
+            event.map(|_| ())
         })
         .boxed();
     tasks.spawn(drain_items(stream, shutdown.clone(), "pods"));
@@ -495,11 +492,7 @@ pub async fn run_agent(config: Config, client: Client, shutdown: CancellationTok
             .wait_until_ready()
             .await
             .map_err(|_| Error::ReflectorStopped("nodes"))?;
-        agent
-            .pods
-            .wait_until_ready()
-            .await
-            .map_err(|_| Error::ReflectorStopped("pods"))?;
+        agent.pods.wait_until_ready().await;
         agent
             .deployments
             .wait_until_ready()

@@ -5,14 +5,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::reflector::{ObjectRef as StoreRef, Store};
 use nave_api::wire::{ConditionSummary, ObjectStatus, StatusReport};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, instrument, warn};
 
 use crate::backoff::Backoff;
-use crate::capacity::{pending_by_workload, pending_pod};
+use crate::capacity::{PodSummary, pending_by_workload};
 use crate::error::Result;
 use crate::{Agent, WorkState};
 
@@ -21,7 +20,7 @@ pub fn build_report(
     cluster: &str,
     work: &WorkState,
     deployments: &Store<Deployment>,
-    pods: &[Arc<Pod>],
+    pods: &[Arc<PodSummary>],
 ) -> StatusReport {
     let pending = pending_by_workload(pods.iter().map(|p| p.as_ref()));
     let objects = work
@@ -147,13 +146,3 @@ pub async fn status_loop(agent: Arc<Agent>, shutdown: CancellationToken) -> Resu
 
 /// How long the status loop gathers watch events before reporting.
 const STATUS_COALESCE: Duration = Duration::from_millis(300);
-
-/// Whether a pod change can change a status report: pending state or Nave ownership.
-pub fn pod_matters(pod: &Pod) -> bool {
-    pending_pod(pod).is_some()
-        || pod
-            .metadata
-            .labels
-            .as_ref()
-            .is_some_and(|l| l.contains_key(nave_api::wire::WORKLOAD_LABEL))
-}

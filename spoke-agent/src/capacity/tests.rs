@@ -37,6 +37,11 @@ fn mk_node(name: &str, cpu: &str, memory: &str) -> Node {
     }
 }
 
+/// What the agent keeps of `pods`.
+fn summaries(pods: &[Pod]) -> Vec<PodSummary> {
+    pods.iter().map(PodSummary::of).collect()
+}
+
 fn container(cpu: &str, memory: &str) -> Container {
     Container {
         name: "c".into(),
@@ -78,7 +83,7 @@ fn identical_nodes_form_one_group_with_free_room_per_node() {
         mk_pod("a", Some("n1"), &[("500m", "1Gi"), ("250m", "512Mi")]),
         mk_pod("b", Some("n1"), &[("1", "1Gi")]),
     ];
-    let model = capacity_model(&nodes, &pods);
+    let model = capacity_model(&nodes, &summaries(&pods));
     assert_eq!(
         model.node_groups.len(),
         1,
@@ -104,7 +109,7 @@ fn terminal_pods_hold_no_resources() {
     let nodes = [mk_node("n1", "4", "16Gi")];
     let mut done = mk_pod("done", Some("n1"), &[("2", "1Gi")]);
     done.status.as_mut().unwrap().phase = Some("Succeeded".into());
-    let model = capacity_model(&nodes, &[done]);
+    let model = capacity_model(&nodes, &summaries(&[done]));
     assert_eq!(model.node_groups[0].nodes[0].requested, Resources::default());
 }
 
@@ -178,7 +183,7 @@ fn unschedulable_pods_are_pending_with_reason_workload_and_since() {
     let just_created = mk_pod("new", None, &[("1", "1Gi")]);
     let running = mk_pod("ok", Some("n1"), &[("1", "1Gi")]);
 
-    let (pending, omitted) = pending_pods(&[foreign, pod.clone(), just_created, running]);
+    let (pending, omitted) = pending_pods(&summaries(&[foreign, pod.clone(), just_created, running]));
     assert_eq!(omitted, 0);
     let names: Vec<_> = pending.iter().map(|p| p.name.as_str()).collect();
     assert_eq!(
@@ -189,7 +194,7 @@ fn unschedulable_pods_are_pending_with_reason_workload_and_since() {
     assert_eq!(pending[0].reason, "Unschedulable");
     assert_eq!(pending[0].workload, Some(WorkloadRef::new("shop", "web")));
     assert_eq!(
-        pending_by_workload(&[pod]).get(&WorkloadRef::new("shop", "web")),
+        pending_by_workload(&summaries(&[pod])).get(&WorkloadRef::new("shop", "web")),
         Some(&1)
     );
 }

@@ -1,0 +1,191 @@
+//! The agent's memory in a large cluster, for BENCHMARKS.md:
+//! `cargo bench -p nave-e2e --bench agent_memory`.
+//!
+//! One simulated workload cluster of `nodes` nodes (`NAVE_AGENT_SIZE=nodes x pods`, default
+//! `5000x20000`), the hub and its agent as processes of their own (this binary run again as
+//! `role hub|agent`). Once the agent has registered, `pods` pods are created in the cluster by
+//! Deployments of 100 replicas whose template looks like an application's (labels, annotations,
+//! environment, probes, a volume, two containers), and the run waits until the simulator says
+//! every pod is Running. The agent's resident memory (`VmRSS`) and its peak (`VmHWM`) are read
+//! from `/proc` with the nodes alone, then for 30 s after the pods are running (its reflectors hold
+//! every node and pod; its heartbeats send the capacity model computed from them).
+
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, ListParams, PostParams};
+use nave_e2e::procs::{FleetOptions, ProcessFleet, Store};
+use nave_sim::config::{ClusterConfig, FleetConfig, NodePool};
+use serde_json::json;
+
+const CLUSTER: &str = "big";
+const PER_DEPLOYMENT: usize = 100;
+
+fn main() -> anyhow::Result<()> {
+    if let Some(result) = nave_e2e::procs::child_role() {
+        return result;
+    }
+    nave_sim::install_crypto_provider();
+    let size = std::env::var("NAVE_AGENT_SIZE").unwrap_or_else(|_| "5000x20000".to_owned());
+    let (nodes, pods) = size
+        .split_once('x')
+        .and_then(|(n, p)| Some((n.trim().parse().ok()?, p.trim().parse().ok()?)))
+        .ok_or_else(|| {
+            anyhow::anyhow!("NAVE_AGENT_SIZE takes nodes x pods, such as 5000x20000, not {size:?}")
+        })?;
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    runtime.block_on(run(nodes, pods))
+}
+
+/// `(VmRSS, VmHWM)` of a process, in MiB.
+fn memory_mib(pid: u32) -> (f64, f64) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+            .map_or(f64::NAN, |kb| kb / 1024.0)
+    };
+    (field("VmRSS:"), field("VmHWM:"))
+}
+
+/// A Deployment of `replicas` pods whose template carries what an application's pods carry.
+fn deployment(name: &str, replicas: usize) -> anyhow::Result<Deployment> {
+    let env: Vec<serde_json::Value> = (0..12)
+        .map(|i| json!({"name": format!("SETTING_{i}"), "value": format!("value-of-setting-{i}")}))
+        .collect();
+    Ok(serde_json::from_value(json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {"app": name}},
+            "template": {
+                "metadata": {
+                    "labels": {"app": name, "team": "payments", "tier": "backend",
+                               "app.kubernetes.io/version": "1.24.3"},
+                    "annotations": {"prometheus.io/scrape": "true", "prometheus.io/port": "9090",
+                                    "kubectl.kubernetes.io/restartedAt": "2026-11-01T00:00:00Z"}
+                },
+                "spec": {
+                    "containers": [{
+                        "name": "app", "image": "registry.example.com/payments/app:1.24.3",
+                        "args": ["--listen=:8080", "--metrics=:9090", "--log-format=json"],
+                        "env": env,
+                        "ports": [{"name": "http", "containerPort": 8080},
+                                  {"name": "metrics", "containerPort": 9090}],
+                        "readinessProbe": {"httpGet": {"path": "/ready", "port": 8080}, "periodSeconds": 5},
+                        "livenessProbe": {"httpGet": {"path": "/live", "port": 8080}, "periodSeconds": 10},
+                        "volumeMounts": [{"name": "config", "mountPath": "/etc/app"}],
+                        "resources": {"requests": {"cpu": "10m", "memory": "16Mi"},
+                                      "limits": {"memory": "64Mi"}}
+                    }, {
+                        "name": "proxy", "image": "registry.example.com/mesh/proxy:1.20",
+                        "resources": {"requests": {"cpu": "5m", "memory": "8Mi"}}
+                    }],
+                    "volumes": [{"name": "config", "configMap": {"name": format!("{name}-config")}}]
+                }
+            }
+        }
+    }))?)
+}
+
+async fn running_pods(pods: &Api<Pod>) -> anyhow::Result<usize> {
+    let list = pods.list(&ListParams::default()).await?;
+    Ok(list
+        .items
+        .iter()
+        .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+        .count())
+}
+
+async fn run(nodes: usize, pods: usize) -> anyhow::Result<()> {
+    let fleet = ProcessFleet::start(FleetOptions {
+        hubs: 1,
+        store: Store::Sqlite,
+        lease: None,
+        fleet: FleetConfig {
+            clusters: vec![ClusterConfig {
+                name: CLUSTER.to_owned(),
+                node_pools: vec![NodePool {
+                    name: "general".to_owned(),
+                    count: u32::try_from(nodes)?,
+                    cpu: "16".to_owned(),
+                    memory: "64Gi".to_owned(),
+                    pods: 110,
+                    ..NodePool::default()
+                }],
+                ..ClusterConfig::default()
+            }],
+            ..FleetConfig::default()
+        },
+    })
+    .await?;
+    let agent_pid = fleet
+        .agents
+        .get(CLUSTER)
+        .and_then(Option::as_ref)
+        .map(|a| a.pid())
+        .ok_or_else(|| anyhow::anyhow!("the agent of {CLUSTER} runs"))?;
+    let (idle, _) = memory_mib(agent_pid);
+
+    let cluster = fleet
+        .fleet
+        .cluster(CLUSTER)
+        .ok_or_else(|| anyhow::anyhow!("the simulated cluster {CLUSTER}"))?;
+    let client = cluster.client().await?;
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), "default");
+    let pod_api: Api<Pod> = Api::namespaced(client, "default");
+    let started = Instant::now();
+    let mut left = pods;
+    let mut i = 0;
+    while left > 0 {
+        let replicas = left.min(PER_DEPLOYMENT);
+        deployments
+            .create(
+                &PostParams::default(),
+                &deployment(&format!("app-{i:04}"), replicas)?,
+            )
+            .await?;
+        left -= replicas;
+        i += 1;
+    }
+    let deadline = Duration::from_secs(1800);
+    loop {
+        let running = running_pods(&pod_api).await?;
+        eprintln!(
+            "{:>4.0} s: {running} pods Running, agent RSS {:.0} MiB",
+            started.elapsed().as_secs_f64(),
+            memory_mib(agent_pid).0
+        );
+        if running >= pods {
+            break;
+        }
+        anyhow::ensure!(
+            started.elapsed() < deadline,
+            "{running} of {pods} pods Running after {deadline:?}"
+        );
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+    let all_running = started.elapsed();
+    // The reflectors follow within a watch event; 30 s covers three heartbeats (10 s apart).
+    let mut peak_rss = 0.0_f64;
+    let window = Instant::now();
+    while window.elapsed() < Duration::from_secs(30) {
+        peak_rss = peak_rss.max(memory_mib(agent_pid).0);
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let (end, hwm) = memory_mib(agent_pid);
+    println!(
+        "| nodes | pods | agent RSS, nodes only | agent RSS with the pods (end / highest sampled) | agent VmHWM | pods Running after |"
+    );
+    println!("|---|---|---|---|---|---|");
+    println!(
+        "| {nodes} | {pods} | {idle:.0} MiB | {end:.0} / {peak_rss:.0} MiB | {hwm:.0} MiB | {:.0} s |",
+        all_running.as_secs_f64()
+    );
+    fleet.stop().await;
+    Ok(())
+}
