@@ -188,17 +188,26 @@ impl Env {
             placement["assignment"], simulated["assignment"],
             "applied {placement}\nsimulated {simulated}"
         );
-        let mut works = Vec::new();
-        for agent in agents {
-            works.push((agent.cluster(), agent.work().await));
-        }
+        // The work sets follow the placement: they are written by the flusher just after it.
         let dispatched: BTreeMap<String, u32> =
             serde_json::from_value(simulated["dispatched"].clone()).unwrap();
-        assert_eq!(
-            sent(&works, name),
-            dispatched,
-            "the replicas sent to each cluster are the simulation's `dispatched`"
-        );
+        wait_for(
+            &format!("the replicas sent to each cluster to be the simulation's `dispatched` {dispatched:?}"),
+            DEADLINE,
+            || async {
+                let mut works = Vec::new();
+                for agent in agents {
+                    works.push((agent.cluster(), agent.work().await));
+                }
+                let sent = sent(&works, name);
+                if sent == dispatched {
+                    Ok(())
+                } else {
+                    Err(format!("{sent:?}"))
+                }
+            },
+        )
+        .await;
     }
 
     async fn shutdown(self) {
