@@ -105,16 +105,36 @@ async fn one_replica_leads_at_a_time_and_each_term_is_claimed_above_the_last() {
     let a = Candidate::start(&client, &database_url, "hub-a").await;
     let first = a.leading(Duration::from_secs(10)).await;
     let b = Candidate::start(&client, &database_url, "hub-b").await;
-    // b stays a candidate while a renews: three lease durations.
-    for _ in 0..30 {
-        assert_eq!(
-            b.standing(),
-            Standing::Candidate,
-            "b must not lead while a renews"
-        );
-        assert!(matches!(a.standing(), Standing::Leading { .. }));
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    // b stays a candidate while a renews, for as long as a renews the Lease three lease
+    // durations past its first renewal seen here.
+    let leases: Api<Lease> = Api::namespaced(client.clone(), NAMESPACE);
+    let renewed = |lease: &Lease| {
+        lease
+            .spec
+            .as_ref()
+            .and_then(|s| s.renew_time.as_ref())
+            .map(|t| t.0)
+    };
+    let first_renewal = renewed(&leases.get("nave-hub").await.expect("a's Lease"))
+        .expect("a's Lease says when it was renewed");
+    wait_for(
+        "a to renew its Lease three lease durations on, b a candidate all along",
+        Duration::from_secs(20),
+        || async {
+            assert_eq!(
+                b.standing(),
+                Standing::Candidate,
+                "b must not lead while a renews"
+            );
+            assert!(matches!(a.standing(), Standing::Leading { .. }));
+            let lease = leases.get("nave-hub").await.map_err(|e| e.to_string())?;
+            match renewed(&lease) {
+                Some(at) if at.duration_since(first_renewal).as_secs() >= 6 => Ok(()),
+                seen => Err(format!("renewed at {seen:?}, first {first_renewal}")),
+            }
+        },
+    )
+    .await;
     assert_eq!(a.store.term(), Some(first), "a writes under the term it leads in");
 
     // a shuts down and releases the Lease: b takes over within a retry period or two, not a

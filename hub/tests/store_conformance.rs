@@ -283,22 +283,6 @@ fn t(seconds: i64) -> Timestamp {
 }
 
 /// Registers the named clusters with default fields.
-/// Waits, with a deadline, until `check` holds.
-async fn wait_until<F, Fut>(what: &str, check: F)
-where
-    F: Fn() -> Fut,
-    Fut: Future<Output = bool>,
-{
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    while !check().await {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting until {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-}
-
 async fn register(store: &dyn Store, names: &[&str]) {
     for name in names {
         store
@@ -565,11 +549,11 @@ mod cases {
             })
         };
         // Let some writes land, then claim while the writer keeps going.
-        wait_until("the old leader has written", || async {
-            old.get_work("eu-1")
-                .await
-                .unwrap()
-                .is_some_and(|w| w.revision >= 2)
+        nave_testkit::wait_for("the old leader's writes", nave_testkit::DEADLINE, || async {
+            match old.get_work("eu-1").await.unwrap() {
+                Some(work) if work.revision >= 2 => Ok(()),
+                seen => Err(format!("{:?}", seen.map(|w| w.revision))),
+            }
         })
         .await;
         let new = db.open_following().await;

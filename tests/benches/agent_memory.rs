@@ -10,12 +10,16 @@
 //! from `/proc` with the nodes alone, then for 30 s after the pods are running (its reflectors hold
 //! every node and pod; its heartbeats send the capacity model computed from them).
 
+use std::collections::HashSet;
 use std::time::{Duration, Instant};
+
+use futures::StreamExt as _;
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, ListParams, PostParams};
-use nave_e2e::procs::{FleetOptions, ProcessFleet, Store};
+use kube::api::{Api, PostParams};
+use kube::runtime::{WatchStreamExt as _, watcher};
+use nave_e2e::procs::{FleetOptions, ProcessFleet, Store, memory_mib};
 use nave_sim::config::{ClusterConfig, FleetConfig, NodePool};
 use serde_json::json;
 
@@ -36,19 +40,6 @@ fn main() -> anyhow::Result<()> {
         })?;
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     runtime.block_on(run(nodes, pods))
-}
-
-/// `(VmRSS, VmHWM)` of a process, in MiB.
-fn memory_mib(pid: u32) -> (f64, f64) {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let field = |name: &str| {
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix(name))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
-            .map_or(f64::NAN, |kb| kb / 1024.0)
-    };
-    (field("VmRSS:"), field("VmHWM:"))
 }
 
 /// A Deployment of `replicas` pods whose template carries what an application's pods carry.
@@ -92,13 +83,30 @@ fn deployment(name: &str, replicas: usize) -> anyhow::Result<Deployment> {
     }))?)
 }
 
-async fn running_pods(pods: &Api<Pod>) -> anyhow::Result<usize> {
-    let list = pods.list(&ListParams::default()).await?;
-    Ok(list
-        .items
-        .iter()
-        .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
-        .count())
+/// Follows the pods of `pods` and says, on the returned channel, how many are Running.
+fn count_running(pods: Api<Pod>) -> tokio::sync::watch::Receiver<usize> {
+    let (tx, rx) = tokio::sync::watch::channel(0);
+    tokio::spawn(async move {
+        let mut running = HashSet::new();
+        let mut events = watcher(pods, watcher::Config::default())
+            .default_backoff()
+            .boxed();
+        while let Some(event) = events.next().await {
+            let (Ok(watcher::Event::Apply(pod)) | Ok(watcher::Event::InitApply(pod))) = event else {
+                continue;
+            };
+            let name = pod.metadata.name.clone().unwrap_or_default();
+            if pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running") {
+                running.insert(name);
+            } else {
+                running.remove(&name);
+            }
+            if tx.send(running.len()).is_err() {
+                return;
+            }
+        }
+    });
+    rx
 }
 
 async fn run(nodes: usize, pods: usize) -> anyhow::Result<()> {
@@ -137,7 +145,7 @@ async fn run(nodes: usize, pods: usize) -> anyhow::Result<()> {
         .ok_or_else(|| anyhow::anyhow!("the simulated cluster {CLUSTER}"))?;
     let client = cluster.client().await?;
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), "default");
-    let pod_api: Api<Pod> = Api::namespaced(client, "default");
+    let mut running = count_running(Api::namespaced(client, "default"));
     let started = Instant::now();
     let mut left = pods;
     let mut i = 0;
@@ -152,30 +160,31 @@ async fn run(nodes: usize, pods: usize) -> anyhow::Result<()> {
         left -= replicas;
         i += 1;
     }
-    let deadline = Duration::from_secs(1800);
+    let deadline = Instant::now() + Duration::from_secs(1800);
     loop {
-        let running = running_pods(&pod_api).await?;
+        match tokio::time::timeout(Duration::from_secs(10), running.wait_for(|n| *n >= pods)).await {
+            Ok(Ok(_)) => break,
+            Ok(Err(_)) => anyhow::bail!("the pod watch ended"),
+            Err(_) => {}
+        }
+        let seen = *running.borrow();
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "{seen} of {pods} pods Running after 1800 s"
+        );
         eprintln!(
-            "{:>4.0} s: {running} pods Running, agent RSS {:.0} MiB",
+            "{:>4.0} s: {seen} pods Running, agent RSS {:.0} MiB",
             started.elapsed().as_secs_f64(),
             memory_mib(agent_pid).0
         );
-        if running >= pods {
-            break;
-        }
-        anyhow::ensure!(
-            started.elapsed() < deadline,
-            "{running} of {pods} pods Running after {deadline:?}"
-        );
-        tokio::time::sleep(Duration::from_secs(2)).await;
     }
     let all_running = started.elapsed();
-    // The reflectors follow within a watch event; 30 s covers three heartbeats (10 s apart).
+    // The memory is sampled for 30 s, three heartbeats (10 s apart) computed from every pod.
     let mut peak_rss = 0.0_f64;
-    let window = Instant::now();
-    while window.elapsed() < Duration::from_secs(30) {
+    let mut samples = tokio::time::interval(Duration::from_millis(500));
+    for _ in 0..60 {
+        samples.tick().await;
         peak_rss = peak_rss.max(memory_mib(agent_pid).0);
-        tokio::time::sleep(Duration::from_millis(500)).await;
     }
     let (end, hwm) = memory_mib(agent_pid);
     println!(

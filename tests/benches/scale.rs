@@ -22,7 +22,7 @@ use kube::api::{Api, PostParams};
 use kube::runtime::watcher;
 use nave_api::MultiClusterDeployment;
 use nave_api::conditions::{self, types};
-use nave_e2e::procs::{FleetOptions, ProcessFleet, Store};
+use nave_e2e::procs::{FleetOptions, ProcessFleet, Store, cpu_seconds, memory_mib};
 use nave_sim::config::{ClusterConfig, FleetConfig, NodePool};
 use nave_testkit::Mcd;
 
@@ -67,34 +67,6 @@ fn fleet(clusters: usize) -> FleetConfig {
     }
 }
 
-/// CPU seconds (user + system) a process has used, from `/proc/<pid>/stat`.
-fn cpu_seconds(pid: &str) -> anyhow::Result<f64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
-    // The fields after the command name (which may hold spaces) start after the last ')'.
-    let fields: Vec<&str> = stat
-        .rsplit_once(')')
-        .map(|(_, f)| f)
-        .unwrap_or("")
-        .split_whitespace()
-        .collect();
-    let ticks = |i: usize| fields.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
-    // utime and stime are the 14th and 15th fields: 12th and 13th after the name and state.
-    let hz = rustix::param::clock_ticks_per_second() as f64;
-    Ok((ticks(11) + ticks(12)) / hz)
-}
-
-/// Resident memory of a process, in MiB.
-fn rss_mib(pid: u32) -> f64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("VmRSS:"))
-                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
-        })
-        .map_or(f64::NAN, |kb| kb / 1024.0)
-}
-
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
     let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
     sorted[rank.clamp(1, sorted.len()) - 1]
@@ -114,6 +86,8 @@ async fn run(clusters: usize, mcds: usize) -> anyhow::Result<()> {
     // When each MCD was created, and when a status first said it was Available.
     let created: Arc<Mutex<HashMap<String, Instant>>> = Arc::default();
     let available: Arc<Mutex<HashMap<String, Instant>>> = Arc::default();
+    // How many are Available, for the wait below.
+    let (count_tx, mut count) = tokio::sync::watch::channel(0_usize);
     let watching = {
         let available = available.clone();
         let api = api.clone();
@@ -128,11 +102,11 @@ async fn run(clusters: usize, mcds: usize) -> anyhow::Result<()> {
                 });
                 if is_available {
                     let now = Instant::now();
+                    let mut available = available.lock().unwrap();
                     available
-                        .lock()
-                        .unwrap()
                         .entry(mcd.metadata.name.clone().unwrap_or_default())
                         .or_insert(now);
+                    count_tx.send_replace(available.len());
                 }
             }
         })
@@ -153,16 +127,12 @@ async fn run(clusters: usize, mcds: usize) -> anyhow::Result<()> {
         api.create(&PostParams::default(), &object).await?;
     }
     let deadline = Duration::from_secs(3600);
-    loop {
-        let done = available.lock().unwrap().len();
-        if done >= mcds {
-            break;
-        }
-        anyhow::ensure!(
-            start.elapsed() < deadline,
-            "{done} of {mcds} Available after an hour"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
+    if tokio::time::timeout(deadline, count.wait_for(|done| *done >= mcds))
+        .await
+        .is_err()
+    {
+        let done = *count.borrow();
+        anyhow::bail!("{done} of {mcds} Available after an hour");
     }
     let last = available
         .lock()
@@ -185,12 +155,12 @@ async fn run(clusters: usize, mcds: usize) -> anyhow::Result<()> {
             .collect()
     };
     latencies.sort();
-    let hub_rss = rss_mib(hub_pid);
+    let hub_rss = memory_mib(hub_pid).0;
     let agent_rss = fleet
         .agents
         .values()
         .flatten()
-        .map(|a| rss_mib(a.pid()))
+        .map(|a| memory_mib(a.pid()).0)
         .fold(0.0_f64, f64::max);
     println!(
         "| {clusters} | {mcds} | {:.1} | {:.2} ms | {:.2} ms | {:.2} s | {:.2} s | {:.0} MiB | {:.0} MiB |",

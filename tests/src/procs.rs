@@ -586,3 +586,34 @@ impl ProcessFleet {
         self.management.shutdown().await;
     }
 }
+
+/// CPU seconds (user + system) a process has used, from `/proc/<pid>/stat` (`"self"` for this
+/// one).
+pub fn cpu_seconds(pid: &str) -> anyhow::Result<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    // The fields after the command name (which may hold spaces) start after the last ')'.
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map(|(_, f)| f)
+        .unwrap_or("")
+        .split_whitespace()
+        .collect();
+    let ticks = |i: usize| fields.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    // utime and stime are the 14th and 15th fields: 12th and 13th after the name and state.
+    let hz = rustix::param::clock_ticks_per_second() as f64;
+    Ok((ticks(11) + ticks(12)) / hz)
+}
+
+/// A process's resident memory and its peak (`VmRSS`, `VmHWM` of `/proc/<pid>/status`), in
+/// MiB; NaN for a process that is gone.
+pub fn memory_mib(pid: u32) -> (f64, f64) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+            .map_or(f64::NAN, |kb| kb / 1024.0)
+    };
+    (field("VmRSS:"), field("VmHWM:"))
+}

@@ -184,6 +184,16 @@ const TERM_FOR_WRITE_LOCKED: &str = "SELECT term FROM leadership WHERE singleton
 /// Reads the store's term to claim the next; on Postgres locking the row for the update.
 const TERM_FOR_CLAIM_LOCKED: &str = "SELECT term FROM leadership WHERE singleton = 1 FOR UPDATE";
 
+/// The query that reads the term to change the leadership row: locking the row where the
+/// database has row locks, else as a write reads it (SQLite's writer holds the whole database).
+fn term_for_update<DB: Dialect>() -> &'static str {
+    if DB::ROW_LOCKS {
+        TERM_FOR_CLAIM_LOCKED
+    } else {
+        TERM_FOR_WRITE
+    }
+}
+
 /// Announces `$change` to the other replicas through `$executor` (a transaction, so it is heard
 /// when the write commits, or the pool), where the backend announces anything.
 macro_rules! announce {
@@ -375,14 +385,10 @@ where
                     .await
                     .map_err(query_error(OP))?;
             }
-            let current: i64 = sqlx::query_scalar(if DB::ROW_LOCKS {
-                TERM_FOR_CLAIM_LOCKED
-            } else {
-                TERM_FOR_WRITE
-            })
-            .fetch_one(&mut *tx)
-            .await
-            .map_err(query_error(OP))?;
+            let current: i64 = sqlx::query_scalar(term_for_update::<DB>())
+                .fetch_one(&mut *tx)
+                .await
+                .map_err(query_error(OP))?;
             let current = revision_out(OP, "term", current)?;
             let wanted = term.unwrap_or(current + 1);
             if wanted <= current {
@@ -422,14 +428,10 @@ where
             const OP: StoreOp = StoreOp::MarkPublished;
             let mut tx = self.begin_write(OP).await?;
             // The row is updated below: locked for that at once, rather than shared first.
-            let current: i64 = sqlx::query_scalar(if DB::ROW_LOCKS {
-                TERM_FOR_CLAIM_LOCKED
-            } else {
-                TERM_FOR_WRITE
-            })
-            .fetch_one(&mut *tx)
-            .await
-            .map_err(query_error(OP))?;
+            let current: i64 = sqlx::query_scalar(term_for_update::<DB>())
+                .fetch_one(&mut *tx)
+                .await
+                .map_err(query_error(OP))?;
             let term = self.check_term(OP, current)?;
             sqlx::query("UPDATE leadership SET published_term = $1 WHERE singleton = 1")
                 .bind(revision_in(OP, "term", term)?)
