@@ -911,6 +911,14 @@ mod tests {
         }
     }
 
+    /// A store of its own in a temporary directory, kept as long as the directory.
+    async fn scratch_store() -> (tempfile::TempDir, Arc<dyn Store>) {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}", dir.path().join("hub.db").display());
+        let store = crate::store::connect(&url).await.unwrap();
+        (dir, store)
+    }
+
     /// The ledger as it was computed before it was kept incrementally: every booking, every
     /// report.
     fn ledger_from_scratch(index: &Index) -> Ledger {
@@ -932,10 +940,7 @@ mod tests {
 
     #[tokio::test]
     async fn the_ledger_kept_as_bookings_and_reports_change_is_the_one_computed_from_scratch() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = crate::store::connect(&format!("sqlite://{}", dir.path().join("hub.db").display()))
-            .await
-            .unwrap();
+        let (_dir, store) = scratch_store().await;
         let index = Index::empty(store);
         let clusters = ["a", "b", "c"];
         let names = ["web", "api", "db", "cache"];
@@ -996,10 +1001,7 @@ mod tests {
     /// registered meanwhile must stay in the index, whichever reload ends last.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_cluster_registered_during_two_reloads_stays_known() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = crate::store::connect(&format!("sqlite://{}", dir.path().join("hub.db").display()))
-            .await
-            .unwrap();
+        let (_dir, store) = scratch_store().await;
         for n in 0..20 {
             store
                 .upsert_cluster(&crate::store::ClusterUpsert {
@@ -1046,10 +1048,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_workload_touches_only_the_sets_that_hold_its_objects() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = crate::store::connect(&format!("sqlite://{}", dir.path().join("hub.db").display()))
-            .await
-            .unwrap();
+        let (_dir, store) = scratch_store().await;
         store.claim_term(None, "test").await.unwrap();
         for cluster in ["a", "b", "c"] {
             store
