@@ -22,9 +22,11 @@
 mod agent;
 mod mcd;
 mod pki;
+mod ports;
 mod wait;
 
 pub use agent::{BOOTSTRAP, FakeAgent, capacity, idle_capacity, ready_deployment};
 pub use mcd::Mcd;
 pub use pki::TestPki;
+pub use ports::{free_loopback_port, free_loopback_ports};
 pub use wait::{DEADLINE, wait_for};

@@ -215,7 +215,7 @@ impl Env {
         // The hub, Prometheus and each agent's metrics: distinct ports, chosen together. The hub
         // binds an address rather than taking a listener, and keeps it across restarts, as a
         // Service would.
-        let mut ports = nave_playground::prometheus::free_loopback_ports(3 + fleet.clusters.len())?;
+        let mut ports = nave_testkit::free_loopback_ports(3 + fleet.clusters.len())?;
         let agent_ports = ports.split_off(3);
         let (listen, metrics_listen, prometheus_addr) = (ports[0], ports[1], ports[2]);
         // HTTPS with a CA made for this environment, pinned by the agents as a join token's hash

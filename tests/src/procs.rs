@@ -233,9 +233,9 @@ impl Proxy {
     }
 }
 
-/// A free loopback address (bound, then released for the child to bind).
+/// A free loopback address for a child to bind (see [`nave_testkit::free_loopback_ports`]).
 pub fn free_addr() -> anyhow::Result<SocketAddr> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?)
+    Ok(nave_testkit::free_loopback_port()?)
 }
 
 /// Where the hubs of a [`ProcessFleet`] keep their state.

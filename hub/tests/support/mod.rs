@@ -76,14 +76,8 @@ pub fn start_hub(management: &SimCluster, dir: &Path, configure: impl FnOnce(&mu
     management.write_kubeconfig(&kubeconfig).unwrap();
     let token_file = dir.join("bootstrap-token");
     std::fs::write(&token_file, format!("{BOOTSTRAP}\n")).unwrap();
-    let free_port = || {
-        std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port()
-    };
-    let (port, metrics_port) = (free_port(), free_port());
+    let ports = nave_testkit::free_loopback_ports(2).expect("two free loopback ports");
+    let (port, metrics_port) = (ports[0].port(), ports[1].port());
     let database_url = format!("sqlite://{}", dir.join("hub.db").display());
     let mut args = RunArgs {
         database_url: database_url.clone(),
