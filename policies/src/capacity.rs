@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
-use crate::demand::{Demand, Limit, NodeMatch};
+use crate::demand::{Bound, Demand, Limit, NodeMatch};
 use crate::ledger::Reservation;
 use crate::resources::Resources;
 use crate::selector::Labels;
@@ -205,11 +205,15 @@ impl CapacityModel {
     /// scheduler may choose other nodes, but the ledger only bridges the time until the agent
     /// reports real requests, and first-fit never counts the same room twice.
     pub fn room(&self, demand: &Demand, reservations: &[Reservation]) -> Room {
-        if reservations.iter().all(|r| r.replicas == 0) {
-            return self.room_with(demand, |g, n| self.groups[g].nodes[n].free());
-        }
         let free = self.free_after(reservations);
-        self.room_with(demand, |g, n| free[g][n])
+        let fitter = demand.fitter();
+        count_room(
+            |&free| fitter.fit_in(free),
+            self.groups
+                .iter()
+                .zip(&free)
+                .map(|(g, free)| (demand.node_match(&g.labels, &g.taints), free.as_slice())),
+        )
     }
 
     /// Utilization counting `reservations` as used.
@@ -254,6 +258,7 @@ impl CapacityModel {
         for reservation in reservations {
             let mut left = u64::from(reservation.replicas);
             let per = reservation.demand.per_replica();
+            let fitter = reservation.demand.fitter();
             for (group, free) in self.groups.iter().zip(free.iter_mut()) {
                 if left == 0 {
                     break;
@@ -262,7 +267,7 @@ impl CapacityModel {
                     continue;
                 }
                 for room in free.iter_mut() {
-                    let take = reservation.demand.fit_in(*room).0.min(left);
+                    let take = fitter.fit_in(*room).0.min(left);
                     *room = room.saturating_sub(per.saturating_mul(take));
                     left -= take;
                     if left == 0 {
@@ -273,54 +278,59 @@ impl CapacityModel {
         }
         free
     }
+}
 
-    fn room_with(&self, demand: &Demand, free: impl Fn(usize, usize) -> Resources) -> Room {
-        let mut replicas = 0u64;
-        let mut bound_counts = [0usize; 3];
-        let mut nodes_eligible = 0;
-        let mut nodes_total = 0;
-        let mut selected_any = false;
-        let mut first_taint: Option<&Taint> = None;
-        for (g, group) in self.groups.iter().enumerate() {
-            nodes_total += group.nodes.len();
-            match demand.node_match(&group.labels, &group.taints) {
-                NodeMatch::Selector => continue,
-                NodeMatch::Taint(taint) => {
-                    selected_any |= !group.nodes.is_empty();
-                    if first_taint.is_none() && !group.nodes.is_empty() {
-                        first_taint = Some(taint);
-                    }
-                    continue;
+/// Room for a demand over node groups, each given as how the pod matches the group and its
+/// nodes, with `fit` saying how many replicas fit on a node and what bounds them.
+pub(crate) fn count_room<'a, N: 'a>(
+    fit: impl Fn(&N) -> (u64, Bound),
+    groups: impl Iterator<Item = (NodeMatch<'a>, &'a [N])>,
+) -> Room {
+    let mut replicas = 0u64;
+    let mut bound_counts = [0usize; 3];
+    let mut nodes_eligible = 0;
+    let mut nodes_total = 0;
+    let mut selected_any = false;
+    let mut first_taint: Option<&Taint> = None;
+    for (matched, free) in groups {
+        nodes_total += free.len();
+        match matched {
+            NodeMatch::Selector => continue,
+            NodeMatch::Taint(taint) => {
+                selected_any |= !free.is_empty();
+                if first_taint.is_none() && !free.is_empty() {
+                    first_taint = Some(taint);
                 }
-                NodeMatch::Yes => {}
+                continue;
             }
-            nodes_eligible += group.nodes.len();
-            for n in 0..group.nodes.len() {
-                let (fit, bound) = demand.fit_in(free(g, n));
-                replicas = replicas.saturating_add(fit);
-                bound_counts[bound as usize] += 1;
-            }
+            NodeMatch::Yes => {}
         }
-        let limit = if nodes_eligible > 0 {
-            // The resource that bounds the most nodes; on a tie the earlier of cpu, memory, pods.
-            let most = bound_counts.iter().copied().max().unwrap_or(0);
-            match bound_counts.iter().position(|&c| c == most) {
-                Some(0) => Limit::Cpu,
-                Some(1) => Limit::Memory,
-                _ => Limit::Pods,
-            }
-        } else if nodes_total == 0 {
-            Limit::NoNodes
-        } else if let (true, Some(taint)) = (selected_any, first_taint) {
-            Limit::Taint(taint.clone())
-        } else {
-            Limit::NoMatchingNode
-        };
-        Room {
-            replicas,
-            limit,
-            nodes_eligible,
-            nodes_total,
+        nodes_eligible += free.len();
+        for node in free {
+            let (fit, bound) = fit(node);
+            replicas = replicas.saturating_add(fit);
+            bound_counts[bound as usize] += 1;
         }
+    }
+    let limit = if nodes_eligible > 0 {
+        // The resource that bounds the most nodes; on a tie the earlier of cpu, memory, pods.
+        let most = bound_counts.iter().copied().max().unwrap_or(0);
+        match bound_counts.iter().position(|&c| c == most) {
+            Some(0) => Limit::Cpu,
+            Some(1) => Limit::Memory,
+            _ => Limit::Pods,
+        }
+    } else if nodes_total == 0 {
+        Limit::NoNodes
+    } else if let (true, Some(taint)) = (selected_any, first_taint) {
+        Limit::Taint(taint.clone())
+    } else {
+        Limit::NoMatchingNode
+    };
+    Room {
+        replicas,
+        limit,
+        nodes_eligible,
+        nodes_total,
     }
 }

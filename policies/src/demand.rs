@@ -67,24 +67,134 @@ impl Demand {
 
     /// How many replicas fit in `free` room, and which resource runs out first.
     ///
-    /// Ties name CPU before memory before pods, so the reported bound is stable. Called once per
-    /// node per decision, so a multiplication rules a resource out before any division is paid.
+    /// Ties name CPU before memory before pods, so the reported bound is stable.
+    #[cfg(test)]
+    pub(crate) fn fit_in(&self, free: Resources) -> (u64, Bound) {
+        self.fitter().fit_in(free)
+    }
+
+    /// The per-node count of this demand, prepared once for the many nodes of a decision.
+    pub(crate) fn fitter(&self) -> Fitter {
+        Fitter {
+            cpu: Divisor::new(self.cpu_millis),
+            memory: Divisor::new(self.memory_bytes),
+        }
+    }
+}
+
+/// How many replicas of a demand fit in a node's free room, prepared once per decision: each
+/// request is kept with its reciprocal, so a node costs two multiplications instead of two
+/// divisions (a division is most of the cost of a node, and a decision over 1,000 clusters
+/// looks at 10,000 nodes).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Fitter {
+    cpu: Divisor,
+    memory: Divisor,
+}
+
+impl Fitter {
+    /// The same as [`Demand::fit_in`]; ties name CPU before memory before pods.
+    #[inline]
     pub(crate) fn fit_in(&self, free: Resources) -> (u64, Bound) {
         let mut best = (free.pods, Bound::Pods);
-        for (free, want, bound) in [
-            (free.memory_bytes, self.memory_bytes, Bound::Memory),
-            (free.cpu_millis, self.cpu_millis, Bound::Cpu),
-        ] {
-            // Divide only when the fit could be at most the best so far: free < want * (best + 1).
-            // Ties go to the resource checked later (cpu, then memory), hence `<=` below.
-            if want != 0 && u128::from(want) * (u128::from(best.0) + 1) > u128::from(free) {
-                let fit = free / want;
-                if fit <= best.0 {
-                    best = (fit, bound);
-                }
-            }
+        let memory = self.memory.quotient(free.memory_bytes);
+        if memory <= best.0 {
+            best = (memory, Bound::Memory);
+        }
+        let cpu = self.cpu.quotient(free.cpu_millis);
+        if cpu <= best.0 {
+            best = (cpu, Bound::Cpu);
         }
         best
+    }
+}
+
+impl Fitter {
+    /// The same as [`Fitter::fit_in`] for a node whose free CPU and memory are also given as
+    /// doubles (converted once, when the fleet was laid out).
+    #[inline]
+    pub(crate) fn fit_in_with(&self, free: Resources, cpu: f64, memory: f64) -> (u64, Bound) {
+        let mut best = (free.pods, Bound::Pods);
+        let memory = self.memory.quotient_with(free.memory_bytes, memory);
+        if memory <= best.0 {
+            best = (memory, Bound::Memory);
+        }
+        let cpu = self.cpu.quotient_with(free.cpu_millis, cpu);
+        if cpu <= best.0 {
+            best = (cpu, Bound::Cpu);
+        }
+        best
+    }
+}
+
+/// A divisor with its reciprocal.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Divisor {
+    value: u64,
+    reciprocal: f64,
+}
+
+impl Divisor {
+    pub(crate) fn new(value: u64) -> Self {
+        let reciprocal = if value == 0 { 0.0 } else { 1.0 / value as f64 };
+        Divisor { value, reciprocal }
+    }
+
+    /// `n / value` rounded down, exactly; `u64::MAX` when the divisor is zero (a zero request
+    /// does not limit).
+    ///
+    /// The estimate `n * (1 / value)` in doubles is off by less than one while the quotient is
+    /// below 2^50 (three roundings of 2^-53 each), so one step up or down corrects it; a larger
+    /// quotient is divided exactly.
+    #[inline]
+    pub(crate) fn quotient(self, n: u64) -> u64 {
+        if self.value == 0 {
+            return u64::MAX;
+        }
+        let estimate = (n as f64 * self.reciprocal) as u64;
+        if estimate >= 1 << 50 {
+            return n / self.value;
+        }
+        let product = u128::from(estimate) * u128::from(self.value);
+        if product > u128::from(n) {
+            estimate - 1
+        } else if product + u128::from(self.value) <= u128::from(n) {
+            estimate + 1
+        } else {
+            estimate
+        }
+    }
+
+    /// [`Divisor::quotient`] of `n`, given also as the double `n_f64`, with one multiplication
+    /// of doubles and at most one of integers.
+    ///
+    /// Below 2^32 the estimate `n_f64 * (1 / value)` is within 2^-19 of the exact quotient, so
+    /// its whole part is the answer unless the estimate is within 10^-5 of a whole number; then
+    /// the answer is that whole number or the one below, and one multiplication says which.
+    #[inline]
+    pub(crate) fn quotient_with(self, n: u64, n_f64: f64) -> u64 {
+        if self.value == 0 {
+            return u64::MAX;
+        }
+        let estimate = n_f64 * self.reciprocal;
+        if estimate >= 4_294_967_296.0 {
+            return self.quotient(n);
+        }
+        // Through i64, which converts in one instruction each way; the estimate is below 2^32.
+        let whole = estimate as i64;
+        let fraction = estimate - whole as f64;
+        let whole = whole as u64;
+        let candidate = if fraction <= 1e-5 {
+            whole
+        } else if fraction >= 1.0 - 1e-5 {
+            whole + 1
+        } else {
+            return whole;
+        };
+        match candidate.checked_mul(self.value) {
+            Some(product) if product <= n => candidate,
+            _ => candidate - 1,
+        }
     }
 }
 

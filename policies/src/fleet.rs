@@ -1,11 +1,16 @@
 //! The candidate clusters, as the hub knows them from WorkloadClusters and agent heartbeats.
 
 use std::collections::BTreeMap;
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use crate::capacity::Capacity;
 use crate::network::NetworkCoordinate;
 use crate::selector::Labels;
+
+mod layout;
+
+pub(crate) use layout::Layout;
 
 /// Cluster label naming its region, as on Kubernetes nodes.
 pub const REGION_LABEL: &str = "topology.kubernetes.io/region";
@@ -104,9 +109,17 @@ impl Cluster {
 }
 
 /// The clusters a decision may use, by name.
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, Default)]
 pub struct Fleet {
     clusters: BTreeMap<String, Cluster>,
+    /// Their nodes laid out for decisions, made by the first decision after a change.
+    layout: OnceLock<Layout>,
+}
+
+impl PartialEq for Fleet {
+    fn eq(&self, other: &Self) -> bool {
+        self.clusters == other.clusters
+    }
 }
 
 impl Fleet {
@@ -118,6 +131,7 @@ impl Fleet {
     /// Adds or replaces the cluster of that name.
     pub fn insert(&mut self, cluster: Cluster) {
         self.clusters.insert(cluster.name.clone(), cluster);
+        self.layout = OnceLock::new();
     }
 
     /// The cluster of that name.
@@ -128,6 +142,11 @@ impl Fleet {
     /// Clusters in name order.
     pub fn iter(&self) -> impl DoubleEndedIterator<Item = &Cluster> + ExactSizeIterator {
         self.clusters.values()
+    }
+
+    /// The nodes of the clusters, in name order, laid out for decisions.
+    pub(crate) fn layout(&self) -> &Layout {
+        self.layout.get_or_init(|| Layout::of(self.clusters.values()))
     }
 
     /// Number of clusters.

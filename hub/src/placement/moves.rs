@@ -158,7 +158,7 @@ fn retract_with_margin(
     let anyway: BTreeMap<&str, u32> = baseline
         .clusters
         .iter()
-        .map(|c| (c.cluster.as_str(), c.added()))
+        .map(|c| (&*c.cluster, c.added()))
         .collect();
     for _ in 0..FIT_ATTEMPTS {
         let (decision, moved) = evacuate_what_fits(fleet, ledger, request, baseline, wanted)?;
@@ -168,7 +168,7 @@ fn retract_with_margin(
             .iter()
             .filter(|c| c.role == Role::Regular)
             .filter_map(|c| {
-                let anyway = anyway.get(c.cluster.as_str()).copied().unwrap_or(0);
+                let anyway = anyway.get(&*c.cluster).copied().unwrap_or(0);
                 let back = c.added().saturating_sub(anyway);
                 (back > 0).then_some((back, anyway, c.utilization?))
             })
@@ -308,7 +308,7 @@ impl Adapt {
             .clusters
             .iter()
             .filter(|c| c.role == Role::Burst && c.previous > 0)
-            .map(|c| (c.cluster.clone(), c.previous))
+            .map(|c| (c.cluster.to_string(), c.previous))
             .collect();
         if let Some((decision, moved)) = retract_with_margin(fleet, ledger, request, &baseline, bursting)
             && in_burst(&decision) < in_burst(&baseline)
@@ -458,7 +458,7 @@ pub fn in_burst_clusters(decision: &Decision) -> BTreeMap<String, u32> {
         .clusters
         .iter()
         .filter(|c| c.role == Role::Burst && c.replicas > 0)
-        .map(|c| (c.cluster.clone(), c.replicas))
+        .map(|c| (c.cluster.to_string(), c.replicas))
         .collect()
 }
 

@@ -83,7 +83,7 @@ impl StoredDecision {
             clusters: decision
                 .clusters
                 .iter()
-                .map(|c| (c.cluster.clone(), c.to_string()))
+                .map(|c| (c.cluster.to_string(), c.to_string()))
                 .collect(),
             failed_over_from: BTreeSet::new(),
             moved_at: None,

@@ -194,7 +194,7 @@ pub(super) async fn simulate(
         .clusters
         .iter()
         .map(|c| SimulatedCluster {
-            name: c.cluster.clone(),
+            name: c.cluster.to_string(),
             role: match c.role {
                 Role::Regular => "regular",
                 Role::Burst => "burst",

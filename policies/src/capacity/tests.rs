@@ -278,3 +278,53 @@ proptest::proptest! {
         proptest::prop_assert_eq!(seen, (min, expected));
     }
 }
+
+proptest::proptest! {
+    #[test]
+    fn a_quotient_by_reciprocal_is_exact_over_the_whole_range(
+        n in proptest::prop_oneof![0u64..1_000_000, proptest::num::u64::ANY],
+        d in proptest::prop_oneof![1u64..5_000, proptest::num::u64::ANY],
+    ) {
+        proptest::prop_assert_eq!(crate::demand::Divisor::new(d).quotient(n), n / d);
+    }
+}
+
+#[test]
+fn quotients_at_the_edges_are_exact() {
+    use crate::demand::Divisor;
+    for (n, d) in [
+        (u64::MAX, 1),
+        (u64::MAX, 3),
+        (u64::MAX - 1, u64::MAX),
+        (u64::MAX, u64::MAX),
+        ((1 << 50) - 1, 1),
+        (1 << 50, 1),
+        ((1 << 53) + 1, 3),
+        (64 << 30, 1 << 30),
+        ((64 << 30) - 1, 1 << 30),
+        (0, 7),
+    ] {
+        assert_eq!(Divisor::new(d).quotient(n), n / d, "{n} / {d}");
+    }
+    assert_eq!(
+        Divisor::new(0).quotient(5),
+        u64::MAX,
+        "a zero request does not limit"
+    );
+}
+
+proptest::proptest! {
+    #[test]
+    fn a_quotient_from_a_double_is_exact(
+        n in proptest::prop_oneof![0u64..1_000_000, 0u64..(1 << 40), proptest::num::u64::ANY],
+        d in proptest::prop_oneof![1u64..5_000, 1u64..(1 << 34), proptest::num::u64::ANY],
+        multiple in 0u64..100_000,
+        exact in proptest::bool::ANY,
+    ) {
+        // Exact multiples are the case the estimate is least sure of, and the common one.
+        let n = if exact { d.saturating_mul(multiple) } else { n };
+        let divisor = crate::demand::Divisor::new(d);
+        proptest::prop_assert_eq!(divisor.quotient_with(n, n as f64), n / d, "{} / {}", n, d);
+        proptest::prop_assert_eq!(divisor.quotient_with(n.saturating_sub(1), n.saturating_sub(1) as f64), n.saturating_sub(1) / d);
+    }
+}
