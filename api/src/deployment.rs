@@ -95,7 +95,9 @@ pub const DEFAULT_REPLICAS: i32 = 1;
 pub struct MultiClusterDeploymentSpec {
     /// Total number of replicas across ALL clusters (not per cluster): `6` with two clusters
     /// used may run 3 + 3, or 4 + 2 as capacity allows. Default `1`. `kubectl scale mcd` and
-    /// HorizontalPodAutoscalers set this field.
+    /// HorizontalPodAutoscalers set this field. The one exception is policy `everywhere`, where
+    /// it is the count in EACH selected cluster (`status.replicas` is then the total); do not
+    /// point a HorizontalPodAutoscaler at such an MCD.
     #[serde(default = "default_replicas")]
     #[schemars(range(min = 0))]
     pub replicas: i32,

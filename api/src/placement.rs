@@ -33,6 +33,12 @@ pub const DEFAULT_BURST_THRESHOLD_PERCENT: i32 = 80;
         "message": "policy proximity needs proximity.origin (a cluster, a region or coordinates)",
         "fieldPath": ".proximity",
         "reason": "FieldValueRequired"
+    },
+    {
+        "rule": "!has(self.policy) || self.policy != 'everywhere' || (!has(self.maxClusters) && !has(self.minClusters) && !has(self.weights) && !has(self.bursting) && !has(self.proximity))",
+        "message": "policy everywhere runs spec.replicas in every selected cluster, so maxClusters, minClusters, weights, bursting and proximity do not apply: remove them",
+        "fieldPath": ".policy",
+        "reason": "FieldValueForbidden"
     }
 ]))]
 pub struct Placement {
@@ -42,6 +48,12 @@ pub struct Placement {
     /// - `best-fit` packs them into the clusters with the least room that still fits.
     /// - `proximity` prefers the clusters nearest to `proximity.origin`.
     /// - `spread` divides as evenly as capacity allows over at least `minClusters` clusters.
+    /// - `everywhere` runs `spec.replicas` in EVERY selected cluster (per cluster, not in
+    ///   total), as a DaemonSet does per node: for agents, ingress controllers, log collectors.
+    ///   It follows clusters as they join, leave or stop matching `clusters`/`clusterSelector`;
+    ///   replicas never move between clusters (no rescheduling, failover or bursting), a cluster
+    ///   short of room gets what fits and the rest are counted unplaced. `maxClusters`,
+    ///   `minClusters`, `weights`, `bursting` and `proximity` do not apply and are refused.
     #[serde(default)]
     pub policy: PlacementPolicy,
 
@@ -142,6 +154,8 @@ pub enum PlacementPolicy {
     Proximity,
     /// As even as capacity allows over at least `minClusters` clusters.
     Spread,
+    /// `spec.replicas` in every selected cluster.
+    Everywhere,
 }
 
 impl PlacementPolicy {
@@ -152,6 +166,7 @@ impl PlacementPolicy {
             Self::BestFit => "best-fit",
             Self::Proximity => "proximity",
             Self::Spread => "spread",
+            Self::Everywhere => "everywhere",
         }
     }
 }

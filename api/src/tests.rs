@@ -277,7 +277,7 @@ fn crd_schema_has_openapi_constraints() {
     assert_eq!(node(&s, "spec.placement.minClusters")["minimum"], 1.0);
     assert_eq!(
         node(&s, "spec.placement.policy")["enum"],
-        json!(["worst-fit", "best-fit", "proximity", "spread"])
+        json!(["worst-fit", "best-fit", "proximity", "spread", "everywhere"])
     );
     assert_eq!(node(&s, "spec.placement.bursting.threshold")["maximum"], 100.0);
     assert_eq!(
@@ -381,6 +381,10 @@ fn mcd_schema_carries_the_cel_rules() {
         (
             ".spec.placement",
             "!has(self.policy) || self.policy != 'proximity' || has(self.proximity)",
+        ),
+        (
+            ".spec.placement",
+            "!has(self.policy) || self.policy != 'everywhere' || (!has(self.maxClusters) && !has(self.minClusters) && !has(self.weights) && !has(self.bursting) && !has(self.proximity))",
         ),
         (
             ".spec.placement.proximity.origin",

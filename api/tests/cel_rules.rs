@@ -90,6 +90,22 @@ fn cases() -> Vec<Case> {
             invalid: vec![json!({"policy": "proximity"})],
         },
         Case {
+            rule_contains: "self.policy != 'everywhere'",
+            valid: vec![
+                json!({}),
+                json!({"policy": "everywhere"}),
+                json!({"policy": "everywhere", "clusters": ["eu-1"], "clusterSelector": {}}),
+                json!({"policy": "spread", "minClusters": 2, "maxClusters": 3}),
+            ],
+            invalid: vec![
+                json!({"policy": "everywhere", "maxClusters": 2}),
+                json!({"policy": "everywhere", "minClusters": 2}),
+                json!({"policy": "everywhere", "weights": {"eu-1": 1}}),
+                json!({"policy": "everywhere", "bursting": {"threshold": 80}}),
+                json!({"policy": "everywhere", "proximity": {"origin": {"region": "eu"}}}),
+            ],
+        },
+        Case {
             rule_contains: "has(self.cluster) || has(self.region) || has(self.coordinates)",
             valid: vec![
                 json!({"region": "eu-west"}),

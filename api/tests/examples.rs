@@ -198,3 +198,29 @@ fn schema_check_catches_typos() {
             .any(|p| p.starts_with("spec.placement.maxCluster: not in the schema"))
     );
 }
+
+#[test]
+fn everywhere_example_runs_one_collector_per_selected_cluster() {
+    let docs = documents("everywhere.yaml");
+    let mcds = of_kind(&docs, "MultiClusterDeployment");
+    assert_eq!(mcds.len(), 1);
+    assert_fits_crd::<MultiClusterDeployment>(mcds[0]);
+    let mcd: MultiClusterDeployment = serde_json::from_value(mcds[0].clone()).unwrap();
+    assert_eq!(mcd.spec.placement.policy, PlacementPolicy::Everywhere);
+    assert_eq!(mcd.spec.replicas, 1, "one per cluster");
+    let selector = mcd
+        .spec
+        .placement
+        .cluster_selector
+        .as_ref()
+        .expect("a cluster selector");
+    let requirement = &selector.match_expressions.as_ref().expect("an expression")[0];
+    assert_eq!(
+        (requirement.key.as_str(), requirement.operator.as_str()),
+        ("nave.dev/logs", "NotIn")
+    );
+    mcd.spec
+        .template
+        .deployment_spec()
+        .expect("the example template is a valid DeploymentSpec");
+}

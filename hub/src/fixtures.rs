@@ -7,6 +7,21 @@ use nave_policies::{
     Capacity, CapacityModel, Cluster, Demand, Fleet, Node, NodeGroup, Policy, Request, Resources, Strategy,
 };
 
+/// Health in which `cluster` failed over at 100 s, after its last heartbeat at 0 s.
+pub(crate) fn failed_over(cluster: &str) -> crate::cluster_health::HealthSnapshot {
+    crate::cluster_health::HealthSnapshot {
+        failed_over: [(
+            cluster.to_owned(),
+            crate::cluster_health::FailedOver {
+                since: at(100),
+                last_heartbeat: Some(at(0)),
+            },
+        )]
+        .into(),
+        ..Default::default()
+    }
+}
+
 /// A fixed instant `seconds` after an arbitrary origin.
 pub(crate) fn at(seconds: i64) -> jiff::Timestamp {
     jiff::Timestamp::from_second(1_700_000_000 + seconds).unwrap()

@@ -29,8 +29,8 @@ use std::time::Duration;
 use k8s_openapi::api::apps::v1::DeploymentSpec;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::runtime::events::EventType;
-use nave_api::MultiClusterDeployment;
 use nave_api::wire::WorkloadRef;
+use nave_api::{MultiClusterDeployment, PlacementPolicy};
 use nave_policies::{Decision, Fleet, Ledger, Request};
 
 use self::moves::Adapt;
@@ -86,6 +86,20 @@ pub fn validate(mcd: &MultiClusterDeployment) -> Result<Valid, String> {
     ];
     for (field, selector) in selectors {
         check_selector(field, selector)?;
+    }
+    if placement.policy == PlacementPolicy::Everywhere {
+        let set = [
+            ("maxClusters", placement.max_clusters.is_some()),
+            ("minClusters", placement.min_clusters.is_some()),
+            ("weights", !placement.weights.is_empty()),
+            ("bursting", placement.bursting.is_some()),
+            ("proximity", placement.proximity.is_some()),
+        ];
+        if let Some((field, _)) = set.iter().find(|(_, set)| *set) {
+            return Err(format!(
+                "spec.placement.{field}: Forbidden: policy everywhere runs spec.replicas in every selected cluster, so {field} does not apply"
+            ));
+        }
     }
     let rescheduling = &placement.rescheduling;
     let pending_timeout = rescheduling.pending_timeout().map_err(|e| e.to_string())?;
@@ -257,18 +271,35 @@ pub fn plan(inputs: &Inputs<'_>) -> Planned {
         stuck,
         now,
     );
+    // `everywhere` moves nothing between clusters: a lost cluster keeps its replicas (they run
+    // there if only the hub lost it, and every other cluster already runs its own), a stuck one
+    // waits for room there, and there is no burst to retract.
+    let everywhere = spec.placement.policy == PlacementPolicy::Everywhere;
     // Failover first: a lost cluster's replicas move before stuck or burst ones.
-    let decision = failover.decide(fleet, ledger, &request);
-    let decision = if failover.trigger().is_some() {
+    let decision = if everywhere {
+        nave_policies::decide(fleet, ledger, &request)
+    } else {
+        failover.decide(fleet, ledger, &request)
+    };
+    let decision = if everywhere || failover.trigger().is_some() {
         decision
     } else {
         adapt.decide(fleet, ledger, &request, decision)
     };
-    let moving = adapt
-        .hold(&request.current, &decision, fleet, reports, workload)
-        .cloned();
+    let moving = if everywhere {
+        None
+    } else {
+        adapt
+            .hold(&request.current, &decision, fleet, reports, workload)
+            .cloned()
+    };
 
-    let trigger = match failover.trigger().or(adapt.trigger()) {
+    let departed = if everywhere {
+        None
+    } else {
+        failover.trigger().or(adapt.trigger())
+    };
+    let trigger = match departed {
         Some(trigger) => trigger,
         None if previous.is_none_or(|p| p.generation != generation) => TRIGGER_SPEC,
         None => TRIGGER_FLEET,
@@ -276,11 +307,12 @@ pub fn plan(inputs: &Inputs<'_>) -> Planned {
     let explanation = decision.to_string();
     let summary = explanation.lines().next().unwrap_or_default().to_owned();
     let mut stored = StoredDecision::of(&decision, &demand);
-    failover.annotate(&mut stored);
-    adapt.annotate(&mut stored);
-    let reason = failover
-        .reason(&decision)
-        .or_else(|| adapt.reason(&decision))
+    if !everywhere {
+        failover.annotate(&mut stored);
+        adapt.annotate(&mut stored);
+    }
+    let reason = departed
+        .and_then(|_| failover.reason(&decision).or_else(|| adapt.reason(&decision)))
         .unwrap_or(summary);
 
     let mut events = vec![if decision.unplaced > 0 {
@@ -297,12 +329,12 @@ pub fn plan(inputs: &Inputs<'_>) -> Planned {
         }
     }];
     let mut failed_over = false;
-    if let Some((type_, reason, note)) = failover.event(&decision) {
+    if let Some((type_, reason, note)) = departed.and_then(|_| failover.event(&decision)) {
         failed_over = reason == event_reasons::FAILED_OVER;
         events.push(PlannedEvent { type_, reason, note });
     }
     let mut moved = 0;
-    if let Some((type_, reason, note)) = adapt.event(&decision) {
+    if let Some((type_, reason, note)) = departed.and_then(|_| adapt.event(&decision)) {
         moved = adapt.moved();
         events.push(PlannedEvent { type_, reason, note });
     }

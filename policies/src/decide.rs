@@ -27,6 +27,10 @@ mod tests;
 /// always give the same decision; ties go to the earlier cluster name.
 pub fn decide(fleet: &Fleet, ledger: &Ledger, request: &Request) -> Decision {
     let mut t = evaluate(fleet, ledger, request);
+    if request.policy.strategy == Strategy::Everywhere {
+        let (asked, unplaced, notes) = everywhere(&mut t, request);
+        return finish(t, request, asked, unplaced, notes);
+    }
     let ranked = rank(&mut t, fleet, request);
     let kept: u64 = t.cands.iter().map(|c| c.kept).sum();
     let asked = u64::from(request.replicas);
@@ -37,7 +41,49 @@ pub fn decide(fleet: &Fleet, ledger: &Ledger, request: &Request) -> Decision {
         shrink(&mut t, request, kept - asked);
         0
     };
-    finish(t, request, unplaced, notes)
+    finish(t, request, u64::from(request.replicas), unplaced, notes)
+}
+
+/// Policy `everywhere`: every eligible cluster (regular or burst) to `request.replicas`, as far
+/// as its room goes; a cluster that is not eligible keeps what it has (up to that count) unless
+/// its filter moves replicas away. Returns the replicas asked in total, those unplaced, and a
+/// note per cluster short of room.
+fn everywhere(t: &mut Table<'_>, request: &Request) -> (u64, u64, Vec<Note>) {
+    let per_cluster = u64::from(request.replicas);
+    let (mut asked, mut unplaced, mut notes) = (0, 0, Vec::new());
+    for i in 0..t.cands.len() {
+        let (kept, free, eligible) = (t.cands[i].kept, t.cands[i].free, t.cands[i].eligible);
+        if kept > per_cluster {
+            t.remove(i, kept - per_cluster, Removal::PerCluster);
+            if eligible {
+                t.outs[i].idle = Some(Idle::ScaleDown);
+            }
+        }
+        if !eligible {
+            asked += kept.min(per_cluster);
+            continue;
+        }
+        asked += per_cluster;
+        let want = per_cluster.saturating_sub(kept);
+        let give = want.min(free);
+        t.add(i, give, Addition::Everywhere);
+        if give < want {
+            unplaced += want - give;
+            notes.push(Note::ShortOfRoom {
+                cluster: t.outs[i].cluster.to_string(),
+                placed: to_u32(kept + give),
+                per_cluster: request.replicas,
+            });
+        }
+        if give == 0 && t.outs[i].idle.is_none() {
+            t.outs[i].idle = Some(if want == 0 {
+                Idle::NothingToPlace
+            } else {
+                Idle::NoRoom
+            });
+        }
+    }
+    (asked, unplaced, notes)
 }
 
 /// A cluster's working state while the decision is being made; its explanation is built beside
@@ -279,7 +325,8 @@ fn rank(t: &mut Table<'_>, fleet: &Fleet, request: &Request) -> Vec<usize> {
     let strategy = &request.policy.strategy;
     let mut proximity: Vec<Option<Proximity>> = Vec::new();
     match strategy {
-        Strategy::WorstFit | Strategy::Spread => {
+        // `everywhere` ranks nothing (see [`everywhere`]); listed so the match stays complete.
+        Strategy::WorstFit | Strategy::Spread | Strategy::Everywhere => {
             // Largest score first, then name order: sorting (score, index) pairs, each with its
             // key computed once, is several times cheaper than comparing through the table.
             // Both fit one u64 in any real fleet (scores below 2^40 replicas, indexes below
@@ -606,7 +653,7 @@ fn shrink(t: &mut Table<'_>, request: &Request, surplus: u64) {
     }
 }
 
-fn finish(t: Table<'_>, request: &Request, unplaced: u64, mut notes: Vec<Note>) -> Decision {
+fn finish(t: Table<'_>, request: &Request, asked: u64, unplaced: u64, mut notes: Vec<Note>) -> Decision {
     let mut assignment = std::collections::BTreeMap::new();
     let mut clusters = t.outs;
     for (c, out) in t.cands.iter().zip(clusters.iter_mut()) {
@@ -625,7 +672,7 @@ fn finish(t: Table<'_>, request: &Request, unplaced: u64, mut notes: Vec<Note>) 
     }
     Decision {
         strategy: request.policy.strategy.clone(),
-        replicas: request.replicas,
+        replicas: to_u32(asked),
         assignment,
         unplaced: to_u32(unplaced),
         clusters,

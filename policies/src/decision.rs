@@ -140,6 +140,8 @@ pub enum Addition {
         /// The cluster already holding replicas it is nearest to.
         near: Option<String>,
     },
+    /// Every eligible cluster runs the same number (policy `everywhere`).
+    Everywhere,
 }
 
 impl fmt::Display for Addition {
@@ -153,6 +155,7 @@ impl fmt::Display for Addition {
             Addition::Overflow { near: None } => f.write_str("overflow"),
             Addition::Burst { near: Some(near) } => write!(f, "burst, nearest to {near}"),
             Addition::Burst { near: None } => f.write_str("burst"),
+            Addition::Everywhere => f.write_str("every eligible cluster runs the same count"),
         }
     }
 }
@@ -168,6 +171,8 @@ pub enum Removal {
     BurstFirst,
     /// Scale-down, proportionally to what each cluster holds (or to its weight).
     Proportional,
+    /// Scale-down to the count every cluster runs (policy `everywhere`).
+    PerCluster,
 }
 
 impl fmt::Display for Removal {
@@ -177,6 +182,7 @@ impl fmt::Display for Removal {
             Removal::Evacuated => "evacuated",
             Removal::BurstFirst => "scale-down, burst clusters first",
             Removal::Proportional => "scale-down, proportionally",
+            Removal::PerCluster => "scale-down to the count every cluster runs",
         })
     }
 }
@@ -361,6 +367,16 @@ pub enum Note {
         /// `maxClusters`.
         max: u32,
     },
+    /// Policy `everywhere`: a cluster has room for fewer than the count every cluster runs; the
+    /// rest are unplaced until room frees there (they never go to another cluster).
+    ShortOfRoom {
+        /// The cluster.
+        cluster: String,
+        /// Replicas it runs or was given.
+        placed: u32,
+        /// The count every cluster runs.
+        per_cluster: u32,
+    },
 }
 
 impl fmt::Display for Note {
@@ -379,6 +395,14 @@ impl fmt::Display for Note {
                     "the {max} chosen cluster(s) were full; overflow went beyond maxClusters={max}"
                 )
             }
+            Note::ShortOfRoom {
+                cluster,
+                placed,
+                per_cluster,
+            } => write!(
+                f,
+                "{cluster} has room for {placed} of the {per_cluster} replica(s) every cluster runs; the rest wait for room there"
+            ),
         }
     }
 }
@@ -388,7 +412,7 @@ impl fmt::Display for Note {
 pub struct Decision {
     /// The strategy used.
     pub strategy: Strategy,
-    /// Replicas asked for.
+    /// Replicas asked for in total (with `everywhere`, the count per cluster times the clusters).
     pub replicas: u32,
     /// Replicas per cluster, clusters with none left out.
     pub assignment: BTreeMap<String, u32>,

@@ -21,6 +21,11 @@ pub enum Strategy {
     Proximity(Origin),
     /// As even as capacity allows over the chosen clusters.
     Spread,
+    /// [`Request::replicas`] in every eligible cluster, burst clusters included (as Karmada's
+    /// `Duplicated` replica scheduling, or a DaemonSet with clusters for nodes): nothing is
+    /// ranked, divided, overflowed or moved, and a cluster short of room gets what fits, the
+    /// rest counted unplaced.
+    Everywhere,
 }
 
 impl Strategy {
@@ -31,6 +36,7 @@ impl Strategy {
             Strategy::BestFit => "best-fit",
             Strategy::Proximity(_) => "proximity",
             Strategy::Spread => "spread",
+            Strategy::Everywhere => "everywhere",
         }
     }
 }
@@ -84,7 +90,8 @@ pub struct Policy {
 /// are now?
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Request {
-    /// Total replicas wanted across clusters.
+    /// Total replicas wanted across clusters; with [`Strategy::Everywhere`], replicas wanted in
+    /// each cluster.
     pub replicas: u32,
     /// What one replica needs.
     pub demand: Demand,

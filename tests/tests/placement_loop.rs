@@ -732,3 +732,76 @@ async fn a_hand_made_object_of_the_same_name_is_left_alone_and_the_conflict_is_r
     env.stop_agent(&cluster).await;
     env.shutdown().await;
 }
+
+/// Policy `everywhere`: the count in every selected cluster, following the selection as
+/// clusters stop and start matching, and the count as it is scaled; nothing moves between
+/// clusters.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn everywhere_runs_the_count_in_every_selected_cluster_and_follows_the_selection() {
+    let env = env(3).await;
+    let all = |n: i32| -> BTreeMap<String, i32> {
+        ["ap-south-1", "eu-west-1", "us-east-1"]
+            .map(|c| (c.to_owned(), n))
+            .into()
+    };
+    mcds(&env)
+        .create(
+            &PostParams::default(),
+            &Mcd::new("agent")
+                .namespace(NS)
+                .replicas(1)
+                .placement(json!({
+                    "policy": "everywhere",
+                    "clusterSelector": {"matchExpressions": [
+                        {"key": "nave.dev/logs", "operator": "NotIn", "values": ["off"]}
+                    ]}
+                }))
+                .build(),
+        )
+        .await
+        .expect("MCD created");
+    let placed_now = placed(&env.wait_rolled_out(NS, "agent", 3).await);
+    assert_eq!(placed_now, all(1), "one in each of the three clusters");
+    let uids = deployment_uids(&env, "agent").await;
+
+    // A cluster stops matching: its replica goes and no other cluster takes it.
+    let wcls: Api<nave_api::WorkloadCluster> = Api::all(env.client.clone());
+    let label = |value: Option<&str>| Patch::Merge(json!({"metadata": {"labels": {"nave.dev/logs": value}}}));
+    wcls.patch("us-east-1", &PatchParams::default(), &label(Some("off")))
+        .await
+        .expect("WorkloadCluster labelled");
+    let two = env.wait_rolled_out(NS, "agent", 2).await;
+    let mut expected = all(1);
+    expected.remove("us-east-1");
+    assert_eq!(
+        placed(&two),
+        expected,
+        "us-east-1 no longer runs it (and its Deployment is gone: placed and running agree)"
+    );
+    // It matches again, and the count is raised: every selected cluster runs two, and the
+    // Deployments that stayed are the same objects (scaled, not replaced).
+    wcls.patch("us-east-1", &PatchParams::default(), &label(None))
+        .await
+        .expect("label removed");
+    mcds(&env)
+        .patch(
+            "agent",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"replicas": 2}})),
+        )
+        .await
+        .expect("MCD scaled");
+    let six = env.wait_rolled_out(NS, "agent", 6).await;
+    assert_eq!(placed(&six), all(2), "two in each cluster");
+    let status = six.status.clone().unwrap_or_default();
+    assert_eq!(status.unplaced_replicas, 0);
+    let after = deployment_uids(&env, "agent").await;
+    for cluster in ["ap-south-1", "eu-west-1"] {
+        assert_eq!(
+            after.get(cluster),
+            uids.get(cluster),
+            "{cluster}'s Deployment was scaled in place"
+        );
+    }
+    env.shutdown().await;
+}

@@ -203,6 +203,7 @@ pub fn policy(placement: &Placement) -> Policy {
         PlacementPolicy::WorstFit => Strategy::WorstFit,
         PlacementPolicy::BestFit => Strategy::BestFit,
         PlacementPolicy::Spread => Strategy::Spread,
+        PlacementPolicy::Everywhere => Strategy::Everywhere,
         PlacementPolicy::Proximity => {
             let origin = placement.proximity.as_ref().map(|p| &p.origin);
             let origin = match (

@@ -9,7 +9,6 @@ use nave_testkit::Mcd;
 use serde_json::json;
 
 use super::*;
-use crate::cluster_health::FailedOver;
 use crate::fixtures;
 use crate::fixtures::{at, cluster, fleet};
 
@@ -206,17 +205,7 @@ fn failover_comes_before_moves_and_is_recorded_for_failback() {
     lost.ready = false;
     let mut world = World::new(mcd(4, json!({})), fleet(vec![lost, cluster("us-1", 8)]));
     world.previous = Some(previous(&[("eu-1", 2), ("us-1", 2)]));
-    world.health = HealthSnapshot {
-        failed_over: [(
-            "eu-1".to_owned(),
-            FailedOver {
-                since: at(100),
-                last_heartbeat: Some(at(0)),
-            },
-        )]
-        .into(),
-        ..HealthSnapshot::default()
-    };
+    world.health = fixtures::failed_over("eu-1");
     let planned = world.plan();
     assert_eq!(planned.trigger, failover::TRIGGER_FAILOVER);
     assert!(planned.failed_over);
@@ -285,4 +274,69 @@ fn an_override_that_retargets_the_deployment_is_an_invalid_spec() {
         message.starts_with("spec.overrides[0].patches[0].path: Forbidden"),
         "{message}"
     );
+}
+
+#[test]
+fn everywhere_never_fails_over_reschedules_or_retracts_and_keeps_each_cluster_at_the_count() {
+    let mut lost = cluster("eu-1", 8);
+    lost.ready = false;
+    let mut burst = cluster("burst", 8);
+    burst.burst_only = true;
+    let mut world = World::new(
+        mcd(2, json!({"policy": "everywhere"})),
+        fleet(vec![lost, cluster("full", 0), cluster("us-1", 8), burst]),
+    );
+    world.previous = Some(previous(&[("eu-1", 2), ("full", 1), ("us-1", 2), ("burst", 2)]));
+    world.reports = fixtures::reports(&web(), &[("full", 0, 1), ("us-1", 2, 0), ("burst", 2, 0)]);
+    // eu-1 is failed over and full's replica is stuck Pending past the timeout: with another
+    // policy both would move; here every cluster already runs its own two.
+    world.health = fixtures::failed_over("eu-1");
+    world.pending = stuck_pods("full", 1, 0);
+    let planned = world.plan();
+    assert_eq!(
+        planned.decision.assignment,
+        [("burst", 2), ("eu-1", 2), ("full", 1), ("us-1", 2)]
+            .map(|(c, n)| (c.to_owned(), n))
+            .into(),
+        "{}",
+        planned.decision
+    );
+    assert_eq!(planned.trigger, TRIGGER_FLEET, "{}", planned.reason);
+    assert!(!planned.failed_over);
+    assert_eq!(planned.moved, 0);
+    assert!(planned.moving.is_none());
+    assert!(planned.stored.failed_over_from.is_empty());
+    assert_eq!(planned.decision.unplaced, 1, "full has room for none more");
+    assert!(
+        planned
+            .events
+            .iter()
+            .all(|e| e.reason == event_reasons::FAILED_SCHEDULING),
+        "only the unplaced replica is worth an event: {:?}",
+        planned.events
+    );
+}
+
+#[test]
+fn everywhere_refuses_the_fields_that_do_not_apply_to_it() {
+    for (field, placement) in [
+        ("maxClusters", json!({"policy": "everywhere", "maxClusters": 2})),
+        ("minClusters", json!({"policy": "everywhere", "minClusters": 2})),
+        ("weights", json!({"policy": "everywhere", "weights": {"eu-1": 1}})),
+        (
+            "bursting",
+            json!({"policy": "everywhere", "bursting": {"threshold": 80}}),
+        ),
+        (
+            "proximity",
+            json!({"policy": "everywhere", "proximity": {"origin": {"region": "eu"}}}),
+        ),
+    ] {
+        let message = validate(&mcd(1, placement)).unwrap_err();
+        assert!(
+            message.starts_with(&format!("spec.placement.{field}: Forbidden")),
+            "{field}: {message}"
+        );
+    }
+    assert!(validate(&mcd(1, json!({"policy": "everywhere", "clusters": ["eu-1"]}))).is_ok());
 }

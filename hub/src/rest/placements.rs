@@ -20,7 +20,7 @@ pub(super) const DEFAULT_LIMIT: u32 = 50;
 pub(super) const MAX_LIMIT: u32 = 500;
 
 /// The placement policies, as `spec.placement.policy` spells them.
-pub(super) const POLICIES: [&str; 4] = ["worst-fit", "best-fit", "proximity", "spread"];
+pub(super) const POLICIES: [&str; 5] = ["worst-fit", "best-fit", "proximity", "spread", "everywhere"];
 
 /// A placement in a listing.
 #[derive(Serialize, Debug, ToSchema)]
@@ -34,9 +34,10 @@ pub(super) struct PlacementSummary {
     uid: String,
     /// The `metadata.generation` the decision was last written for.
     generation: i64,
-    /// The placement policy (`worst-fit`, `best-fit`, `proximity`, `spread`).
+    /// The placement policy (`worst-fit`, `best-fit`, `proximity`, `spread`, `everywhere`).
     policy: String,
-    /// Replicas asked for.
+    /// Replicas asked for in total (with `everywhere`, the count per cluster times the
+    /// clusters).
     replicas: u32,
     /// Replicas per cluster; clusters without replicas are left out.
     assignment: BTreeMap<String, u32>,
@@ -105,8 +106,8 @@ pub(super) struct ListQuery {
     namespace: Option<String>,
     /// Only placements with at least one replica in this cluster.
     cluster: Option<String>,
-    /// Only placements of this policy: `worst-fit`, `best-fit`, `proximity` or `spread`.
-    #[param(pattern = "^(worst-fit|best-fit|proximity|spread)$")]
+    /// Only placements of this policy: `worst-fit`, `best-fit`, `proximity`, `spread` or `everywhere`.
+    #[param(pattern = "^(worst-fit|best-fit|proximity|spread|everywhere)$")]
     policy: Option<String>,
     /// Page size, 1 to 500 (default 50).
     #[param(minimum = 1, maximum = 500)]

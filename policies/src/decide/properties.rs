@@ -64,6 +64,7 @@ fn strategy() -> impl Strategy<Value = crate::Strategy> {
         Just(crate::Strategy::WorstFit),
         Just(crate::Strategy::BestFit),
         Just(crate::Strategy::Spread),
+        Just(crate::Strategy::Everywhere),
         Just(crate::Strategy::Proximity(Origin::Cluster("b-1".into()))),
         Just(crate::Strategy::Proximity(Origin::Region {
             region: "us".into(),
@@ -147,8 +148,31 @@ proptest! {
         shapes in prop::collection::vec(shape(), 1..8), request in request(),
     ) {
         let d = decide(&build_fleet(&shapes), &Ledger::new(), &request);
-        prop_assert!(d.placed() <= request.replicas, "placed {} of {} asked\n{d}", d.placed(), request.replicas);
-        prop_assert_eq!(d.placed() + d.unplaced, request.replicas, "placed + unplaced should be asked\n{}", d);
+        if request.policy.strategy != crate::Strategy::Everywhere {
+            prop_assert_eq!(d.replicas, request.replicas, "asked is the request's total\n{}", d);
+        }
+        prop_assert!(d.placed() <= d.replicas, "placed {} of {} asked\n{d}", d.placed(), d.replicas);
+        prop_assert_eq!(d.placed() + d.unplaced, d.replicas, "placed + unplaced should be asked\n{}", d);
+    }
+
+    #[test]
+    fn everywhere_gives_each_eligible_cluster_the_count_or_all_its_room(
+        shapes in prop::collection::vec(shape(), 1..8), request in request(),
+    ) {
+        let request = Request { policy: Policy { strategy: crate::Strategy::Everywhere, ..request.policy.clone() }, ..request };
+        let d = decide(&build_fleet(&shapes), &Ledger::new(), &request);
+        let per = request.replicas;
+        for c in &d.clusters {
+            let room = c.room.as_ref().map_or(0, |r| r.replicas);
+            match &c.filter {
+                None if c.replicas < per => prop_assert_eq!(u64::from(c.added()), room, "{} is short but did not get all its room\n{}", &c.cluster, &d),
+                None => prop_assert_eq!(c.replicas, per, "{}\n{}", &c.cluster, &d),
+                Some(f) if f.moves_replicas_away() => prop_assert_eq!(c.replicas, 0, "{}\n{}", &c.cluster, &d),
+                // Evacuated replicas leave as asked; none come back in the same decision.
+                Some(_) if request.evacuate.contains_key(&*c.cluster) => prop_assert!(c.replicas <= c.previous.min(per), "{}\n{}", &c.cluster, &d),
+                Some(_) => prop_assert_eq!(c.replicas, c.previous.min(per), "{} keeps what it has, up to the count\n{}", &c.cluster, &d),
+            }
+        }
     }
 
     #[test]
@@ -188,6 +212,10 @@ proptest! {
 
     #[test]
     fn scale_down_never_adds(shapes in prop::collection::vec(shape(), 1..8), request in request()) {
+        // The count of `everywhere` is per cluster: scaling in lowers every cluster alike.
+        if request.policy.strategy == crate::Strategy::Everywhere {
+            return Ok(());
+        }
         let fleet = build_fleet(&shapes);
         let mut request = plain(&request, &fleet);
         request.replicas = request.replicas.min(request.current.values().sum());
@@ -201,6 +229,10 @@ proptest! {
 
     #[test]
     fn burst_clusters_empty_first_on_scale_in(shapes in prop::collection::vec(shape(), 1..8), request in request()) {
+        // The count of `everywhere` is per cluster: scaling in lowers every cluster alike.
+        if request.policy.strategy == crate::Strategy::Everywhere {
+            return Ok(());
+        }
         let fleet = build_fleet(&shapes);
         let mut request = plain(&request, &fleet);
         request.replicas = request.replicas.min(request.current.values().sum());

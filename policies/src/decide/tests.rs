@@ -871,3 +871,94 @@ fn tolerations_open_tainted_nodes() {
     let tolerated = ask(4).demand(demand).on(&fleet);
     assert_eq!(placed(&tolerated), [("spot", 4)], "seen\n{tolerated}");
 }
+
+// ---- Everywhere ------------------------------------------------------------------------------
+
+fn everywhere(per_cluster: u32) -> Ask {
+    ask(per_cluster).strategy(Strategy::Everywhere)
+}
+
+#[test]
+fn everywhere_puts_the_count_in_every_eligible_cluster_burst_ones_included() {
+    let fleet = fleet([
+        mk_cluster("eu-1").cpu(16),
+        mk_cluster("eu-2").cpu(4),
+        mk_cluster("spare").cpu(8).burst_only(),
+        mk_cluster("us-1").cpu(16).label("env", "test"),
+    ]);
+    let decision = everywhere(2)
+        .selector(LabelSelector {
+            match_expressions: vec![label_req("env", LabelSelectorOperator::DoesNotExist, &[])],
+            ..LabelSelector::default()
+        })
+        .on(&fleet);
+    assert_eq!(
+        placed(&decision),
+        [("eu-1", 2), ("eu-2", 2), ("spare", 2)],
+        "2 in each matching cluster, whatever its room or role; seen\n{decision}"
+    );
+    assert_eq!(decision.replicas, 6, "asked is the count times the clusters");
+    assert_eq!(decision.unplaced, 0);
+    assert_eq!(
+        line(&decision, "eu-2"),
+        "eu-2: room for 4 replicas (cpu-bound), given 2 (+2 every eligible cluster runs the same count)"
+    );
+    assert!(
+        decision
+            .to_string()
+            .starts_with("everywhere: 6 replica(s) asked, 6 placed on 3 cluster(s)"),
+        "{decision}"
+    );
+}
+
+#[test]
+fn everywhere_follows_the_fleet_and_the_count() {
+    let fleet = fleet([
+        mk_cluster("a").cpu(8),
+        mk_cluster("b").cpu(8),
+        mk_cluster("c").cpu(8),
+    ]);
+    // A cluster joined (c), the count went from 3 to 2, and nothing moves between clusters.
+    let decision = everywhere(2).current(&[("a", 3), ("b", 3)]).on(&fleet);
+    assert_eq!(
+        placed(&decision),
+        [("a", 2), ("b", 2), ("c", 2)],
+        "seen\n{decision}"
+    );
+    assert!(
+        line(&decision, "a").contains("-1 scale-down to the count every cluster runs"),
+        "{}",
+        line(&decision, "a")
+    );
+    // A cluster stopped matching the selector: its replicas go, no other cluster takes them.
+    let decision = everywhere(2)
+        .allow(&["a", "c"])
+        .current(&[("a", 2), ("b", 2), ("c", 2)])
+        .on(&fleet);
+    assert_eq!(placed(&decision), [("a", 2), ("c", 2)], "seen\n{decision}");
+    assert_eq!(decision.replicas, 4);
+}
+
+#[test]
+fn everywhere_keeps_what_a_lost_or_cordoned_cluster_runs_and_counts_a_short_one_unplaced() {
+    let fleet = fleet([
+        mk_cluster("full").cpu(1),
+        mk_cluster("lost").cpu(8).not_ready(),
+        mk_cluster("maint").cpu(8).cordoned(),
+        mk_cluster("ok").cpu(8),
+    ]);
+    let decision = everywhere(3).current(&[("lost", 3), ("maint", 1)]).on(&fleet);
+    assert_eq!(
+        placed(&decision),
+        [("full", 1), ("lost", 3), ("maint", 1), ("ok", 3)],
+        "seen\n{decision}"
+    );
+    assert_eq!(decision.unplaced, 2, "full has room for 1 of 3");
+    assert_eq!(decision.replicas, 3 + 3 + 1 + 3);
+    assert!(
+        decision.to_string().contains(
+            "note: full has room for 1 of the 3 replica(s) every cluster runs; the rest wait for room there"
+        ),
+        "{decision}"
+    );
+}

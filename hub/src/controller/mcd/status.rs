@@ -86,7 +86,10 @@ pub fn status_of(
     let wanted = mcd.spec.replicas;
     let summary = decision.to_string().lines().next().unwrap_or_default().to_owned();
 
-    let scheduled = if decision.unplaced == 0 {
+    // Policy `everywhere` asks nothing of a fleet where no cluster is eligible: that is not
+    // "every replica placed" for a user who asked for replicas.
+    let nowhere = decision.replicas == 0 && wanted > 0;
+    let scheduled = if decision.unplaced == 0 && !nowhere {
         condition(
             types::SCHEDULED,
             conditions::TRUE,

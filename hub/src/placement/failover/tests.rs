@@ -3,24 +3,16 @@ use std::time::Duration;
 use nave_policies::Cluster;
 
 use super::*;
-use crate::cluster_health::FailedOver;
 use crate::fixtures::{at, cluster, fleet, request};
 
 /// `eu-1` failed over at 100 s after its last heartbeat at 0 s; `us-1` Ready since 0 s.
 fn eu_lost() -> HealthSnapshot {
     HealthSnapshot {
-        failed_over: [(
-            "eu-1".to_owned(),
-            FailedOver {
-                since: at(100),
-                last_heartbeat: Some(at(0)),
-            },
-        )]
-        .into(),
         stale: ["eu-1".to_owned()].into(),
         ready_since: [("us-1".to_owned(), at(0))].into(),
         partitioned: false,
         settle: Duration::from_secs(300),
+        ..crate::fixtures::failed_over("eu-1")
     }
 }
 
