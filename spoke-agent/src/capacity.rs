@@ -18,7 +18,7 @@ pub const PER_NODE_LABELS: &[&str] = &["kubernetes.io/hostname"];
 /// The cluster's capacity model: nodes grouped by labels (without [`PER_NODE_LABELS`]) and
 /// taints, each with allocatable and the requests of the non-terminal pods bound to it.
 pub fn capacity_model<'a>(
-    nodes: impl IntoIterator<Item = &'a Node>,
+    nodes: impl IntoIterator<Item = &'a NodeSummary>,
     pods: impl IntoIterator<Item = &'a PodSummary>,
 ) -> CapacityModel {
     let mut requested: BTreeMap<&str, Resources> = BTreeMap::new();
@@ -33,11 +33,65 @@ pub fn capacity_model<'a>(
         *entry = entry.saturating_add(pod.requests);
     }
 
-    type GroupKey = (BTreeMap<String, String>, Vec<Taint>);
-    let mut groups: BTreeMap<GroupKey, Vec<NodeCapacity>> = BTreeMap::new();
+    type GroupKey<'a> = (&'a BTreeMap<String, String>, &'a [Taint]);
+    let mut groups: BTreeMap<GroupKey<'_>, Vec<NodeCapacity>> = BTreeMap::new();
     let mut totals = CapacityTotals::default();
     for node in nodes {
-        let name = node.metadata.name.clone().unwrap_or_default();
+        let capacity = NodeCapacity {
+            requested: requested.get(node.name.as_str()).copied().unwrap_or_default(),
+            name: node.name.clone(),
+            allocatable: node.allocatable,
+            ready: node.ready,
+            unschedulable: node.unschedulable,
+        };
+        totals.nodes += 1;
+        if capacity.schedulable() {
+            totals.schedulable_nodes += 1;
+            totals.allocatable = totals.allocatable.saturating_add(capacity.allocatable);
+            totals.requested = totals.requested.saturating_add(capacity.requested);
+        }
+        groups
+            .entry((&node.labels, node.taints.as_slice()))
+            .or_default()
+            .push(capacity);
+    }
+    let node_groups = groups
+        .into_iter()
+        .map(|((labels, taints), mut nodes)| {
+            nodes.sort_by(|a, b| a.name.cmp(&b.name));
+            NodeGroup {
+                labels: labels.clone(),
+                taints: taints.to_vec(),
+                nodes,
+            }
+        })
+        .collect();
+    CapacityModel { node_groups, totals }
+}
+
+/// What the agent keeps of a node: what the capacity model reads of it, in a few hundred bytes
+/// where the node as the API server sends it (images, addresses, system information, managed
+/// fields) takes kilobytes in memory (see [`crate::trim`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct NodeSummary {
+    /// Node name.
+    pub name: String,
+    /// Its labels without [`PER_NODE_LABELS`]: nodes with the same labels and taints form a
+    /// node group.
+    pub labels: BTreeMap<String, String>,
+    /// Its taints of known effects, sorted, without duplicates.
+    pub taints: Vec<Taint>,
+    /// `status.allocatable`: CPU, memory and pods.
+    pub allocatable: Resources,
+    /// Condition `Ready` is `True`.
+    pub ready: bool,
+    /// `spec.unschedulable` (cordoned).
+    pub unschedulable: bool,
+}
+
+impl NodeSummary {
+    /// The summary of `node`.
+    pub fn of(node: &Node) -> NodeSummary {
         let labels: BTreeMap<String, String> = node
             .metadata
             .labels
@@ -88,34 +142,15 @@ pub fn capacity_model<'a>(
             .into_iter()
             .flatten()
             .any(|c| c.type_ == "Ready" && c.status == "True");
-        let unschedulable = node.spec.as_ref().and_then(|s| s.unschedulable).unwrap_or(false);
-        let capacity = NodeCapacity {
-            requested: requested.get(name.as_str()).copied().unwrap_or_default(),
-            name,
+        NodeSummary {
+            name: node.metadata.name.clone().unwrap_or_default(),
+            labels,
+            taints,
             allocatable,
             ready,
-            unschedulable,
-        };
-        totals.nodes += 1;
-        if capacity.schedulable() {
-            totals.schedulable_nodes += 1;
-            totals.allocatable = totals.allocatable.saturating_add(capacity.allocatable);
-            totals.requested = totals.requested.saturating_add(capacity.requested);
+            unschedulable: node.spec.as_ref().and_then(|s| s.unschedulable).unwrap_or(false),
         }
-        groups.entry((labels, taints)).or_default().push(capacity);
     }
-    let node_groups = groups
-        .into_iter()
-        .map(|((labels, taints), mut nodes)| {
-            nodes.sort_by(|a, b| a.name.cmp(&b.name));
-            NodeGroup {
-                labels,
-                taints,
-                nodes,
-            }
-        })
-        .collect();
-    CapacityModel { node_groups, totals }
 }
 
 /// Whether a pod is done (`Succeeded` or `Failed`) and holds no resources any more.

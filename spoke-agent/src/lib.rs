@@ -328,7 +328,7 @@ pub struct Agent {
     config: Arc<Config>,
     identity: Identity,
     applier: Applier,
-    nodes: Store<Node>,
+    nodes: trim::Nodes,
     pods: trim::Pods,
     deployments: Store<Deployment>,
     kubernetes_version: Option<String>,
@@ -417,12 +417,11 @@ pub async fn run_agent(config: Config, client: Client, shutdown: CancellationTok
     info!(applied_revision = ?state.revision, objects = state.objects.len(), "resuming");
     metrics.set_applied(state.revision, state.objects.len());
 
-    let (nodes, nodes_writer) = reflector::store::<Node>();
     let (deployments, deployments_writer) = reflector::store::<Deployment>();
     let agent = Arc::new(Agent {
         identity: Identity::new(hub, client.clone(), config.clone(), kubernetes_version.clone()),
         applier,
-        nodes,
+        nodes: trim::Nodes::new(),
         pods: trim::Pods::new(),
         deployments,
         kubernetes_version,
@@ -446,17 +445,19 @@ pub async fn run_agent(config: Config, client: Client, shutdown: CancellationTok
         let agent = agent.clone();
         move || agent.status_wake.notify_one()
     };
-    let stream = reflector::reflector(
-        nodes_writer,
-        watcher(Api::<Node>::all(client.clone()), watcher::Config::default()).modify(trim::node),
-    );
-    tasks.spawn(drain(
-        stream.default_backoff().boxed(),
-        shutdown.clone(),
-        "nodes",
-        None,
-    ));
-    // Pods are kept as summaries, not whole (see `trim`).
+    // Nodes and pods are kept as summaries, not whole (see `trim`). A node's change shows in
+    // the next heartbeat; it changes no status report.
+    let nodes_agent = agent.clone();
+    let stream = watcher(Api::<Node>::all(client.clone()), watcher::Config::default())
+        .default_backoff()
+        .map(move |event| {
+            if let Ok(event) = &event {
+                nodes_agent.nodes.apply(event);
+            }
+            event.map(|_| ())
+        })
+        .boxed();
+    tasks.spawn(drain_items(stream, shutdown.clone(), "nodes"));
     let pod_wake = wake(&agent);
     let pods_agent = agent.clone();
     let stream = watcher(Api::<Pod>::all(client.clone()), watcher::Config::default())
@@ -487,11 +488,7 @@ pub async fn run_agent(config: Config, client: Client, shutdown: CancellationTok
     ));
 
     let ready = async {
-        agent
-            .nodes
-            .wait_until_ready()
-            .await
-            .map_err(|_| Error::ReflectorStopped("nodes"))?;
+        agent.nodes.wait_until_ready().await;
         agent.pods.wait_until_ready().await;
         agent
             .deployments

@@ -6,114 +6,126 @@
 //! container statuses, and its Rust form takes kilobytes even when empty (a `Container` alone is
 //! over 2 KiB); a node carries its images and system information. In a cluster of thousands of
 //! nodes and tens of thousands of pods, keeping them whole was most of the agent's memory
-//! (BENCHMARKS.md). So each pod is reduced to a [`PodSummary`] as its watch event arrives, kept in
-//! a [`Pods`] index instead of a reflector, and each node is trimmed before its reflector stores
-//! it: a whole object is held only while its event is handled.
+//! (BENCHMARKS.md). So each pod is reduced to a [`PodSummary`] and each node to a
+//! [`NodeSummary`] as its watch event arrives, and kept in an [`Index`] instead of a reflector: a
+//! whole object is held only while its event is handled.
 //!
-//! A field that the agent starts reading must be kept here too; the tests compare what is
-//! computed from trimmed nodes with what is computed from whole ones.
+//! A field that the agent starts reading must be kept in a summary too.
 
 use std::collections::HashMap;
+use std::marker::PhantomData;
 use std::sync::{Arc, RwLock};
 
-use k8s_openapi::api::core::v1::{Node, NodeCondition, NodeSpec, NodeStatus, Pod};
-use kube::api::ObjectMeta;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::Resource;
 use kube::runtime::watcher;
 use tokio::sync::watch;
 
-use crate::capacity::PodSummary;
+use crate::capacity::{NodeSummary, PodSummary};
 
 #[cfg(test)]
 mod tests;
 
-/// Keeps of `node` its identity, its labels (node groups are made of them), its taints, whether
-/// it is cordoned, its allocatable resources and whether it is Ready.
-pub fn node(node: &mut Node) {
-    let meta = std::mem::take(&mut node.metadata);
-    node.metadata = ObjectMeta {
-        name: meta.name,
-        uid: meta.uid,
-        resource_version: meta.resource_version,
-        labels: meta.labels,
-        ..ObjectMeta::default()
-    };
-    node.spec = node.spec.take().map(|spec| NodeSpec {
-        taints: spec.taints,
-        unschedulable: spec.unschedulable,
-        ..NodeSpec::default()
-    });
-    node.status = node.status.take().map(|status| NodeStatus {
-        allocatable: status.allocatable,
-        conditions: status.conditions.map(|conditions| {
-            conditions
-                .into_iter()
-                .filter(|c| c.type_ == "Ready")
-                .map(|c| NodeCondition {
-                    type_: c.type_,
-                    status: c.status,
-                    ..NodeCondition::default()
-                })
-                .collect()
-        }),
-        ..NodeStatus::default()
-    });
+/// What the agent keeps of an object of kind `K`.
+pub trait Summary<K>: Sized {
+    /// The summary of `object`.
+    fn of(object: &K) -> Self;
+
+    /// Whether a change of this object can change a status report.
+    fn matters(&self) -> bool {
+        false
+    }
 }
 
-/// The cluster's pods as [`PodSummary`]s, by namespace and name, kept from a pod watch's events
-/// (what a reflector does, for a type smaller than the pod).
+impl Summary<Pod> for PodSummary {
+    fn of(pod: &Pod) -> Self {
+        PodSummary::of(pod)
+    }
+
+    /// It is Pending, or Nave's.
+    fn matters(&self) -> bool {
+        PodSummary::matters(self)
+    }
+}
+
+impl Summary<Node> for NodeSummary {
+    fn of(node: &Node) -> Self {
+        NodeSummary::of(node)
+    }
+}
+
+/// The cluster's pods as summaries.
+pub type Pods = Index<Pod, PodSummary>;
+/// The cluster's nodes as summaries.
+pub type Nodes = Index<Node, NodeSummary>;
+
+/// Summaries of the objects of kind `K`, by namespace and name, kept from a watch's events (what
+/// a reflector does, for a type smaller than the object).
 #[derive(Debug)]
-pub struct Pods {
-    state: RwLock<PodsState>,
+pub struct Index<K, S> {
+    state: RwLock<State<S>>,
     listed: watch::Sender<bool>,
+    kind: PhantomData<fn(&K)>,
 }
 
-#[derive(Debug, Default)]
-struct PodsState {
-    live: HashMap<PodKey, Arc<PodSummary>>,
+#[derive(Debug)]
+struct State<S> {
+    live: HashMap<Key, Arc<S>>,
     /// While the watch lists again: what it listed so far, which replaces `live` when done.
-    relisting: Option<HashMap<PodKey, Arc<PodSummary>>>,
+    relisting: Option<HashMap<Key, Arc<S>>>,
 }
 
-type PodKey = (String, String);
-
-fn key(pod: &Pod) -> PodKey {
-    (
-        pod.metadata.namespace.clone().unwrap_or_default(),
-        pod.metadata.name.clone().unwrap_or_default(),
-    )
-}
-
-impl Default for Pods {
+impl<S> Default for State<S> {
     fn default() -> Self {
-        Pods {
-            state: RwLock::default(),
-            listed: watch::channel(false).0,
+        State {
+            live: HashMap::new(),
+            relisting: None,
         }
     }
 }
 
-impl Pods {
+type Key = (String, String);
+
+fn key<K: Resource>(object: &K) -> Key {
+    let meta = object.meta();
+    (
+        meta.namespace.clone().unwrap_or_default(),
+        meta.name.clone().unwrap_or_default(),
+    )
+}
+
+impl<K, S> Default for Index<K, S> {
+    fn default() -> Self {
+        Index {
+            state: RwLock::default(),
+            listed: watch::channel(false).0,
+            kind: PhantomData,
+        }
+    }
+}
+
+impl<K: Resource, S: Summary<K>> Index<K, S> {
     /// An empty index, not yet listed.
-    pub fn new() -> Pods {
-        Pods::default()
+    pub fn new() -> Self {
+        Index::default()
     }
 
-    /// Applies a watch event; says whether it can change a status report (the pod is Pending or
-    /// Nave's, now or before).
-    pub fn apply(&self, event: &watcher::Event<Pod>) -> bool {
+    /// Applies a watch event; says whether it can change a status report ([`Summary::matters`],
+    /// now or before).
+    pub fn apply(&self, event: &watcher::Event<K>) -> bool {
         let mut state = self.state.write().unwrap_or_else(|e| e.into_inner());
         match event {
             watcher::Event::Init => {
                 state.relisting = Some(HashMap::new());
                 false
             }
-            watcher::Event::InitApply(pod) => {
-                let summary = PodSummary::of(pod);
+            watcher::Event::InitApply(object) => {
+                let summary = S::of(object);
                 let matters = summary.matters();
                 state
                     .relisting
                     .get_or_insert_with(HashMap::new)
-                    .insert(key(pod), Arc::new(summary));
+                    .insert(key(object), Arc::new(summary));
                 matters
             }
             watcher::Event::InitDone => {
@@ -123,26 +135,26 @@ impl Pods {
                 self.listed.send_replace(true);
                 true
             }
-            watcher::Event::Apply(pod) => {
-                let summary = PodSummary::of(pod);
+            watcher::Event::Apply(object) => {
+                let summary = S::of(object);
                 let now = summary.matters();
-                let before = state.live.insert(key(pod), Arc::new(summary));
+                let before = state.live.insert(key(object), Arc::new(summary));
                 now || before.is_some_and(|b| b.matters())
             }
-            watcher::Event::Delete(pod) => {
-                let before = state.live.remove(&key(pod));
+            watcher::Event::Delete(object) => {
+                let before = state.live.remove(&key(object));
                 before.is_some_and(|b| b.matters())
             }
         }
     }
 
-    /// Every pod, as last listed and watched.
-    pub fn state(&self) -> Vec<Arc<PodSummary>> {
+    /// Every object's summary, as last listed and watched.
+    pub fn state(&self) -> Vec<Arc<S>> {
         let state = self.state.read().unwrap_or_else(|e| e.into_inner());
         state.live.values().cloned().collect()
     }
 
-    /// Waits until the pods have been listed once.
+    /// Waits until the objects have been listed once.
     pub async fn wait_until_ready(&self) {
         let mut listed = self.listed.subscribe();
         // The sender lives as long as `self`, so the wait ends only when listed.

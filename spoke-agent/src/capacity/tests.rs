@@ -76,6 +76,10 @@ fn mk_pod(name: &str, node: Option<&str>, containers: &[(&str, &str)]) -> Pod {
     }
 }
 
+fn node_summaries(nodes: &[Node]) -> Vec<NodeSummary> {
+    nodes.iter().map(NodeSummary::of).collect()
+}
+
 #[test]
 fn identical_nodes_form_one_group_with_free_room_per_node() {
     let nodes = [mk_node("n2", "4", "16Gi"), mk_node("n1", "4", "16Gi")];
@@ -83,7 +87,7 @@ fn identical_nodes_form_one_group_with_free_room_per_node() {
         mk_pod("a", Some("n1"), &[("500m", "1Gi"), ("250m", "512Mi")]),
         mk_pod("b", Some("n1"), &[("1", "1Gi")]),
     ];
-    let model = capacity_model(&nodes, &summaries(&pods));
+    let model = capacity_model(&node_summaries(&nodes), &summaries(&pods));
     assert_eq!(
         model.node_groups.len(),
         1,
@@ -109,7 +113,7 @@ fn terminal_pods_hold_no_resources() {
     let nodes = [mk_node("n1", "4", "16Gi")];
     let mut done = mk_pod("done", Some("n1"), &[("2", "1Gi")]);
     done.status.as_mut().unwrap().phase = Some("Succeeded".into());
-    let model = capacity_model(&nodes, &summaries(&[done]));
+    let model = capacity_model(&node_summaries(&nodes), &summaries(&[done]));
     assert_eq!(model.node_groups[0].nodes[0].requested, Resources::default());
 }
 
@@ -124,7 +128,10 @@ fn taints_and_cordons_split_groups_and_leave_totals() {
     }]);
     let mut cordoned = mk_node("old", "4", "16Gi");
     cordoned.spec.as_mut().unwrap().unschedulable = Some(true);
-    let model = capacity_model(&[mk_node("n1", "4", "16Gi"), tainted, cordoned], &[]);
+    let model = capacity_model(
+        &node_summaries(&[mk_node("n1", "4", "16Gi"), tainted, cordoned]),
+        &[],
+    );
     assert_eq!(model.node_groups.len(), 2, "{model:?}");
     let tainted_group = model.node_groups.iter().find(|g| !g.taints.is_empty()).unwrap();
     assert_eq!(tainted_group.taints[0].effect, TaintEffect::NoSchedule);

@@ -5,8 +5,8 @@ use serde_json::json;
 
 use kube::runtime::watcher::Event;
 
-use super::Pods;
-use crate::capacity::{PodSummary, capacity_model, pending_pods};
+use super::{Nodes, Pods};
+use crate::capacity::{NodeSummary, PodSummary, capacity_model, pending_pods};
 
 /// A pod as an API server sends it: managed fields, annotations, environment, probes, volumes,
 /// container statuses.
@@ -116,12 +116,6 @@ fn whole_node(name: &str, ready: bool, cordoned: bool, tainted: bool) -> Node {
     serde_json::from_value(node).unwrap()
 }
 
-fn trimmed_node(node: &Node) -> Node {
-    let mut node = node.clone();
-    super::node(&mut node);
-    node
-}
-
 fn pods() -> Vec<Pod> {
     vec![
         whole_pod("running", Some("n1"), "Running", true, false),
@@ -134,21 +128,22 @@ fn pods() -> Vec<Pod> {
 }
 
 #[test]
-fn the_capacity_model_from_trimmed_nodes_is_the_one_from_whole_nodes() {
+fn the_capacity_model_from_node_and_pod_summaries() {
     let summaries: Vec<PodSummary> = pods().iter().map(PodSummary::of).collect();
-    let nodes = vec![
+    let nodes: Vec<NodeSummary> = [
         whole_node("n1", true, false, false),
         whole_node("n2", true, false, true),
         whole_node("n3", false, false, false),
         whole_node("n4", true, true, false),
-    ];
-    let small_nodes: Vec<Node> = nodes.iter().map(trimmed_node).collect();
-    let model = capacity_model(&small_nodes, &summaries);
-    assert_eq!(
-        model,
-        capacity_model(&nodes, &summaries),
-        "the capacity model from trimmed nodes"
-    );
+    ]
+    .iter()
+    .map(NodeSummary::of)
+    .collect();
+    let model = capacity_model(&nodes, &summaries);
+    // n1, n3 and n4 share labels and taints (the hostname is left out); n2 is tainted.
+    assert_eq!(model.node_groups.len(), 2, "{model:?}");
+    assert_eq!(model.totals.schedulable_nodes, 2, "n3 is not Ready, n4 cordoned");
+    assert_eq!(model.totals.allocatable.cpu_millis, 2 * 7800);
     assert_eq!(model.totals.nodes, 4);
     // n1 runs "running" (its requests counted) and "done" (not: it finished).
     let n1 = model
@@ -233,11 +228,50 @@ fn json_size<T: serde::Serialize>(object: &T) -> usize {
 }
 
 #[test]
-fn trimming_leaves_a_small_part_of_a_node() {
+fn a_node_summary_keeps_what_the_model_reads_and_little_else() {
     let node = whole_node("n1", true, false, true);
-    let (whole, small) = (json_size(&node), json_size(&trimmed_node(&node)));
-    assert!(
-        small * 2 < whole,
-        "a trimmed node is under half its size: {small} of {whole} bytes as JSON"
+    let summary = NodeSummary::of(&node);
+    assert_eq!(summary.name, "n1");
+    assert_eq!(
+        summary.allocatable,
+        nave_api::wire::Resources::new(7800, 30 << 30, 110)
     );
+    assert!(summary.ready && !summary.unschedulable);
+    assert_eq!(summary.taints.len(), 1);
+    assert!(!summary.labels.contains_key("kubernetes.io/hostname"));
+    let whole = json_size(&node);
+    let kept = std::mem::size_of::<NodeSummary>()
+        + summary.name.len()
+        + summary
+            .labels
+            .iter()
+            .map(|(k, v)| k.len() + v.len() + 48)
+            .sum::<usize>()
+        + summary
+            .taints
+            .iter()
+            .map(|t| t.key.len() + t.value.len() + 56)
+            .sum::<usize>();
+    assert!(
+        kept * 3 < whole,
+        "a node summary is under a third of the node: about {kept} of {whole} bytes"
+    );
+}
+
+#[test]
+fn the_node_index_follows_the_watch() {
+    let nodes = Nodes::new();
+    nodes.apply(&Event::Init);
+    nodes.apply(&Event::InitApply(whole_node("n1", true, false, false)));
+    nodes.apply(&Event::InitApply(whole_node("n2", true, false, false)));
+    nodes.apply(&Event::InitDone);
+    assert_eq!(nodes.state().len(), 2);
+    assert!(
+        !nodes.apply(&Event::Apply(whole_node("n1", true, true, false))),
+        "a node's change shows in the next heartbeat, not in a status report"
+    );
+    let cordoned: Vec<_> = nodes.state().into_iter().filter(|n| n.unschedulable).collect();
+    assert_eq!(cordoned.len(), 1);
+    nodes.apply(&Event::Delete(whole_node("n2", true, false, false)));
+    assert_eq!(nodes.state().len(), 1);
 }
