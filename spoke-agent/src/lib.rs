@@ -39,6 +39,7 @@ pub mod identity;
 pub mod metrics;
 mod pinned;
 pub mod probe;
+pub mod slim;
 pub mod status;
 pub mod trim;
 
@@ -50,7 +51,6 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client};
@@ -448,29 +448,35 @@ pub async fn run_agent(config: Config, client: Client, shutdown: CancellationTok
     // Nodes and pods are kept as summaries, not whole (see `trim`). A node's change shows in
     // the next heartbeat; it changes no status report.
     let nodes_agent = agent.clone();
-    let stream = watcher(Api::<Node>::all(client.clone()), watcher::Config::default())
-        .default_backoff()
-        .map(move |event| {
-            if let Ok(event) = &event {
-                nodes_agent.nodes.apply(event);
-            }
-            event.map(|_| ())
-        })
-        .boxed();
+    let stream = watcher(
+        Api::<slim::SlimNode>::all(client.clone()),
+        watcher::Config::default(),
+    )
+    .default_backoff()
+    .map(move |event| {
+        if let Ok(event) = &event {
+            nodes_agent.nodes.apply(event);
+        }
+        event.map(|_| ())
+    })
+    .boxed();
     tasks.spawn(drain_items(stream, shutdown.clone(), "nodes"));
     let pod_wake = wake(&agent);
     let pods_agent = agent.clone();
-    let stream = watcher(Api::<Pod>::all(client.clone()), watcher::Config::default())
-        .default_backoff()
-        .map(move |event| {
-            if let Ok(event) = &event
-                && pods_agent.pods.apply(event)
-            {
-                pod_wake();
-            }
-            event.map(|_| ())
-        })
-        .boxed();
+    let stream = watcher(
+        Api::<slim::SlimPod>::all(client.clone()),
+        watcher::Config::default(),
+    )
+    .default_backoff()
+    .map(move |event| {
+        if let Ok(event) = &event
+            && pods_agent.pods.apply(event)
+        {
+            pod_wake();
+        }
+        event.map(|_| ())
+    })
+    .boxed();
     tasks.spawn(drain_items(stream, shutdown.clone(), "pods"));
     let selector = Applier::owned_selector(agent.config.installation());
     let stream = reflector::reflector(

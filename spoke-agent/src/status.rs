@@ -95,6 +95,8 @@ pub async fn status_loop(agent: Arc<Agent>, shutdown: CancellationToken) -> Resu
     // registered the agent again, or a new store, may not have the report, so it is sent again.
     let mut sent_at = (u64::MAX, None::<String>);
     let mut due = tokio::time::Instant::now();
+    // When the last report was attempted: reports go at most one per `STATUS_COALESCE`.
+    let mut attempted = None::<tokio::time::Instant>;
     loop {
         let report = {
             let work = agent.work.read().await;
@@ -108,6 +110,7 @@ pub async fn status_loop(agent: Arc<Agent>, shutdown: CancellationToken) -> Resu
         );
         let mut retry_in = None;
         if periodic || last_sent.as_ref() != Some(&report) || sent_at != now_at {
+            attempted = Some(tokio::time::Instant::now());
             let sent = agent
                 .identity
                 .call(&shutdown, |credential| {
@@ -136,13 +139,17 @@ pub async fn status_loop(agent: Arc<Agent>, shutdown: CancellationToken) -> Resu
         tokio::select! {
             () = shutdown.cancelled() => return Ok(()),
             () = agent.status_wake.notified(), if retry_in.is_none() => {
-                // Coalesce bursts of watch events (a rollout touches many pods) into one report.
-                tokio::time::sleep(STATUS_COALESCE).await;
+                // The first change after a quiet spell is reported at once; changes that follow
+                // within `STATUS_COALESCE` of a report (a rollout touches many pods) wait and go
+                // together in the next one.
+                if let Some(attempted) = attempted {
+                    tokio::time::sleep_until(attempted + STATUS_COALESCE).await;
+                }
             }
             () = tokio::time::sleep(sleep) => {}
         }
     }
 }
 
-/// How long the status loop gathers watch events before reporting.
+/// The shortest time between two status reports: what changes within it goes in one report.
 const STATUS_COALESCE: Duration = Duration::from_millis(300);

@@ -6,9 +6,9 @@
 //! container statuses, and its Rust form takes kilobytes even when empty (a `Container` alone is
 //! over 2 KiB); a node carries its images and system information. In a cluster of thousands of
 //! nodes and tens of thousands of pods, keeping them whole was most of the agent's memory
-//! (BENCHMARKS.md). So each pod is reduced to a [`PodSummary`] and each node to a
-//! [`NodeSummary`] as its watch event arrives, and kept in an [`Index`] instead of a reflector: a
-//! whole object is held only while its event is handled.
+//! (BENCHMARKS.md). So pods and nodes are parsed with only the fields the agent reads
+//! ([`crate::slim`]), reduced to a [`PodSummary`] or a [`NodeSummary`] as each watch event
+//! arrives, and kept in an [`Index`] instead of a reflector.
 //!
 //! A field that the agent starts reading must be kept in a summary too.
 
@@ -16,12 +16,12 @@ use std::collections::HashMap;
 use std::marker::PhantomData;
 use std::sync::{Arc, RwLock};
 
-use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::Resource;
 use kube::runtime::watcher;
 use tokio::sync::watch;
 
 use crate::capacity::{NodeSummary, PodSummary};
+use crate::slim::{SlimNode, SlimPod};
 
 #[cfg(test)]
 mod tests;
@@ -37,9 +37,9 @@ pub trait Summary<K>: Sized {
     }
 }
 
-impl Summary<Pod> for PodSummary {
-    fn of(pod: &Pod) -> Self {
-        PodSummary::of(pod)
+impl Summary<SlimPod> for PodSummary {
+    fn of(pod: &SlimPod) -> Self {
+        PodSummary::of(&pod.0)
     }
 
     /// It is Pending, or Nave's.
@@ -48,16 +48,16 @@ impl Summary<Pod> for PodSummary {
     }
 }
 
-impl Summary<Node> for NodeSummary {
-    fn of(node: &Node) -> Self {
-        NodeSummary::of(node)
+impl Summary<SlimNode> for NodeSummary {
+    fn of(node: &SlimNode) -> Self {
+        NodeSummary::of(&node.0)
     }
 }
 
 /// The cluster's pods as summaries.
-pub type Pods = Index<Pod, PodSummary>;
+pub type Pods = Index<SlimPod, PodSummary>;
 /// The cluster's nodes as summaries.
-pub type Nodes = Index<Node, NodeSummary>;
+pub type Nodes = Index<SlimNode, NodeSummary>;
 
 /// Summaries of the objects of kind `K`, by namespace and name, kept from a watch's events (what
 /// a reflector does, for a type smaller than the object).

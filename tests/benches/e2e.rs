@@ -76,6 +76,95 @@ fn ms(d: Duration) -> String {
     format!("{:.0} ms", d.as_secs_f64() * 1000.0)
 }
 
+/// When each hop of one apply ended, as watches outside Nave saw it: the MCD in the management
+/// cluster, the last cluster's Deployment created and Ready, the MCD reporting every replica
+/// Ready.
+#[derive(Debug, Default)]
+struct Hops {
+    /// Watches that have listed and now watch.
+    listening: usize,
+    created: Option<Instant>,
+    dispatched: BTreeMap<String, Instant>,
+    ready: BTreeMap<String, Instant>,
+    reported: Option<Instant>,
+}
+
+/// Records `hops` for the MCD `name` of `replicas` until aborted: one task per cluster watching
+/// the Deployments Nave renders for it, one watching the MCD.
+fn watch_hops(
+    env: &Env,
+    name: &str,
+    replicas: i32,
+    hops: &std::sync::Arc<std::sync::Mutex<Hops>>,
+) -> Vec<tokio::task::JoinHandle<()>> {
+    use futures::StreamExt as _;
+    use k8s_openapi::api::apps::v1::Deployment;
+    use kube::runtime::watcher;
+    let record = |hops: &std::sync::Arc<std::sync::Mutex<Hops>>, f: &dyn Fn(&mut Hops)| {
+        f(&mut hops.lock().unwrap_or_else(|e| e.into_inner()));
+    };
+    let mut tasks = Vec::new();
+    for cluster in env.cluster_names() {
+        let api: Api<Deployment> = Api::namespaced(env.cluster_client(&cluster), "default");
+        let config =
+            watcher::Config::default().labels(&format!("{}={name}", nave_hub::render::MCD_NAME_LABEL));
+        let hops = hops.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut stream = watcher(api, config).boxed();
+            while let Some(Ok(event)) = stream.next().await {
+                let at = Instant::now();
+                let d = match event {
+                    watcher::Event::InitDone => {
+                        record(&hops, &|h| h.listening += 1);
+                        continue;
+                    }
+                    watcher::Event::Apply(d) | watcher::Event::InitApply(d) => d,
+                    _ => continue,
+                };
+                let wanted = d.spec.replicas.unwrap_or(1);
+                let status = d.status.clone().unwrap_or_default();
+                let ready = wanted > 0
+                    && status.ready_replicas.unwrap_or(0) >= wanted
+                    && status.observed_generation == d.metadata.generation;
+                let cluster = cluster.clone();
+                record(&hops, &|h| {
+                    h.dispatched.entry(cluster.clone()).or_insert(at);
+                    if ready {
+                        h.ready.entry(cluster.clone()).or_insert(at);
+                    }
+                });
+            }
+        }));
+    }
+    let api: Api<MultiClusterDeployment> = Api::namespaced(env.client.clone(), "default");
+    let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
+    let hops = hops.clone();
+    tasks.push(tokio::spawn(async move {
+        let mut stream = watcher(api, config).boxed();
+        while let Some(Ok(event)) = stream.next().await {
+            let at = Instant::now();
+            let mcd = match event {
+                watcher::Event::InitDone => {
+                    record(&hops, &|h| h.listening += 1);
+                    continue;
+                }
+                watcher::Event::Apply(mcd) | watcher::Event::InitApply(mcd) => mcd,
+                _ => continue,
+            };
+            let status = mcd.status.clone().unwrap_or_default();
+            let ready =
+                status.ready_replicas >= replicas && status.observed_generation == mcd.metadata.generation;
+            record(&hops, &|h| {
+                h.created.get_or_insert(at);
+                if ready {
+                    h.reported.get_or_insert(at);
+                }
+            });
+        }
+    }));
+    tasks
+}
+
 async fn latency() -> anyhow::Result<()> {
     let env = Env::start(fleet(3), Database::Sqlite).await?;
     let kubectl = nave_sim::kubectl::find_kubectl();
@@ -84,9 +173,30 @@ async fn latency() -> anyhow::Result<()> {
     let api: Api<MultiClusterDeployment> = Api::namespaced(env.client.clone(), "default");
     let replicas = 6;
     let mut samples = Vec::with_capacity(RUNS);
+    // Per run: submit (kubectl until the MCD exists), dispatch (until the last cluster's
+    // Deployment exists: the hub's decision, store, work set, the agent's wake-up and apply),
+    // cluster (until the last one is Ready: the simulated scheduler, kubelet and controllers),
+    // report (until the MCD says so: the agent's status report and the hub's status write).
+    let mut hops: [Vec<Duration>; 4] = Default::default();
     for run in 0..RUNS {
         let name = format!("bench-{run}");
         let object = Mcd::new(&name).replicas(replicas).policy("spread").build();
+        let seen = std::sync::Arc::new(std::sync::Mutex::new(Hops::default()));
+        let watches = watch_hops(&env, &name, replicas, &seen);
+        // The watches list before they watch; start once each has.
+        let watching = watches.len();
+        wait_for("the watches to list", Duration::from_secs(30), || {
+            let seen = seen.clone();
+            async move {
+                let listening = seen.lock().unwrap_or_else(|e| e.into_inner()).listening;
+                if listening == watching {
+                    Ok(())
+                } else {
+                    Err(format!("{listening} of {watching} listening"))
+                }
+            }
+        })
+        .await;
         let start = Instant::now();
         if let Some(kubectl) = &kubectl {
             std::fs::write(&manifest, serde_json::to_vec(&object)?)?;
@@ -108,6 +218,42 @@ async fn latency() -> anyhow::Result<()> {
         }
         env.wait_rolled_out("default", &name, replicas).await;
         samples.push(start.elapsed());
+        wait_for(
+            "the watches to see the MCD report Ready",
+            Duration::from_secs(30),
+            || {
+                let seen = seen.clone();
+                async move {
+                    let h = seen.lock().unwrap_or_else(|e| e.into_inner());
+                    if h.reported.is_some() && h.ready.len() == 3 {
+                        Ok(())
+                    } else {
+                        Err(format!("{h:?}"))
+                    }
+                }
+            },
+        )
+        .await;
+        for watch in watches {
+            watch.abort();
+        }
+        let (created, dispatched, ready, reported) = {
+            let h = seen.lock().unwrap_or_else(|e| e.into_inner());
+            let (Some(created), Some(reported)) = (h.created, h.reported) else {
+                anyhow::bail!("run {run}: the watches missed the MCD: {h:?}");
+            };
+            let dispatched = h.dispatched.values().max().copied().unwrap_or(created);
+            let ready = h.ready.values().max().copied().unwrap_or(dispatched);
+            (created, dispatched, ready, reported)
+        };
+        for (hop, (from, to)) in hops.iter_mut().zip([
+            (start, created),
+            (created, dispatched),
+            (dispatched, ready),
+            (ready, reported),
+        ]) {
+            hop.push(to.saturating_duration_since(from));
+        }
         api.delete(&name, &DeleteParams::default()).await?;
         env.wait_mcd_gone("default", &name).await;
     }
@@ -129,6 +275,35 @@ async fn latency() -> anyhow::Result<()> {
         ms(percentile(&samples, 50.0)),
         ms(percentile(&samples, 99.0)),
         ms(samples[samples.len() - 1])
+    );
+    let mut nave: Vec<Duration> = (0..RUNS).map(|i| hops[1][i] + hops[3][i]).collect();
+    nave.sort();
+    println!("\nby hop, as watches outside Nave saw each end");
+    println!("| hop | whose | median | p99 |");
+    println!("|---|---|---|---|");
+    for (hop, (what, whose)) in hops.iter_mut().zip([
+        ("submit: the client until the MCD exists", "client"),
+        (
+            "dispatch: until the last cluster's Deployment exists",
+            "Nave (hub and agent)",
+        ),
+        ("cluster: until the last one is Ready", "the simulated cluster"),
+        (
+            "report: until the MCD says every replica is Ready",
+            "Nave (agent and hub)",
+        ),
+    ]) {
+        hop.sort();
+        println!(
+            "| {what} | {whose} | {} | {} |",
+            ms(percentile(hop, 50.0)),
+            ms(percentile(hop, 99.0))
+        );
+    }
+    println!(
+        "| Nave's share (dispatch + report, per run) | Nave | {} | {} |",
+        ms(percentile(&nave, 50.0)),
+        ms(percentile(&nave, 99.0))
     );
     env.shutdown().await;
     Ok(())

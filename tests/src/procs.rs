@@ -500,7 +500,7 @@ impl ProcessFleet {
             &self.agent_args[name],
             self.dir.path(),
             &format!("agent-{name}.log"),
-            "info,kube=warn",
+            &std::env::var("NAVE_AGENT_LOG").unwrap_or_else(|_| "info,kube=warn".to_owned()),
         )?;
         self.agents.insert(name.to_owned(), Some(proc));
         Ok(())

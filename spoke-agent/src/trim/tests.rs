@@ -7,6 +7,7 @@ use kube::runtime::watcher::Event;
 
 use super::{Nodes, Pods};
 use crate::capacity::{NodeSummary, PodSummary, capacity_model, pending_pods};
+use crate::slim::tests::{slim_node, slim_pod};
 
 /// A pod as an API server sends it: managed fields, annotations, environment, probes, volumes,
 /// container statuses.
@@ -163,7 +164,7 @@ fn the_pod_index_follows_the_watch_and_its_relists() {
     let all = pods();
     assert!(!pods_index.apply(&Event::Init));
     for pod in &all {
-        pods_index.apply(&Event::InitApply(pod.clone()));
+        pods_index.apply(&Event::InitApply(slim_pod(pod)));
     }
     assert!(pods_index.state().is_empty(), "a list counts once it is complete");
     assert!(pods_index.apply(&Event::InitDone));
@@ -182,20 +183,20 @@ fn the_pod_index_follows_the_watch_and_its_relists() {
 
     // The Pending pod is scheduled: that changes a report (it no longer counts as Pending).
     let scheduled = whole_pod("pending", Some("n3"), "Running", true, false);
-    assert!(pods_index.apply(&Event::Apply(scheduled.clone())));
+    assert!(pods_index.apply(&Event::Apply(slim_pod(&scheduled))));
     let (pending, _) = pending_pods(pods_index.state().iter().map(|p| p.as_ref()));
     assert!(pending.is_empty());
     // A pod that is not Nave's and not Pending changes nothing a report says.
     let mut foreign = whole_pod("other", Some("n1"), "Running", true, false);
     foreign.metadata.labels = None;
-    assert!(!pods_index.apply(&Event::Apply(foreign.clone())));
-    assert!(!pods_index.apply(&Event::Delete(foreign)));
-    assert!(pods_index.apply(&Event::Delete(scheduled)));
+    assert!(!pods_index.apply(&Event::Apply(slim_pod(&foreign))));
+    assert!(!pods_index.apply(&Event::Delete(slim_pod(&foreign))));
+    assert!(pods_index.apply(&Event::Delete(slim_pod(&scheduled))));
     assert_eq!(pods_index.state().len(), all.len() - 1);
 
     // A relist replaces everything: pods deleted while the watch was down are gone.
     pods_index.apply(&Event::Init);
-    pods_index.apply(&Event::InitApply(all[0].clone()));
+    pods_index.apply(&Event::InitApply(slim_pod(&all[0])));
     assert_eq!(
         pods_index.state().len(),
         all.len() - 1,
@@ -262,16 +263,20 @@ fn a_node_summary_keeps_what_the_model_reads_and_little_else() {
 fn the_node_index_follows_the_watch() {
     let nodes = Nodes::new();
     nodes.apply(&Event::Init);
-    nodes.apply(&Event::InitApply(whole_node("n1", true, false, false)));
-    nodes.apply(&Event::InitApply(whole_node("n2", true, false, false)));
+    nodes.apply(&Event::InitApply(slim_node(&whole_node(
+        "n1", true, false, false,
+    ))));
+    nodes.apply(&Event::InitApply(slim_node(&whole_node(
+        "n2", true, false, false,
+    ))));
     nodes.apply(&Event::InitDone);
     assert_eq!(nodes.state().len(), 2);
     assert!(
-        !nodes.apply(&Event::Apply(whole_node("n1", true, true, false))),
+        !nodes.apply(&Event::Apply(slim_node(&whole_node("n1", true, true, false)))),
         "a node's change shows in the next heartbeat, not in a status report"
     );
     let cordoned: Vec<_> = nodes.state().into_iter().filter(|n| n.unschedulable).collect();
     assert_eq!(cordoned.len(), 1);
-    nodes.apply(&Event::Delete(whole_node("n2", true, false, false)));
+    nodes.apply(&Event::Delete(slim_node(&whole_node("n2", true, false, false))));
     assert_eq!(nodes.state().len(), 1);
 }
