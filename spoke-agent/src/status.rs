@@ -95,8 +95,7 @@ pub async fn status_loop(agent: Arc<Agent>, shutdown: CancellationToken) -> Resu
     // registered the agent again, or a new store, may not have the report, so it is sent again.
     let mut sent_at = (u64::MAX, None::<String>);
     let mut due = tokio::time::Instant::now();
-    // When the last report was attempted: reports go at most one per `STATUS_COALESCE`.
-    let mut attempted = None::<tokio::time::Instant>;
+    let mut pace = Pace::new(std::time::Instant::now());
     loop {
         let report = {
             let work = agent.work.read().await;
@@ -110,7 +109,7 @@ pub async fn status_loop(agent: Arc<Agent>, shutdown: CancellationToken) -> Resu
         );
         let mut retry_in = None;
         if periodic || last_sent.as_ref() != Some(&report) || sent_at != now_at {
-            attempted = Some(tokio::time::Instant::now());
+            pace.take(std::time::Instant::now());
             let sent = agent
                 .identity
                 .call(&shutdown, |credential| {
@@ -139,17 +138,84 @@ pub async fn status_loop(agent: Arc<Agent>, shutdown: CancellationToken) -> Resu
         tokio::select! {
             () = shutdown.cancelled() => return Ok(()),
             () = agent.status_wake.notified(), if retry_in.is_none() => {
-                // The first change after a quiet spell is reported at once; changes that follow
-                // within `STATUS_COALESCE` of a report (a rollout touches many pods) wait and go
-                // together in the next one.
-                if let Some(attempted) = attempted {
-                    tokio::time::sleep_until(attempted + STATUS_COALESCE).await;
-                }
+                // Reported at once while reports are sparse; under a stream of changes (a
+                // rollout touches many pods) they wait for the pace and go together.
+                tokio::time::sleep(pace.wait(std::time::Instant::now())).await;
             }
             () = tokio::time::sleep(sleep) => {}
         }
     }
 }
 
-/// The shortest time between two status reports: what changes within it goes in one report.
-const STATUS_COALESCE: Duration = Duration::from_millis(300);
+/// Status reports at once, up to a burst of [`Pace::BURST`], then one per [`Pace::EVERY`]: a
+/// change is reported without delay unless reports are already streaming, and a stream of
+/// changes is gathered into a report per interval (a token bucket).
+#[derive(Debug)]
+struct Pace {
+    tokens: f64,
+    at: std::time::Instant,
+}
+
+impl Pace {
+    /// Reports that may go at once after a quiet spell.
+    const BURST: f64 = 4.0;
+    /// One more report may go per this much time.
+    const EVERY: Duration = Duration::from_millis(100);
+
+    fn new(now: std::time::Instant) -> Pace {
+        Pace {
+            tokens: Self::BURST,
+            at: now,
+        }
+    }
+
+    fn refill(&mut self, now: std::time::Instant) {
+        let earned = now.saturating_duration_since(self.at).as_secs_f64() / Self::EVERY.as_secs_f64();
+        self.tokens = (self.tokens + earned).min(Self::BURST);
+        self.at = now;
+    }
+
+    /// A report was sent (or tried) at `now`.
+    fn take(&mut self, now: std::time::Instant) {
+        self.refill(now);
+        self.tokens -= 1.0;
+    }
+
+    /// How long the next report must wait from `now`.
+    fn wait(&mut self, now: std::time::Instant) -> Duration {
+        self.refill(now);
+        if self.tokens >= 1.0 {
+            Duration::ZERO
+        } else {
+            Self::EVERY.mul_f64(1.0 - self.tokens)
+        }
+    }
+}
+
+#[cfg(test)]
+mod pace_tests {
+    use std::time::{Duration, Instant};
+
+    use super::Pace;
+
+    #[test]
+    fn reports_go_at_once_until_the_burst_is_spent_then_one_per_interval() {
+        let start = Instant::now();
+        let mut pace = Pace::new(start);
+        for i in 0..4 {
+            assert_eq!(pace.wait(start), Duration::ZERO, "report {i} of the burst waits");
+            pace.take(start);
+        }
+        let wait = pace.wait(start);
+        assert_eq!(wait, Pace::EVERY, "the fifth report at once waits one interval");
+        pace.take(start + wait);
+        assert_eq!(pace.wait(start + wait), Pace::EVERY, "and the next one another");
+        // After a quiet spell the burst is back, never more than it.
+        let later = start + Duration::from_secs(60);
+        for _ in 0..4 {
+            assert_eq!(pace.wait(later), Duration::ZERO);
+            pace.take(later);
+        }
+        assert!(pace.wait(later) > Duration::ZERO);
+    }
+}
