@@ -26,7 +26,7 @@ pub use self::context::Context;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
+use futures::{FutureExt as _, StreamExt};
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::ResourceExt;
 use kube::api::Api;
@@ -74,6 +74,8 @@ pub async fn run(ctx: Arc<Context>, triggered: Triggered, shutdown: Cancellation
         .with_config(kube::runtime::controller::Config::default().concurrency(CONCURRENCY));
     let known = controller.store();
     let known_too = known.clone();
+    let known_at_stop = known.clone();
+    let stopping = shutdown.clone();
     let first_pass = publish_after_first_pass(known.clone(), ctx.clone(), shutdown.clone());
     let controller = controller
         .watches(configmaps, watcher::Config::default(), move |cm| {
@@ -92,8 +94,34 @@ pub async fn run(ctx: Arc<Context>, triggered: Triggered, shutdown: Cancellation
                 Err(error) => warn!(error = %error, "reconcile failed"),
             }
         });
+    // The controller stops gracefully: reconciles under way finish. But one stopped before its
+    // view of the MultiClusterDeployments was complete waits for that view forever (kube-runtime
+    // holds its runner until the store is ready, and the store's watch stops with the
+    // controller), which hung the hub's shutdown when it came within moments of the start. Then
+    // nothing is under way and the controller is dropped at once; otherwise it gets a grace period.
+    let stop = async move {
+        stopping.cancelled().await;
+        if known_at_stop.wait_until_ready().now_or_never().is_none() {
+            debug!("stopping before the controller's first list: nothing under way");
+            return;
+        }
+        tokio::time::sleep(SHUTDOWN_GRACE).await;
+        warn!(
+            grace_secs = SHUTDOWN_GRACE.as_secs(),
+            "reconciles still under way at shutdown after the grace period; stopping them"
+        );
+    };
+    let controller = async {
+        tokio::select! {
+            () = controller => {}
+            () = stop => {}
+        }
+    };
     tokio::join!(controller, first_pass);
 }
+
+/// How long reconciles under way at shutdown may take to finish.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 
 /// Waits until every MultiClusterDeployment known once the controller's view is complete has
 /// been reconciled with the whole fleet in view (see [`Context::awaited_clusters`]), gives every

@@ -33,6 +33,26 @@ async fn a_running_hub_is_live_and_ready_on_its_listener() {
     management.shutdown().await;
 }
 
+/// A hub asked to stop while it is still starting (its controller's first list not done) stops:
+/// the controller used to wait for that list forever once its watch had stopped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hub_stopped_while_it_starts_stops() {
+    let (management, _client) = support::management_cluster().await;
+    for round in 0..10 {
+        let dir = tempfile::tempdir().unwrap();
+        let hub = support::start_hub(&management, dir.path(), |_| {});
+        // Stop at a different moment of the start each round.
+        tokio::time::sleep(std::time::Duration::from_millis(round * 3)).await;
+        hub.shutdown.cancel();
+        let stopped = tokio::time::timeout(DEADLINE, hub.task).await;
+        assert!(
+            stopped.is_ok(),
+            "round {round}: the hub should stop within {DEADLINE:?} of being asked, stopping {round} x 3 ms after its start; it did not"
+        );
+    }
+    management.shutdown().await;
+}
+
 #[tokio::test]
 async fn readiness_fails_when_the_store_does_not_answer_and_liveness_does_not() {
     let (management, _client) = support::management_cluster().await;
