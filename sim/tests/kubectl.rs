@@ -789,7 +789,9 @@ async fn kubectl_explain_shows_the_nave_crds_builtins_and_crd_updates() {
         "VERSION: v1alpha1",
         "FIELD: placement <Object>",
         "Which clusters may run the replicas and how they are divided. Defaults to the `worst-fit` policy over all schedulable clusters",
-        "policy <string> enum: worst-fit, best-fit, proximity, spread, everywhere",
+        // kubectl lists the first four values of an enum, then "....".
+        "policy <string> enum: worst-fit, best-fit, proximity, spread, ....",
+        "- `everywhere` runs `spec.replicas` in EVERY selected cluster (per cluster, not in total)",
         "- `best-fit` packs them into the clusters with the least room that still fits.",
         "clusterSelector <Object>",
         "maxClusters <integer>",
