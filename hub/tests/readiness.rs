@@ -34,20 +34,25 @@ async fn a_running_hub_is_live_and_ready_on_its_listener() {
 }
 
 /// A hub asked to stop while it is still starting (its controller's first list not done) stops:
-/// the controller used to wait for that list forever once its watch had stopped.
+/// the controller used to wait for that list forever once its watch had stopped. Each round stops
+/// a hub at another point of its start: at once, once it serves /healthz, once it is ready.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hub_stopped_while_it_starts_stops() {
     let (management, _client) = support::management_cluster().await;
-    for round in 0..10 {
+    let http = reqwest::Client::new();
+    for round in 0..9 {
         let dir = tempfile::tempdir().unwrap();
         let hub = support::start_hub(&management, dir.path(), |_| {});
-        // Stop at a different moment of the start each round.
-        tokio::time::sleep(std::time::Duration::from_millis(round * 3)).await;
+        let stop_after = [None, Some(HEALTHZ_PATH), Some(READYZ_PATH)][round % 3];
+        if let Some(path) = stop_after {
+            let url = format!("{}{path}", hub.base);
+            wait_for(&format!("{path} to answer"), DEADLINE, || get(&http, &url)).await;
+        }
         hub.shutdown.cancel();
         let stopped = tokio::time::timeout(DEADLINE, hub.task).await;
         assert!(
             stopped.is_ok(),
-            "round {round}: the hub should stop within {DEADLINE:?} of being asked, stopping {round} x 3 ms after its start; it did not"
+            "round {round}: the hub should stop within {DEADLINE:?} of being asked (asked after {stop_after:?} answered); it did not"
         );
     }
     management.shutdown().await;

@@ -29,4 +29,4 @@ pub use agent::{BOOTSTRAP, FakeAgent, capacity, idle_capacity, ready_deployment}
 pub use mcd::Mcd;
 pub use pki::TestPki;
 pub use ports::{free_loopback_port, free_loopback_ports};
-pub use wait::{DEADLINE, wait_for};
+pub use wait::{DEADLINE, try_wait_for, wait_for};

@@ -19,7 +19,20 @@ const POLL_EVERY: Duration = Duration::from_millis(50);
 /// })
 /// .await;
 /// ```
-pub async fn wait_for<T, F, Fut>(what: &str, deadline: Duration, mut check: F) -> T
+pub async fn wait_for<T, F, Fut>(what: &str, deadline: Duration, check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, String>>,
+{
+    match try_wait_for(what, deadline, check).await {
+        Ok(value) => value,
+        Err(message) => panic!("{message}"),
+    }
+}
+
+/// As [`wait_for`], but after `deadline` returns the failure message instead of panicking, for
+/// helpers that report their failures with more context (a fleet's logs).
+pub async fn try_wait_for<T, F, Fut>(what: &str, deadline: Duration, mut check: F) -> Result<T, String>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<T, String>>,
@@ -27,9 +40,11 @@ where
     let end = tokio::time::Instant::now() + deadline;
     loop {
         match check().await {
-            Ok(value) => return value,
+            Ok(value) => return Ok(value),
             Err(seen) if tokio::time::Instant::now() >= end => {
-                panic!("timed out after {deadline:?} waiting for {what}; last seen: {seen}")
+                return Err(format!(
+                    "timed out after {deadline:?} waiting for {what}; last seen: {seen}"
+                ));
             }
             Err(_) => tokio::time::sleep(POLL_EVERY).await,
         }

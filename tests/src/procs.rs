@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::Parser as _;
@@ -513,29 +513,29 @@ impl ProcessFleet {
 
     /// The replica holding the Lease, by its index.
     pub async fn leader(&self) -> Option<usize> {
-        let leases: Api<Lease> = Api::namespaced(self.client.clone(), LEASE_NAMESPACE);
-        let lease = leases.get_opt("nave-hub").await.ok().flatten()?;
-        let holder = lease.spec?.holder_identity?;
-        holder.strip_prefix("hub-")?.parse().ok()
+        lease_holder(self.client.clone()).await
     }
 
     /// Waits (at most `within`) until a replica that runs holds the Lease, and says which.
     pub async fn running_leader(&mut self, within: Duration) -> anyhow::Result<usize> {
-        let deadline = Instant::now() + within;
-        loop {
-            if let Some(i) = self.leader().await
-                && self.hub(i).is_some_and(|p| p.exited().is_none())
-            {
-                return Ok(i);
+        let client = self.client.clone();
+        let hubs = &mut self.hubs;
+        let found = nave_testkit::try_wait_for("a running replica to hold the Lease", within, || {
+            let running: Vec<bool> = hubs
+                .iter_mut()
+                .map(|h| h.as_mut().is_some_and(|p| p.exited().is_none()))
+                .collect();
+            let client = client.clone();
+            async move {
+                match lease_holder(client).await {
+                    Some(i) if running.get(i).copied().unwrap_or(false) => Ok(i),
+                    Some(i) => Err(format!("hub-{i} holds it but is not running")),
+                    None => Err("no holder".to_owned()),
+                }
             }
-            if Instant::now() >= deadline {
-                anyhow::bail!(
-                    "no running replica took the Lease within {within:?}{}",
-                    self.logs()
-                );
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        })
+        .await;
+        found.map_err(|e| anyhow::anyhow!("{e}{}", self.logs()))
     }
 
     /// Starts again every hub that ended on its own (a resumed leader that lost the lead);
@@ -616,4 +616,12 @@ pub fn memory_mib(pid: u32) -> (f64, f64) {
             .map_or(f64::NAN, |kb| kb / 1024.0)
     };
     (field("VmRSS:"), field("VmHWM:"))
+}
+
+/// The replica holding the hubs' Lease, if any.
+pub async fn lease_holder(client: kube::Client) -> Option<usize> {
+    let leases: Api<Lease> = Api::namespaced(client, LEASE_NAMESPACE);
+    let lease = leases.get_opt("nave-hub").await.ok().flatten()?;
+    let holder = lease.spec?.holder_identity?;
+    holder.strip_prefix("hub-")?.parse().ok()
 }

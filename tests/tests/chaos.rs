@@ -144,6 +144,9 @@ fn desired(i: usize) -> i32 {
 /// Creates the MCDs at about ten a second, then scales and deletes some, while the chaos runs.
 async fn rollout(client: kube::Client) -> anyhow::Result<()> {
     let api: Api<MultiClusterDeployment> = Api::namespaced(client, "default");
+    // A rate, not a wait: one create per tick, ticks that a slow create missed are not made up.
+    let mut pace = tokio::time::interval(Duration::from_millis(100));
+    pace.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     for i in 0..MCDS {
         let replicas = 1 + (i % 2) as i32;
         let policy = if i % 3 == 0 { "spread" } else { "worst-fit" };
@@ -154,7 +157,7 @@ async fn rollout(client: kube::Client) -> anyhow::Result<()> {
             .memory("16Mi")
             .build();
         api.create(&PostParams::default(), &object).await?;
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        pace.tick().await;
         if i == 150 {
             for j in SCALED {
                 api.patch(
@@ -217,50 +220,87 @@ async fn chaos_steps(run: &mut ProcessFleet, seed: u64) -> anyhow::Result<Done> 
             }
             "pause" => {
                 let leader = run.running_leader(Duration::from_secs(60)).await?;
+                // Where each hub's log ends now, to read only what it says after the pause.
+                let log_ends: Vec<usize> = run
+                    .hubs
+                    .iter()
+                    .map(|h| {
+                        h.as_ref()
+                            .map_or(0, |p| std::fs::read_to_string(&p.log).unwrap_or_default().len())
+                    })
+                    .collect();
                 run.hubs[leader].as_ref().expect("running").pause()?;
                 done.pauses += 1;
-                // Past its Lease: another replica takes over meanwhile.
-                let paused = Instant::now();
-                loop {
-                    match run.leader().await {
-                        Some(i) if i != leader => break,
-                        _ => {}
-                    }
-                    if paused.elapsed() > Duration::from_secs(30) {
-                        bail!(
-                            "no replica took over from the paused leader within 30 s{}",
-                            run.logs()
-                        );
-                    }
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                }
-                tokio::time::sleep(Duration::from_secs(2)).await;
+                // Past its Lease: another replica takes the Lease meanwhile and tries to lead
+                // before the paused one wakes up.
+                let client = run.client.clone();
+                let took_over = nave_testkit::try_wait_for(
+                    "another replica to take the Lease from the paused leader",
+                    Duration::from_secs(30),
+                    || {
+                        let client = client.clone();
+                        async move {
+                            match nave_e2e::procs::lease_holder(client).await {
+                                Some(i) if i != leader => Ok(i),
+                                other => Err(format!("holder {other:?}")),
+                            }
+                        }
+                    },
+                )
+                .await;
+                let next = took_over.map_err(|e| anyhow!("{e}{}", run.logs()))?;
+                let next_log = run.hubs[next].as_ref().expect("running").log.clone();
+                // The new holder acts on its Lease: it leads, or (while the paused one still holds
+                // the store's leadership row) tries, fails and lets the Lease go again.
+                let tried =
+                    |new: &str| new.contains("this replica leads") || new.contains("cannot claim its term");
+                nave_testkit::try_wait_for(
+                    "the new Lease holder to try to lead",
+                    Duration::from_secs(30),
+                    || {
+                        let log = std::fs::read_to_string(&next_log).unwrap_or_default();
+                        let done = log.get(log_ends[next]..).is_some_and(tried);
+                        async move {
+                            if done {
+                                Ok(())
+                            } else {
+                                Err("it has not tried yet".to_owned())
+                            }
+                        }
+                    },
+                )
+                .await
+                .map_err(|e| anyhow!("{e}{}", run.logs()))?;
                 let hub = run.hubs[leader].as_mut().expect("paused");
                 let before = std::fs::read_to_string(&hub.log).unwrap_or_default().len();
                 hub.resume()?;
                 // Resumed, it finds its term over: it stops leading, and goes on as a follower.
-                let resumed = Instant::now();
-                loop {
-                    let log = std::fs::read_to_string(&hub.log).unwrap_or_default();
-                    if log
-                        .get(before..)
-                        .is_some_and(|new| new.contains("no longer leading"))
-                    {
-                        break;
-                    }
-                    if let Some(status) = hub.exited() {
-                        bail!(
-                            "the resumed leader hub-{leader} ended ({status}) instead of following:\n{}",
-                            hub.log_tail(30)
-                        );
-                    }
-                    if resumed.elapsed() > Duration::from_secs(20) {
-                        bail!(
-                            "the resumed leader hub-{leader} did not say it stopped leading within 20 s:\n{}",
-                            hub.log_tail(30)
-                        );
-                    }
-                    tokio::time::sleep(Duration::from_millis(100)).await;
+                let followed = nave_testkit::try_wait_for(
+                    "the resumed leader to say it stopped leading",
+                    Duration::from_secs(20),
+                    || {
+                        let log = std::fs::read_to_string(&hub.log).unwrap_or_default();
+                        let said = log
+                            .get(before..)
+                            .is_some_and(|new| new.contains("no longer leading"));
+                        let ended = hub.exited();
+                        async move {
+                            match (said, ended) {
+                                (true, _) => Ok(None),
+                                (false, Some(status)) => Ok(Some(status)),
+                                (false, None) => Err("still silent".to_owned()),
+                            }
+                        }
+                    },
+                )
+                .await;
+                match followed {
+                    Ok(None) => {}
+                    Ok(Some(status)) => bail!(
+                        "the resumed leader hub-{leader} ended ({status}) instead of following:\n{}",
+                        hub.log_tail(30)
+                    ),
+                    Err(e) => bail!("hub-{leader}: {e}:\n{}", hub.log_tail(30)),
                 }
             }
             "cut" => {
@@ -408,59 +448,62 @@ async fn chaos(url: &str) -> anyhow::Result<String> {
     let deleted: BTreeSet<String> = DELETED.map(|i| format!("default.{}", mcd_name(i))).collect();
     let converged = Instant::now();
     let fleet = &run.fleet;
-    let result = tokio::time::timeout(Duration::from_secs(300), async {
-        loop {
-            match counted(fleet).await {
-                Ok(sums) => {
-                    let mut wrong: Vec<String> = expected
-                        .iter()
-                        .filter(|(w, n)| sums.get(*w) != Some(&(**n, **n)))
-                        .map(|(w, n)| format!("{w}: want {n}, (asked, ready) {:?}", sums.get(w)))
-                        .collect();
-                    wrong.extend(
-                        sums.keys()
-                            .filter(|w| deleted.contains(*w))
-                            .map(|w| format!("{w} was deleted and still runs")),
-                    );
-                    wrong.extend(
-                        sums.keys()
-                            .filter(|w| !expected.contains_key(*w) && !deleted.contains(*w))
-                            .map(|w| format!("{w} is not one of the MCDs")),
-                    );
-                    if wrong.is_empty() {
-                        return Ok(());
-                    }
-                    if converged.elapsed() > Duration::from_secs(290) {
-                        return Err(wrong);
-                    }
-                }
-                Err(error) => {
-                    if converged.elapsed() > Duration::from_secs(290) {
-                        return Err(vec![error]);
-                    }
-                }
+    let converging = nave_testkit::try_wait_for(
+        "every workload to run as asked in the clusters",
+        Duration::from_secs(290),
+        || async {
+            let sums = counted(fleet)
+                .await
+                .map_err(|e| format!("counting failed: {e}"))?;
+            let mut wrong: Vec<String> = expected
+                .iter()
+                .filter(|(w, n)| sums.get(*w) != Some(&(**n, **n)))
+                .map(|(w, n)| format!("{w}: want {n}, (asked, ready) {:?}", sums.get(w)))
+                .collect();
+            wrong.extend(
+                sums.keys()
+                    .filter(|w| deleted.contains(*w))
+                    .map(|w| format!("{w} was deleted and still runs")),
+            );
+            wrong.extend(
+                sums.keys()
+                    .filter(|w| !expected.contains_key(*w) && !deleted.contains(*w))
+                    .map(|w| format!("{w} is not one of the MCDs")),
+            );
+            if wrong.is_empty() {
+                Ok(())
+            } else {
+                Err(format!(
+                    "{} workloads are not as asked (first: {:?})",
+                    wrong.len(),
+                    &wrong[..wrong.len().min(10)]
+                ))
             }
-            tokio::time::sleep(Duration::from_millis(500)).await;
-        }
-    })
-    .await;
-    let outcome = match result {
+        },
+    );
+    let outcome = match tokio::time::timeout(Duration::from_secs(300), converging).await {
         Ok(Ok(())) => Ok(()),
-        Ok(Err(wrong)) => Err(anyhow!(
-            "after the chaos, {} workloads are not as asked in the clusters (first: {:?})",
-            wrong.len(),
-            &wrong[..wrong.len().min(10)]
-        )),
+        Ok(Err(why)) => Err(anyhow!("after the chaos, {why}")),
         Err(_) => Err(anyhow!("counting in the clusters did not finish")),
     };
     let took_to_converge = converged.elapsed();
     // The observer saw the MCDs become Available (so its silence about violations means
     // something): wait for it to catch up with the last statuses.
-    let watched = tokio::time::timeout(Duration::from_secs(60), async {
-        while available.lock().unwrap().len() < expected.len() {
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
-    })
+    let watched = nave_testkit::try_wait_for(
+        "the observer to see every MCD Available",
+        Duration::from_secs(60),
+        || {
+            let seen = available.lock().unwrap().len();
+            let wanted = expected.len();
+            async move {
+                if seen >= wanted {
+                    Ok(())
+                } else {
+                    Err(format!("{seen} of {wanted}"))
+                }
+            }
+        },
+    )
     .await;
     observer.abort();
     let violations = violations.lock().unwrap().clone();
