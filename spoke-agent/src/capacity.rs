@@ -265,9 +265,4 @@ impl PodSummary {
             pending: pending_pod(pod),
         }
     }
-
-    /// Whether a change of this pod can change a status report: it is Pending, or Nave's.
-    pub fn matters(&self) -> bool {
-        self.pending.is_some() || self.workload.is_some()
-    }
 }

@@ -44,7 +44,7 @@ impl Summary<SlimPod> for PodSummary {
 
     /// It is Pending, or Nave's.
     fn matters(&self) -> bool {
-        PodSummary::matters(self)
+        self.pending.is_some() || self.workload.is_some()
     }
 }
 

@@ -97,72 +97,64 @@ fn watch_hops(
     replicas: i32,
     hops: &std::sync::Arc<std::sync::Mutex<Hops>>,
 ) -> Vec<tokio::task::JoinHandle<()>> {
-    use futures::StreamExt as _;
     use k8s_openapi::api::apps::v1::Deployment;
     use kube::runtime::watcher;
-    let record = |hops: &std::sync::Arc<std::sync::Mutex<Hops>>, f: &dyn Fn(&mut Hops)| {
-        f(&mut hops.lock().unwrap_or_else(|e| e.into_inner()));
-    };
     let mut tasks = Vec::new();
     for cluster in env.cluster_names() {
         let api: Api<Deployment> = Api::namespaced(env.cluster_client(&cluster), "default");
         let config =
             watcher::Config::default().labels(&format!("{}={name}", nave_hub::render::MCD_NAME_LABEL));
-        let hops = hops.clone();
-        tasks.push(tokio::spawn(async move {
-            let mut stream = watcher(api, config).boxed();
-            while let Some(Ok(event)) = stream.next().await {
-                let at = Instant::now();
-                let d = match event {
-                    watcher::Event::InitDone => {
-                        record(&hops, &|h| h.listening += 1);
-                        continue;
-                    }
-                    watcher::Event::Apply(d) | watcher::Event::InitApply(d) => d,
-                    _ => continue,
-                };
-                let wanted = d.spec.replicas.unwrap_or(1);
-                let status = d.status.clone().unwrap_or_default();
-                let ready = wanted > 0
-                    && status.ready_replicas.unwrap_or(0) >= wanted
-                    && status.observed_generation == d.metadata.generation;
-                let cluster = cluster.clone();
-                record(&hops, &|h| {
-                    h.dispatched.entry(cluster.clone()).or_insert(at);
-                    if ready {
-                        h.ready.entry(cluster.clone()).or_insert(at);
-                    }
-                });
+        tasks.push(record_each(api, config, hops.clone(), move |h, d, at| {
+            let wanted = d.spec.replicas.unwrap_or(1);
+            let status = d.status.clone().unwrap_or_default();
+            let ready = wanted > 0
+                && status.ready_replicas.unwrap_or(0) >= wanted
+                && status.observed_generation == d.metadata.generation;
+            h.dispatched.entry(cluster.clone()).or_insert(at);
+            if ready {
+                h.ready.entry(cluster.clone()).or_insert(at);
             }
         }));
     }
     let api: Api<MultiClusterDeployment> = Api::namespaced(env.client.clone(), "default");
     let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
-    let hops = hops.clone();
-    tasks.push(tokio::spawn(async move {
-        let mut stream = watcher(api, config).boxed();
-        while let Some(Ok(event)) = stream.next().await {
-            let at = Instant::now();
-            let mcd = match event {
-                watcher::Event::InitDone => {
-                    record(&hops, &|h| h.listening += 1);
-                    continue;
-                }
-                watcher::Event::Apply(mcd) | watcher::Event::InitApply(mcd) => mcd,
-                _ => continue,
-            };
-            let status = mcd.status.clone().unwrap_or_default();
-            let ready =
-                status.ready_replicas >= replicas && status.observed_generation == mcd.metadata.generation;
-            record(&hops, &|h| {
-                h.created.get_or_insert(at);
-                if ready {
-                    h.reported.get_or_insert(at);
-                }
-            });
+    tasks.push(record_each(api, config, hops.clone(), move |h, mcd, at| {
+        let status = mcd.status.clone().unwrap_or_default();
+        h.created.get_or_insert(at);
+        if status.ready_replicas >= replicas && status.observed_generation == mcd.metadata.generation {
+            h.reported.get_or_insert(at);
         }
     }));
     tasks
+}
+
+/// Watches `api` and records into `hops`, with the instant each event arrived, every object it
+/// sees (`record`) and the end of its first list (`listening`).
+fn record_each<K>(
+    api: Api<K>,
+    config: kube::runtime::watcher::Config,
+    hops: std::sync::Arc<std::sync::Mutex<Hops>>,
+    mut record: impl FnMut(&mut Hops, K, Instant) + Send + 'static,
+) -> tokio::task::JoinHandle<()>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
+{
+    use futures::StreamExt as _;
+    use kube::runtime::watcher;
+    tokio::spawn(async move {
+        let mut stream = watcher(api, config).boxed();
+        while let Some(Ok(event)) = stream.next().await {
+            let at = Instant::now();
+            let mut h = hops.lock().unwrap_or_else(|e| e.into_inner());
+            match event {
+                watcher::Event::InitDone => h.listening += 1,
+                watcher::Event::Apply(object) | watcher::Event::InitApply(object) => {
+                    record(&mut h, object, at)
+                }
+                _ => {}
+            }
+        }
+    })
 }
 
 async fn latency() -> anyhow::Result<()> {
