@@ -4,6 +4,9 @@
 
 use clap::Parser;
 
+#[global_allocator]
+static ALLOCATOR: nave_runtime::Allocator = nave_runtime::Allocator;
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     nave_sim::cluster::install_crypto_provider();

@@ -14,6 +14,14 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
+/// The allocator of every Nave binary and benchmark, declared in each `main.rs` as
+/// `#[global_allocator] static ALLOCATOR: nave_runtime::Allocator = nave_runtime::Allocator;`.
+///
+/// mimalloc rather than the C library's malloc: under a burst of workloads the hub spent a third
+/// of its CPU in glibc's allocator (many short-lived JSON values and strings, freed on other
+/// threads), see BENCHMARKS.md.
+pub use mimalloc::MiMalloc as Allocator;
+
 /// Why a Kubernetes client could not be built.
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {

@@ -3,6 +3,9 @@
 
 use clap::Parser;
 
+#[global_allocator]
+static ALLOCATOR: nave_runtime::Allocator = nave_runtime::Allocator;
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     nave_runtime::install_crypto_provider();

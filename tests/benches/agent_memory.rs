@@ -26,6 +26,9 @@ use serde_json::json;
 const CLUSTER: &str = "big";
 const PER_DEPLOYMENT: usize = 100;
 
+#[global_allocator]
+static ALLOCATOR: nave_runtime::Allocator = nave_runtime::Allocator;
+
 fn main() -> anyhow::Result<()> {
     if let Some(result) = nave_e2e::procs::child_role() {
         return result;

@@ -23,6 +23,9 @@ use nave_testkit::{Mcd, wait_for};
 
 const RUNS: usize = 20;
 
+#[global_allocator]
+static ALLOCATOR: nave_runtime::Allocator = nave_runtime::Allocator;
+
 fn main() -> anyhow::Result<()> {
     nave_sim::install_crypto_provider();
     let args: Vec<String> = std::env::args().collect();

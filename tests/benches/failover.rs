@@ -28,6 +28,9 @@ const CHART_LEASE: [Duration; 3] = [
     Duration::from_secs(1),
 ];
 
+#[global_allocator]
+static ALLOCATOR: nave_runtime::Allocator = nave_runtime::Allocator;
+
 fn main() -> anyhow::Result<()> {
     if let Some(result) = nave_e2e::procs::child_role() {
         return result;

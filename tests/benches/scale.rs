@@ -26,6 +26,9 @@ use nave_e2e::procs::{FleetOptions, ProcessFleet, Store, cpu_seconds, memory_mib
 use nave_sim::config::{ClusterConfig, FleetConfig, NodePool};
 use nave_testkit::Mcd;
 
+#[global_allocator]
+static ALLOCATOR: nave_runtime::Allocator = nave_runtime::Allocator;
+
 fn main() -> anyhow::Result<()> {
     if let Some(result) = nave_e2e::procs::child_role() {
         return result;

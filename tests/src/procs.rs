@@ -80,7 +80,14 @@ pub struct Proc {
 impl Proc {
     /// Starts this binary again as `role`, logging to `dir/<log>` (appended: a restarted part
     /// keeps one log).
-    pub fn spawn(name: &str, role: &[String], dir: &Path, log: &str, rust_log: &str) -> anyhow::Result<Proc> {
+    pub fn spawn(
+        name: &str,
+        role: &[String],
+        dir: &Path,
+        log: &str,
+        rust_log: &str,
+        env: &[(&str, &str)],
+    ) -> anyhow::Result<Proc> {
         let exe = std::env::current_exe()?;
         let path = dir.join(log);
         let file = std::fs::OpenOptions::new()
@@ -92,6 +99,7 @@ impl Proc {
             .arg("role")
             .args(role)
             .env("RUST_LOG", rust_log)
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(file)
@@ -488,6 +496,7 @@ impl ProcessFleet {
             self.dir.path(),
             &format!("hub-{i}.log"),
             "info,kube=warn,sqlx=warn",
+            &[],
         )?;
         self.hubs[i] = Some(proc);
         Ok(())
@@ -501,6 +510,8 @@ impl ProcessFleet {
             self.dir.path(),
             &format!("agent-{name}.log"),
             &std::env::var("NAVE_AGENT_LOG").unwrap_or_else(|_| "info,kube=warn".to_owned()),
+            // As the Helm chart sets them.
+            &nave_agent::ALLOCATOR_ENV,
         )?;
         self.agents.insert(name.to_owned(), Some(proc));
         Ok(())

@@ -38,6 +38,10 @@ use serde_json::{Value, json};
 /// The namespace the charts are rendered into.
 const NS: &str = "nave-system";
 
+/// Environment of the agent's container that its flags do not read: the log filter, and the
+/// allocator's settings (`nave_agent::ALLOCATOR_ENV`).
+const AGENT_OTHER_ENV: [&str; 3] = ["RUST_LOG", "MIMALLOC_PURGE_DELAY", "MIMALLOC_ARENA_EAGER_COMMIT"];
+
 /// The least the agent chart needs to render.
 const AGENT_REQUIRED: &[&str] = &[
     "hubUrl=https://nave-hub.example.com",
@@ -1159,7 +1163,21 @@ fn the_agent_chart_renders_a_coherent_install() {
         )
     );
     let (deployment, container) = check_coherent(&rendered, &External::default(), AGENT_PROBES);
-    let args = parse_args(nave_agent::Args::command(), None, &container, &["RUST_LOG"]);
+    let args = parse_args(nave_agent::Args::command(), None, &container, &AGENT_OTHER_ENV);
+    let env: BTreeMap<String, Option<String>> = container
+        .env
+        .clone()
+        .unwrap_or_default()
+        .into_iter()
+        .map(|e| (e.name, e.value))
+        .collect();
+    for (name, value) in nave_agent::ALLOCATOR_ENV {
+        assert_eq!(
+            env.get(name),
+            Some(&Some(value.to_owned())),
+            "the chart sets the agent's allocator as the test fleet does: {name}={value}"
+        );
+    }
     assert_eq!(
         string_arg(&args, "hub_url").as_deref(),
         Some("https://nave-hub.example.com")
@@ -1224,7 +1242,7 @@ fn the_agent_chart_renders_a_coherent_install() {
     ]);
     let rendered = render(&helm, "nave-agent", &policy);
     let (_, container) = check_coherent(&rendered, &External::default(), AGENT_PROBES);
-    let args = parse_args(nave_agent::Args::command(), None, &container, &["RUST_LOG"]);
+    let args = parse_args(nave_agent::Args::command(), None, &container, &AGENT_OTHER_ENV);
     let strings = |id: &str| -> Vec<String> {
         args.get_raw(id)
             .map(|v| v.map(|s| s.to_string_lossy().into_owned()).collect())
@@ -1243,7 +1261,7 @@ fn the_agent_chart_renders_a_coherent_install() {
         nave_agent::Args::command(),
         None,
         &container,
-        &["RUST_LOG", "POD_IP"],
+        &[AGENT_OTHER_ENV.as_slice(), &["POD_IP"]].concat(),
     );
     assert_eq!(
         string_arg(&args, "probe_url").as_deref(),
@@ -1337,7 +1355,7 @@ fn the_agent_chart_takes_the_token_from_an_existing_secret_and_requires_its_sett
         claims: Vec::new(),
     };
     let (deployment, container) = check_coherent(&rendered, &external, AGENT_PROBES);
-    let args = parse_args(nave_agent::Args::command(), None, &container, &["RUST_LOG"]);
+    let args = parse_args(nave_agent::Args::command(), None, &container, &AGENT_OTHER_ENV);
     let token_file = string_arg(&args, "bootstrap_token_file").unwrap();
     assert_eq!(
         secret_file(&deployment, &container, &token_file),
