@@ -203,12 +203,12 @@ pub struct Planned {
     /// Why the placement was decided: `spec`, `fleet`, `failover`, `failback`, `reschedule` or
     /// `burst-retract`.
     pub trigger: &'static str,
-    /// One line for the history.
-    pub reason: String,
+    /// What failover or a move says of itself, when one of them decided: see [`Planned::reason`].
+    departure: Option<String>,
     /// The move under way after this decision (old replicas kept until the new ones run).
     pub moving: Option<Moving>,
-    /// Events to publish when the stored placement changed, in order.
-    pub events: Vec<PlannedEvent>,
+    /// Events of failover, moves and bursting, after the decision's own: see [`Planned::events`].
+    more_events: Vec<PlannedEvent>,
     /// Replicas moved away from failed-over clusters by this decision.
     pub failed_over: bool,
     /// Replicas moved by rescheduling or burst retraction in this decision.
@@ -227,6 +227,37 @@ impl Planned {
     /// Replicas dispatched per cluster: the assignment and the replicas a move holds.
     pub fn dispatched(&self) -> BTreeMap<String, u32> {
         self.stored.dispatched()
+    }
+
+    /// One line for the history: what failover or a move did, else the decision's summary.
+    pub fn reason(&self) -> String {
+        self.departure.clone().unwrap_or_else(|| self.decision.summary())
+    }
+
+    /// What the store keeps, with the explanation in words. Most plans decide what is stored
+    /// already and are not written, so the words are built here, for those that are.
+    pub fn explained(&self) -> StoredDecision {
+        let mut stored = self.stored.clone();
+        stored.explain(&self.decision);
+        stored
+    }
+
+    /// Events to publish when the stored placement changed, in order: `Scheduled` (or
+    /// `FailedScheduling` when replicas are unplaced) with the explanation, then those of
+    /// failover, moves and bursting.
+    pub fn events(&self) -> Vec<PlannedEvent> {
+        let (type_, reason) = if self.decision.unplaced > 0 {
+            (EventType::Warning, event_reasons::FAILED_SCHEDULING)
+        } else {
+            (EventType::Normal, event_reasons::SCHEDULED)
+        };
+        let mut events = vec![PlannedEvent {
+            type_,
+            reason,
+            note: self.decision.to_string(),
+        }];
+        events.extend(self.more_events.iter().cloned());
+        events
     }
 }
 
@@ -304,30 +335,15 @@ pub fn plan(inputs: &Inputs<'_>) -> Planned {
         None if previous.is_none_or(|p| p.generation != generation) => TRIGGER_SPEC,
         None => TRIGGER_FLEET,
     };
-    let explanation = decision.to_string();
-    let summary = explanation.lines().next().unwrap_or_default().to_owned();
+    // No words yet: they are built only for a plan that is written (`Planned::explained`).
     let mut stored = StoredDecision::of(&decision, &demand);
     if !everywhere {
         failover.annotate(&mut stored);
         adapt.annotate(&mut stored);
     }
-    let reason = departed
-        .and_then(|_| failover.reason(&decision).or_else(|| adapt.reason(&decision)))
-        .unwrap_or(summary);
+    let departure = departed.and_then(|_| failover.reason(&decision).or_else(|| adapt.reason(&decision)));
 
-    let mut events = vec![if decision.unplaced > 0 {
-        PlannedEvent {
-            type_: EventType::Warning,
-            reason: event_reasons::FAILED_SCHEDULING,
-            note: explanation,
-        }
-    } else {
-        PlannedEvent {
-            type_: EventType::Normal,
-            reason: event_reasons::SCHEDULED,
-            note: explanation,
-        }
-    }];
+    let mut events = Vec::new();
     let mut failed_over = false;
     if let Some((type_, reason, note)) = departed.and_then(|_| failover.event(&decision)) {
         failed_over = reason == event_reasons::FAILED_OVER;
@@ -378,9 +394,9 @@ pub fn plan(inputs: &Inputs<'_>) -> Planned {
         decision,
         stored,
         trigger,
-        reason,
+        departure,
         moving,
-        events,
+        more_events: events,
         failed_over,
         moved,
         burst_started,

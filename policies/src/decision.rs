@@ -443,11 +443,17 @@ impl Decision {
     pub fn replicas_in(&self, name: &str) -> u32 {
         self.assignment.get(name).copied().unwrap_or(0)
     }
-}
 
-impl fmt::Display for Decision {
-    /// A summary line, one line per cluster (by name), then the notes.
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+    /// The first line of the explanation alone, for example
+    /// `worst-fit: 3 replica(s) asked, 3 placed on 2 cluster(s)`.
+    pub fn summary(&self) -> String {
+        let mut line = String::new();
+        // Writing to a String does not fail.
+        let _ = self.write_summary(&mut line);
+        line
+    }
+
+    fn write_summary(&self, f: &mut impl fmt::Write) -> fmt::Result {
         let placed = self.placed();
         write!(
             f,
@@ -464,6 +470,14 @@ impl fmt::Display for Decision {
                 self.unplaced
             )?;
         }
+        Ok(())
+    }
+}
+
+impl fmt::Display for Decision {
+    /// A summary line, one line per cluster (by name), then the notes.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.write_summary(f)?;
         for cluster in &self.clusters {
             write!(f, "\n  {cluster}")?;
         }

@@ -236,10 +236,9 @@ async fn apply(mcd: Arc<MultiClusterDeployment>, ctx: &Context) -> Result<Action
     // Write: the placement (unless it decides what the stored one does, for the same
     // generation: most reconciles only follow the agents' reports), then every cluster's work,
     // then the status.
-    let decision_json = planned.stored.to_json();
-    let unchanged = kept.as_ref().is_some_and(|p| {
-        p.record.generation == generation && crate::store::same_but_prose(&p.record.decision, &decision_json)
-    });
+    let unchanged = kept
+        .as_ref()
+        .is_some_and(|p| p.record.generation == generation && p.decision.same_but_prose(&planned.stored));
     let written = if unchanged {
         crate::store::PlacementWrite {
             changed: false,
@@ -251,9 +250,9 @@ async fn apply(mcd: Arc<MultiClusterDeployment>, ctx: &Context) -> Result<Action
             name: workload.name.clone(),
             uid,
             generation,
-            decision: decision_json,
+            decision: planned.explained().to_json(),
             trigger: planned.trigger.to_owned(),
-            reason: planned.reason.clone(),
+            reason: planned.reason(),
             at: gathered.now,
         };
         match ctx.store.put_placement(&update).await {
@@ -393,7 +392,7 @@ async fn apply(mcd: Arc<MultiClusterDeployment>, ctx: &Context) -> Result<Action
     }
     if written.changed {
         ctx.metrics.record_placement_change();
-        info!(workload = %workload, summary = %planned.reason, "placement changed");
+        info!(workload = %workload, summary = %planned.reason(), "placement changed");
         if planned.failed_over {
             ctx.metrics.record_failover();
         }
@@ -403,7 +402,7 @@ async fn apply(mcd: Arc<MultiClusterDeployment>, ctx: &Context) -> Result<Action
         if planned.burst_started {
             ctx.metrics.record_burst();
         }
-        for event in &planned.events {
+        for event in &planned.events() {
             publish(ctx, &mcd, event.type_, event.reason, ACTION_SCHEDULE, &event.note).await;
         }
     }

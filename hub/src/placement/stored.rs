@@ -67,7 +67,8 @@ pub struct Moving {
 }
 
 impl StoredDecision {
-    /// What is stored of `decision` for replicas that each need `demand`; failover and moves add
+    /// What is stored of `decision` for replicas that each need `demand`, without its prose
+    /// ([`StoredDecision::explain`] adds it when the decision is written); failover and moves add
     /// their own members afterwards.
     pub fn of(decision: &Decision, demand: &Demand) -> StoredDecision {
         StoredDecision {
@@ -79,16 +80,49 @@ impl StoredDecision {
                 cpu_millis: demand.cpu_millis,
                 memory_bytes: demand.memory_bytes,
             },
-            explanation: decision.to_string(),
-            clusters: decision
-                .clusters
-                .iter()
-                .map(|c| (c.cluster.to_string(), c.to_string()))
-                .collect(),
+            explanation: String::new(),
+            clusters: BTreeMap::new(),
             failed_over_from: BTreeSet::new(),
             moved_at: None,
             moving: None,
         }
+    }
+
+    /// Adds `decision`'s explanation, in words: most plans decide what is stored already and are
+    /// never written, so the words are built only for those that are.
+    pub fn explain(&mut self, decision: &Decision) {
+        self.explanation = decision.to_string();
+        self.clusters = decision
+            .clusters
+            .iter()
+            .map(|c| (c.cluster.to_string(), c.to_string()))
+            .collect();
+    }
+
+    /// Whether `self` and `other` decide the same: equal but for their prose (`explanation` and
+    /// `clusters`), as [`crate::store::same_but_prose`] compares their JSON.
+    pub fn same_but_prose(&self, other: &StoredDecision) -> bool {
+        // Destructured, so a new member is compared or left out on purpose.
+        let StoredDecision {
+            strategy,
+            replicas,
+            assignment,
+            unplaced,
+            demand,
+            explanation: _,
+            clusters: _,
+            failed_over_from,
+            moved_at,
+            moving,
+        } = self;
+        *strategy == other.strategy
+            && *replicas == other.replicas
+            && *assignment == other.assignment
+            && *unplaced == other.unplaced
+            && *demand == other.demand
+            && *failed_over_from == other.failed_over_from
+            && *moved_at == other.moved_at
+            && *moving == other.moving
     }
 
     /// Reads a stored row. A row that does not parse (written by hand, or damaged) reads as an
@@ -130,9 +164,9 @@ mod tests {
 
     use super::*;
 
-    #[test]
-    fn rows_of_earlier_hubs_read_back_and_write_the_same_json() {
-        let row = json!({
+    /// A row as earlier hubs wrote it, with every member set.
+    fn full_row() -> Value {
+        json!({
             "strategy": "worst-fit",
             "replicas": 4,
             "assignment": {"eu-1": 3, "us-1": 1},
@@ -143,7 +177,12 @@ mod tests {
             "failedOverFrom": ["ap-1"],
             "movedAt": "2026-01-01T00:00:00Z",
             "moving": {"held": {"ap-1": 1}, "to": {"us-1": 1}, "since": "2026-01-01T00:00:00Z"},
-        });
+        })
+    }
+
+    #[test]
+    fn rows_of_earlier_hubs_read_back_and_write_the_same_json() {
+        let row = full_row();
         let stored = StoredDecision::from_json(&row);
         assert_eq!(
             stored.assignment,
@@ -156,6 +195,42 @@ mod tests {
             "a move's held replicas are dispatched on top of the assignment"
         );
         assert_eq!(stored.to_json(), row, "what is read is written back unchanged");
+    }
+
+    #[test]
+    fn same_but_prose_agrees_with_the_stores_comparison_of_the_json() {
+        let base = StoredDecision::from_json(&full_row());
+        type Change = fn(&mut StoredDecision);
+        let variants: Vec<(&str, Change)> = vec![
+            ("prose only", |d| {
+                d.explanation = "re-explained".into();
+                d.clusters.clear();
+            }),
+            ("strategy", |d| d.strategy = "spread".into()),
+            ("replicas", |d| d.replicas = 5),
+            ("assignment", |d| {
+                d.assignment.insert("eu-1".into(), 2);
+            }),
+            ("unplaced", |d| d.unplaced = 1),
+            ("demand", |d| d.demand.cpu_millis = 500),
+            ("failed over from", |d| d.failed_over_from.clear()),
+            ("moved at", |d| d.moved_at = None),
+            ("moving", |d| d.moving = None),
+        ];
+        for (what, change) in variants {
+            let mut other = base.clone();
+            change(&mut other);
+            assert_eq!(
+                base.same_but_prose(&other),
+                crate::store::same_but_prose(&base.to_json(), &other.to_json()),
+                "a change of {what}: the typed and the JSON comparison disagree"
+            );
+            assert_eq!(
+                base.same_but_prose(&other),
+                what == "prose only",
+                "a change of {what}"
+            );
+        }
     }
 
     #[test]

@@ -118,7 +118,7 @@ fn a_new_workload_is_placed_by_its_spec_and_the_plan_is_the_same_for_the_same_in
     );
     assert_eq!(planned.stored.assignment, planned.decision.assignment);
     assert_eq!(planned.stored.demand(), nave_policies::Demand::new(1000, 0));
-    assert_eq!(planned.events[0].reason, event_reasons::SCHEDULED);
+    assert_eq!(planned.events()[0].reason, event_reasons::SCHEDULED);
     assert!(
         planned.settled,
         "everything placed, nothing Pending, nothing in burst clusters"
@@ -137,7 +137,7 @@ fn stuck_replicas_past_the_pending_timeout_are_rescheduled_with_a_move_held_unti
     world.reports = fixtures::reports(&web(), &[("eu-1", 1, 1), ("us-1", 2, 0)]);
     world.pending = stuck_pods("eu-1", 1, 0);
     let planned = world.plan();
-    assert_eq!(planned.trigger, moves::TRIGGER_RESCHEDULE, "{}", planned.reason);
+    assert_eq!(planned.trigger, moves::TRIGGER_RESCHEDULE, "{}", planned.reason());
     assert_eq!(
         planned.decision.assignment.get("us-1"),
         Some(&3),
@@ -148,16 +148,16 @@ fn stuck_replicas_past_the_pending_timeout_are_rescheduled_with_a_move_held_unti
     assert_eq!(planned.stored.moved_at, Some(world.now), "the cooldown starts");
     assert!(
         planned
-            .events
+            .events()
             .iter()
             .any(|e| e.reason == event_reasons::RESCHEDULED),
         "{:?}",
-        planned.events
+        planned.events()
     );
     assert!(
-        planned.reason.starts_with("rescheduled: moved 1 from eu-1"),
+        planned.reason().starts_with("rescheduled: moved 1 from eu-1"),
         "{}",
-        planned.reason
+        planned.reason()
     );
 
     // Not yet past the timeout: nothing moves, and the plan says when to look again.
@@ -179,7 +179,7 @@ fn burst_replicas_come_back_when_regular_clusters_have_room() {
     world.previous = Some(previous(&[("eu-1", 2), ("burst", 2)]));
     world.reports = fixtures::reports(&web(), &[("eu-1", 2, 0), ("burst", 2, 0)]);
     let planned = world.plan();
-    assert_eq!(planned.trigger, moves::TRIGGER_RETRACT, "{}", planned.reason);
+    assert_eq!(planned.trigger, moves::TRIGGER_RETRACT, "{}", planned.reason());
     assert_eq!(
         planned.decision.assignment.get("eu-1"),
         Some(&4),
@@ -218,7 +218,7 @@ fn failover_comes_before_moves_and_is_recorded_for_failback() {
     assert!(planned.stored.failed_over_from.contains("eu-1"));
     assert!(
         planned
-            .events
+            .events()
             .iter()
             .any(|e| e.reason == event_reasons::FAILED_OVER)
     );
@@ -301,7 +301,7 @@ fn everywhere_never_fails_over_reschedules_or_retracts_and_keeps_each_cluster_at
         "{}",
         planned.decision
     );
-    assert_eq!(planned.trigger, TRIGGER_FLEET, "{}", planned.reason);
+    assert_eq!(planned.trigger, TRIGGER_FLEET, "{}", planned.reason());
     assert!(!planned.failed_over);
     assert_eq!(planned.moved, 0);
     assert!(planned.moving.is_none());
@@ -309,11 +309,11 @@ fn everywhere_never_fails_over_reschedules_or_retracts_and_keeps_each_cluster_at
     assert_eq!(planned.decision.unplaced, 1, "full has room for none more");
     assert!(
         planned
-            .events
+            .events()
             .iter()
             .all(|e| e.reason == event_reasons::FAILED_SCHEDULING),
         "only the unplaced replica is worth an event: {:?}",
-        planned.events
+        planned.events()
     );
 }
 

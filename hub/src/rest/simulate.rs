@@ -215,7 +215,7 @@ pub(super) async fn simulate(
         unplaced: decision.unplaced,
         dispatched: planned.dispatched(),
         trigger: planned.trigger.to_owned(),
-        reason: planned.reason.clone(),
+        reason: planned.reason(),
         moving: planned.moving.as_ref().map(|m| SimulatedMove {
             held: m.held.clone(),
             to: m.to.clone(),
