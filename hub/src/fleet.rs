@@ -7,7 +7,8 @@
 //!  reflector: WorkloadClusters (labels, cordon, burst) ┴─► Sources::view ─► Fleet
 //!  Prometheus (usage) ──────────────────────────────────────────► with_usage
 //!  agents' round trips, network coordinates ────────────────────► with_network
-//!  index: reports, ledger, Pending pods; health snapshot ─► Sources::gather ─► placement Inputs
+//!  index: reports, Pending pods; health snapshot ─► Sources::gather ─┐
+//!  index: the ledger, read in place ────────────────────────────────┴► placement Inputs
 //! ```
 //!
 //! A reconcile reads no list over the network: the store is read at start-up (into the index)
@@ -142,7 +143,8 @@ impl std::fmt::Debug for Sources {
     }
 }
 
-/// Everything a plan of one workload reads, owned; [`Gathered::inputs`] lends it to
+/// Everything a plan of one workload reads, owned, but the ledger (read in place, see
+/// [`crate::index::Index::with_ledger`]); [`Gathered::inputs`] lends it to
 /// [`crate::placement::plan`].
 #[derive(Debug)]
 pub struct Gathered {
@@ -150,8 +152,6 @@ pub struct Gathered {
     pub view: Arc<FleetView>,
     /// The agents' latest reports.
     pub reports: Reports,
-    /// Room taken by replicas not reported running.
-    pub ledger: Ledger,
     /// The clusters' Pending pods.
     pub pending: Pending,
     /// The fleet's health.
@@ -164,12 +164,13 @@ pub struct Gathered {
 }
 
 impl Gathered {
-    /// The plan's inputs for `mcd`.
+    /// The plan's inputs for `mcd`, with the room taken by replicas not reported running.
     pub fn inputs<'a>(
         &'a self,
         workload: &'a WorkloadRef,
         mcd: &'a MultiClusterDeployment,
         valid: &'a Valid,
+        ledger: &'a Ledger,
     ) -> Inputs<'a> {
         Inputs {
             workload,
@@ -177,7 +178,7 @@ impl Gathered {
             valid,
             previous: self.previous.as_ref(),
             fleet: &self.view.fleet,
-            ledger: &self.ledger,
+            ledger,
             reports: &self.reports,
             pending: &self.pending,
             health: &self.health,
@@ -256,10 +257,8 @@ impl Sources {
     pub fn gather(&self, previous: Option<Previous>) -> Gathered {
         let view = self.view();
         let reports = self.index.reports();
-        let ledger = self.index.ledger();
         Gathered {
             view,
-            ledger,
             reports,
             pending: self.index.pending(),
             health: self.health.snapshot(),

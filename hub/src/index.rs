@@ -90,11 +90,11 @@ pub struct Index {
     /// Each workload's placement as the store holds it (its decision read once): what the next
     /// plan of the workload starts from, without a read of the store.
     placements: RwLock<HashMap<WorkloadRef, Arc<KeptPlacement>>>,
-    /// The replicas of each booking that its clusters' reports do not count yet, by workload
-    /// and cluster: the ledger's content, kept as bookings and reports change, so reading the
-    /// ledger costs the reservations outstanding rather than every booking and report. Locked
-    /// before `bookings` and `reports` whenever several are held.
-    reserved: RwLock<BTreeMap<WorkloadRef, BTreeMap<String, u32>>>,
+    /// The replicas of each booking that its clusters' reports do not count yet, and the ledger
+    /// they make, both kept as bookings and reports change: a plan reads the ledger in place
+    /// instead of building it from every booking and report. Locked before `bookings` and
+    /// `reports` whenever several are held.
+    reserved: RwLock<Reserved>,
     /// Workloads whose placement may change when capacity changes (see [`Index::settle`]).
     unsettled: Mutex<BTreeSet<WorkloadRef>>,
     /// See [`Index::planning`].
@@ -588,20 +588,11 @@ impl Index {
     /// keep their reservation, see [`counted_replicas`]). The workload being
     /// decided is included: its own replicas that do not run yet take room too, or a move would
     /// count the same free room twice.
-    pub fn ledger(&self) -> Ledger {
-        let mut ledger = Ledger::new();
-        let reserved = self.reserved.read().unwrap_or_else(|e| e.into_inner());
-        let bookings = self.bookings.read().unwrap_or_else(|e| e.into_inner());
-        for (workload, clusters) in reserved.iter() {
-            let Some(booking) = bookings.get(workload) else {
-                continue;
-            };
-            let name = workload.to_string();
-            for (cluster, &replicas) in clusters {
-                ledger.reserve(cluster, &name, &booking.demand, replicas);
-            }
-        }
-        ledger
+    ///
+    /// `read` is given the ledger in place, under a read lock: call no other method of the index
+    /// from it.
+    pub fn with_ledger<R>(&self, read: impl FnOnce(&Ledger) -> R) -> R {
+        read(&self.reserved.read().unwrap_or_else(|e| e.into_inner()).ledger)
     }
 
     /// Computes again what `workload`'s booking reserves: per cluster, its replicas minus those
@@ -610,13 +601,29 @@ impl Index {
         let mut reserved = self.reserved.write().unwrap_or_else(|e| e.into_inner());
         let bookings = self.bookings.read().unwrap_or_else(|e| e.into_inner());
         let reports = self.reports.read().unwrap_or_else(|e| e.into_inner());
-        match bookings
-            .get(workload)
+        let booking = bookings.get(workload);
+        let now = booking
             .map(|booking| reservations(booking, &reports, workload))
-        {
-            Some(clusters) if !clusters.is_empty() => reserved.insert(workload.clone(), clusters),
-            _ => reserved.remove(workload),
-        };
+            .unwrap_or_default();
+        let Reserved { by_workload, ledger } = &mut *reserved;
+        let before = by_workload.get(workload);
+        if before.map_or(now.is_empty(), |before| *before == now) {
+            return;
+        }
+        let name = workload.to_string();
+        for (cluster, &replicas) in before.into_iter().flatten() {
+            ledger.release(cluster, &name, replicas);
+        }
+        if let Some(booking) = booking {
+            for (cluster, &replicas) in &now {
+                ledger.reserve(cluster, &name, &booking.demand, replicas);
+            }
+        }
+        if now.is_empty() {
+            by_workload.remove(workload);
+        } else {
+            by_workload.insert(workload.clone(), now);
+        }
     }
 
     /// Computes again what every booking reserves.
@@ -624,11 +631,20 @@ impl Index {
         let mut reserved = self.reserved.write().unwrap_or_else(|e| e.into_inner());
         let bookings = self.bookings.read().unwrap_or_else(|e| e.into_inner());
         let reports = self.reports.read().unwrap_or_else(|e| e.into_inner());
-        *reserved = bookings
+        let mut ledger = Ledger::new();
+        let by_workload = bookings
             .iter()
-            .map(|(workload, booking)| (workload.clone(), reservations(booking, &reports, workload)))
+            .map(|(workload, booking)| {
+                let clusters = reservations(booking, &reports, workload);
+                let name = workload.to_string();
+                for (cluster, &replicas) in &clusters {
+                    ledger.reserve(cluster, &name, &booking.demand, replicas);
+                }
+                (workload.clone(), clusters)
+            })
             .filter(|(_, clusters)| !clusters.is_empty())
             .collect();
+        *reserved = Reserved { by_workload, ledger };
     }
 
     /// Marks `workload` settled (its placement cannot gain from more room: everything placed,
@@ -787,6 +803,15 @@ impl WorkSets {
         self.holders.clear();
         self.dirty.clear();
     }
+}
+
+/// What the bookings reserve that the reports do not count yet: see [`Index::with_ledger`].
+#[derive(Debug, Default)]
+struct Reserved {
+    /// Per workload and cluster, replicas reserved (none empty).
+    by_workload: BTreeMap<WorkloadRef, BTreeMap<String, u32>>,
+    /// The same, as the engine reads it.
+    ledger: Ledger,
 }
 
 /// What `booking` reserves of `workload`: per cluster, its replicas that the cluster's report
@@ -993,7 +1018,11 @@ mod tests {
                 }
                 _ => index.forget(&workload),
             }
-            assert_eq!(index.ledger(), ledger_from_scratch(&index), "after step {step}");
+            assert_eq!(
+                index.with_ledger(Ledger::clone),
+                ledger_from_scratch(&index),
+                "after step {step}"
+            );
         }
     }
 

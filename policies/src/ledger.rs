@@ -46,11 +46,19 @@ impl Ledger {
             .find(|r| r.workload == workload && r.demand == *demand)
         {
             Some(r) => r.replicas = r.replicas.saturating_add(replicas),
-            None => entries.push(Reservation {
-                workload: workload.to_owned(),
-                demand: demand.clone(),
-                replicas,
-            }),
+            // Kept in workload order, so a ledger kept as reservations come and go equals one
+            // built from scratch, whatever the order they came in.
+            None => {
+                let at = entries.partition_point(|r| r.workload.as_str() <= workload);
+                entries.insert(
+                    at,
+                    Reservation {
+                        workload: workload.to_owned(),
+                        demand: demand.clone(),
+                        replicas,
+                    },
+                );
+            }
         }
     }
 

@@ -222,8 +222,10 @@ async fn apply(mcd: Arc<MultiClusterDeployment>, ctx: &Context) -> Result<Action
     let (gathered, planned, booked_before) = {
         let _planning = ctx.sources.index.planning();
         let gathered = ctx.sources.gather(previous);
-        let inputs = gathered.inputs(&workload, &mcd, &valid);
-        let planned = ctx.metrics.time_scheduling(|| placement::plan(&inputs));
+        let planned = ctx.sources.index.with_ledger(|ledger| {
+            let inputs = gathered.inputs(&workload, &mcd, &valid, ledger);
+            ctx.metrics.time_scheduling(|| placement::plan(&inputs))
+        });
         let before = ctx
             .sources
             .index

@@ -187,7 +187,10 @@ pub(super) async fn simulate(
     state.sources.ready().await?;
     let gathered = state.sources.gather(previous);
     let current = gathered.previous.as_ref().map(|p| p.decision.assignment.clone());
-    let planned = placement::plan(&gathered.inputs(&workload, &object, &valid));
+    let planned = state
+        .sources
+        .index
+        .with_ledger(|ledger| placement::plan(&gathered.inputs(&workload, &object, &valid, ledger)));
     let decision = &planned.decision;
 
     let clusters = decision
