@@ -10,7 +10,9 @@
 //! - the hub's CPU (user + system, from `/proc`) per MCD, and the simulator's (this process:
 //!   the API servers, schedulers and kubelets of every cluster, and the benchmark itself);
 //! - apply -> Available per MCD (from its create to the first status that says Available, as a
-//!   watch sees it): p50 and p99;
+//!   watch sees it): p50 and p99. Every MCD is created at once, so when they are created faster
+//!   than the hub places them these include the wait in that queue: they describe the burst,
+//!   not one MCD's path (the e2e benchmark measures that, hop by hop);
 //! - the hub's and the largest agent's resident memory at the end.
 
 use std::collections::HashMap;
