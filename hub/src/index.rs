@@ -601,28 +601,31 @@ impl Index {
         let mut reserved = self.reserved.write().unwrap_or_else(|e| e.into_inner());
         let bookings = self.bookings.read().unwrap_or_else(|e| e.into_inner());
         let reports = self.reports.read().unwrap_or_else(|e| e.into_inner());
-        let booking = bookings.get(workload);
-        let now = booking
-            .map(|booking| reservations(booking, &reports, workload))
-            .unwrap_or_default();
+        // What the booking reserves now, with the demand it reserves it for: a new demand with the
+        // same replicas still changes the ledger.
+        let now = bookings
+            .get(workload)
+            .map(|booking| (booking.demand.clone(), reservations(booking, &reports, workload)))
+            .filter(|(_, clusters)| !clusters.is_empty());
         let Reserved { by_workload, ledger } = &mut *reserved;
         let before = by_workload.get(workload);
-        if before.map_or(now.is_empty(), |before| *before == now) {
+        if before == now.as_ref() {
             return;
         }
         let name = workload.to_string();
-        for (cluster, &replicas) in before.into_iter().flatten() {
+        for (cluster, &replicas) in before.into_iter().flat_map(|(_, clusters)| clusters) {
             ledger.release(cluster, &name, replicas);
         }
-        if let Some(booking) = booking {
-            for (cluster, &replicas) in &now {
-                ledger.reserve(cluster, &name, &booking.demand, replicas);
+        match now {
+            Some((demand, clusters)) => {
+                for (cluster, &replicas) in &clusters {
+                    ledger.reserve(cluster, &name, &demand, replicas);
+                }
+                by_workload.insert(workload.clone(), (demand, clusters));
             }
-        }
-        if now.is_empty() {
-            by_workload.remove(workload);
-        } else {
-            by_workload.insert(workload.clone(), now);
+            None => {
+                by_workload.remove(workload);
+            }
         }
     }
 
@@ -640,9 +643,9 @@ impl Index {
                 for (cluster, &replicas) in &clusters {
                     ledger.reserve(cluster, &name, &booking.demand, replicas);
                 }
-                (workload.clone(), clusters)
+                (workload.clone(), (booking.demand.clone(), clusters))
             })
-            .filter(|(_, clusters)| !clusters.is_empty())
+            .filter(|(_, (_, clusters))| !clusters.is_empty())
             .collect();
         *reserved = Reserved { by_workload, ledger };
     }
@@ -808,8 +811,9 @@ impl WorkSets {
 /// What the bookings reserve that the reports do not count yet: see [`Index::with_ledger`].
 #[derive(Debug, Default)]
 struct Reserved {
-    /// Per workload and cluster, replicas reserved (none empty).
-    by_workload: BTreeMap<WorkloadRef, BTreeMap<String, u32>>,
+    /// Per workload, the demand of one replica and the replicas reserved per cluster (none
+    /// empty).
+    by_workload: BTreeMap<WorkloadRef, (Demand, BTreeMap<String, u32>)>,
     /// The same, as the engine reads it.
     ledger: Ledger,
 }
@@ -992,13 +996,12 @@ mod tests {
                             replicas.insert(cluster.to_owned(), next(4) as u32);
                         }
                     }
-                    index.book(
-                        &workload,
-                        Booking {
-                            demand: demand.clone(),
-                            replicas,
-                        },
-                    );
+                    // Sometimes the same replicas with a new demand (a changed request).
+                    let demand = Demand {
+                        cpu_millis: demand.cpu_millis * (1 + next(2)),
+                        ..demand.clone()
+                    };
+                    index.book(&workload, Booking { demand, replicas });
                 }
                 2 => {
                     let cluster = clusters[next(3) as usize];
