@@ -39,7 +39,9 @@
 //! Applying a work set is idempotent. The agent applies every object with server-side apply (field
 //! manager [`crate::AGENT_FIELD_MANAGER`]), adds [`MANAGED_BY_LABEL`]=[`MANAGED_BY_VALUE`],
 //! [`INSTALLATION_LABEL`] and [`REVISION_ANNOTATION`], and then deletes the objects it applied
-//! before that are not in the set. Objects that are not its installation's are never changed or
+//! before that are not in the set. Between periodic full re-applies (which repair what others
+//! changed), a new revision sends the cluster only the objects whose content changed. Objects
+//! that are not its installation's are never changed or
 //! deleted: one that exists with the same name is reported as an [`ApplyError`], not taken over.
 //! Namespaces are never deleted, since that would delete what others keep in them. The agent
 //! applies only the kinds and namespaces its own configuration allows, whatever the set holds.
@@ -85,7 +87,8 @@ pub const INSTALLATION_LABEL: &str = "nave.dev/installation";
 /// Label naming the workload (MultiClusterDeployment) an object or pod belongs to, as
 /// `<namespace>.<name>` (label values cannot hold `/`; namespaces cannot hold `.`).
 pub const WORKLOAD_LABEL: &str = "nave.dev/workload";
-/// Annotation with the work revision that last applied the object.
+/// Annotation with the work revision that last changed the object (or re-applied it in a full
+/// resync): an object a new revision leaves unchanged keeps the revision it was sent at.
 pub const REVISION_ANNOTATION: &str = "nave.dev/work-revision";
 
 /// Heartbeat interval the hub asks for unless configured otherwise.
@@ -682,6 +685,27 @@ pub struct WorkQuery {
         skip_serializing_if = "Option::is_none"
     )]
     pub prune_confirmed: Option<u64>,
+    /// The agent holds the whole set at `after` and takes what changed since: the answer may
+    /// then be a delta ([`WorkSet::since`]). Without it the answer is always the whole set.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub delta: bool,
+}
+
+/// The key of an object in a work set, unique within it: `kind/namespace/name` (the namespace
+/// empty for cluster-scoped kinds). [`WorkSet::removed`] names objects by it.
+pub fn work_key(object: &Value) -> String {
+    let text = |pointer: &str| {
+        object
+            .pointer(pointer)
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+    };
+    work_key_of(text("/kind"), text("/metadata/namespace"), text("/metadata/name"))
+}
+
+/// [`work_key`] from its parts.
+pub fn work_key_of(kind: &str, namespace: &str, name: &str) -> String {
+    format!("{kind}/{namespace}/{name}")
 }
 
 /// `200` answer of `GET /agent/v1/work`: everything the cluster should run, at one revision.
@@ -719,6 +743,19 @@ pub struct WorkSet {
         skip_serializing_if = "Option::is_none"
     )]
     pub prune_confirmed: Option<u64>,
+    /// Present when the set is a delta (asked for with [`WorkQuery::delta`]): `objects` holds
+    /// only the objects added or changed since this revision, and [`removed`](WorkSet::removed)
+    /// the keys of those removed since; the whole set at `revision` is the one at `since` with
+    /// both applied. Absent: `objects` is the whole set.
+    #[serde(
+        deserialize_with = "int64::optional",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub since: Option<u64>,
+    /// In a delta, the [`work_key`]s of the objects removed since [`since`](WorkSet::since).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub removed: Vec<String>,
 }
 
 /// `POST /agent/v1/status` body: what the agent applied and how it is going.

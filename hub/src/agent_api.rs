@@ -586,7 +586,7 @@ async fn work(
     loop {
         changes.borrow_and_update();
         let complete = state.signals.published();
-        let current = state.store.get_work(&identity.cluster).await?;
+        let current = current_work(&state, &identity.cluster, &query).await?;
         let revision = current.as_ref().map_or(0, |w| w.revision);
         let prune_confirmed = prune_confirmed(state.index.cluster(&identity.cluster).as_deref(), revision);
         // A held set is answered again, unchanged, once it is complete or its prune confirmed:
@@ -598,14 +598,16 @@ async fn work(
                 .is_some_and(|seen| query.after.is_some() && seen != prune_confirmed.unwrap_or(0))
         {
             // No work row is "no opinion" (revision 0): agents never prune on it.
-            let (revision, objects) = current.map_or((0, Vec::new()), |w| (w.revision, w.objects));
+            let current = current.unwrap_or_default();
             let set = WorkSet {
                 cluster: identity.cluster.clone(),
-                revision,
-                objects,
+                revision: current.revision,
+                objects: current.objects,
                 store: Some(store),
                 complete,
                 prune_confirmed,
+                since: current.since,
+                removed: current.removed,
             };
             return Ok(Json(set).into_response());
         }
@@ -618,6 +620,39 @@ async fn work(
             () = tokio::time::sleep_until(deadline) => return Ok(StatusCode::NO_CONTENT.into_response()),
         }
     }
+}
+
+/// A cluster's set as the work endpoint answers it: whole, or what changed since the revision
+/// the agent holds when it asked for that and the store still knows.
+#[derive(Default)]
+struct Current {
+    revision: u64,
+    objects: Vec<serde_json::Value>,
+    since: Option<u64>,
+    removed: Vec<String>,
+}
+
+async fn current_work(
+    state: &AgentState,
+    cluster: &str,
+    query: &WorkQuery,
+) -> Result<Option<Current>, ApiError> {
+    if let (true, Some(after)) = (query.delta, query.after)
+        && let Some(delta) = state.store.get_work_since(cluster, after).await?
+    {
+        return Ok(Some(Current {
+            revision: delta.revision,
+            objects: delta.changed,
+            since: Some(delta.since),
+            removed: delta.removed,
+        }));
+    }
+    Ok(state.store.get_work(cluster).await?.map(|set| Current {
+        revision: set.revision,
+        objects: set.objects,
+        since: None,
+        removed: Vec::new(),
+    }))
 }
 
 /// Up to which revision `cluster`'s agent may remove most of what it runs at once: every

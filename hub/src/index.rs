@@ -712,7 +712,11 @@ impl WorkSets {
                 .map_err(Error::store("reading work"))?
                 .map(|w| w.objects)
                 .unwrap_or_default();
-            let set = ClusterWork::from_objects(&objects);
+            let set = ClusterWork::from_stored(&objects);
+            if set.is_unwritten() {
+                self.dirty.insert(cluster.to_owned());
+                self.changed.notify_one();
+            }
             for workload in set.workloads() {
                 self.holders
                     .entry(workload.clone())
@@ -783,18 +787,18 @@ impl WorkSets {
     pub async fn flush(&mut self) -> Result<Vec<(String, WorkWrite)>, Error> {
         let mut writes = Vec::new();
         while let Some(cluster) = self.dirty.first().cloned() {
-            let objects = self
-                .sets
-                .get(&cluster)
-                .map(ClusterWork::to_objects)
-                .unwrap_or_default();
-            let write = self
-                .store
-                .put_work(&cluster, &objects)
-                .await
-                .map_err(Error::store("writing work"))?;
+            // Only what changed is written: the cost is the changes', not the set's.
+            if let Some(set) = self.sets.get_mut(&cluster).filter(|set| set.is_unwritten()) {
+                let (changed, removed) = set.unwritten();
+                let write = self
+                    .store
+                    .change_work(&cluster, &changed, &removed)
+                    .await
+                    .map_err(Error::store("writing work"))?;
+                set.written();
+                writes.push((cluster.clone(), write));
+            }
             self.dirty.remove(&cluster);
-            writes.push((cluster, write));
         }
         Ok(writes)
     }
@@ -1097,7 +1101,12 @@ mod tests {
                     "labels": {nave_api::wire::WORKLOAD_LABEL: format!("shop.{workload}")}}})
         };
         // b already holds web's objects in the store, from before this hub started.
-        store.put_work("b", &[object("web", "web-config")]).await.unwrap();
+        let mut held = ClusterWork::default();
+        held.replace(
+            &WorkloadRef::new("shop", "web"),
+            vec![object("web", "web-config")],
+        );
+        store.put_work("b", &held.to_objects()).await.unwrap();
         let index = Index::empty(store);
         let clusters = vec!["a".to_owned(), "b".to_owned(), "c".to_owned()];
         let web = WorkloadRef::new("shop", "web");

@@ -456,6 +456,14 @@ pub struct ClusterWork {
     objects: BTreeMap<Key, (Value, BTreeSet<String>)>,
     /// The keys each workload contributes.
     by_workload: HashMap<String, BTreeSet<Key>>,
+    /// How many objects each namespace holds (the set's Namespaces are derived from it).
+    namespaces: BTreeMap<String, usize>,
+    /// The objects changed since the set was last written ([`ClusterWork::written`]).
+    unwritten: BTreeSet<Key>,
+    /// The namespaces that appeared or went since then.
+    unwritten_namespaces: BTreeSet<String>,
+    /// Keys of stored objects the set does not hold (see [`ClusterWork::from_stored`]).
+    stale: BTreeSet<String>,
 }
 
 impl ClusterWork {
@@ -475,9 +483,64 @@ impl ClusterWork {
                     .or_default()
                     .insert(key.clone());
             }
+            if !key.1.is_empty() {
+                *work.namespaces.entry(key.1.clone()).or_default() += 1;
+            }
             work.objects.insert(key, (object.clone(), users));
         }
         work
+    }
+
+    /// The set that `stored` (a set as the store holds it) makes, with whatever the store holds
+    /// differently from how the set renders (an object no workload contributes, a Namespace no
+    /// object uses, content rendered by an older hub) noted as unwritten, so the next write puts
+    /// the store right.
+    pub fn from_stored(stored: &[Value]) -> ClusterWork {
+        let mut work = ClusterWork::from_objects(stored);
+        let mut rendered: BTreeMap<String, Value> = work
+            .to_objects()
+            .into_iter()
+            .map(|o| (nave_api::wire::work_key(&o), o))
+            .collect();
+        for object in stored {
+            let key = nave_api::wire::work_key(object);
+            match rendered.remove(&key) {
+                Some(same) if same == *object => {}
+                Some(_) => work.note_unwritten(object),
+                None => {
+                    work.stale.insert(key);
+                }
+            }
+        }
+        for object in rendered.values() {
+            work.note_unwritten(object);
+        }
+        work
+    }
+
+    fn note_unwritten(&mut self, object: &Value) {
+        let key = object_key(object);
+        match object["kind"] == "Namespace" {
+            true => self.unwritten_namespaces.insert(key.2),
+            false => self.unwritten.insert(key),
+        };
+    }
+
+    /// Counts an object in or out of its namespace, noting a namespace that appears or goes.
+    fn count(&mut self, key: &Key, delta: isize) {
+        let namespace = &key.1;
+        if namespace.is_empty() {
+            return;
+        }
+        let count = self.namespaces.entry(namespace.clone()).or_default();
+        let before = *count;
+        *count = count.saturating_add_signed(delta);
+        if (before == 0) != (*count == 0) {
+            self.unwritten_namespaces.insert(namespace.clone());
+        }
+        if *count == 0 {
+            self.namespaces.remove(namespace);
+        }
     }
 
     /// The workloads ([`WorkloadRef::label_value`]) that contribute objects to the set.
@@ -503,11 +566,15 @@ impl ClusterWork {
                 users.remove(&me);
                 if users.is_empty() {
                     self.objects.remove(key);
+                    self.count(key, -1);
                 }
             }
         }
         let mine: BTreeSet<Key> = new.keys().cloned().collect();
         for (key, object) in new {
+            if !self.objects.contains_key(&key) {
+                self.count(&key, 1);
+            }
             let entry = self
                 .objects
                 .entry(key)
@@ -518,10 +585,48 @@ impl ClusterWork {
         if !mine.is_empty() {
             self.by_workload.insert(me, mine);
         }
-        affected
-            .iter()
-            .zip(was)
-            .any(|(key, was)| self.rendered(key) != was)
+        let mut changed = false;
+        for (key, was) in affected.into_iter().zip(was) {
+            if self.rendered(&key) != was {
+                self.unwritten.insert(key);
+                changed = true;
+            }
+        }
+        changed
+    }
+
+    /// What changed since the set was last written: the objects to write (added or changed,
+    /// as [`to_objects`](ClusterWork::to_objects) renders them) and the
+    /// [`work_key`](nave_api::wire::work_key)s of those that went.
+    pub fn unwritten(&self) -> (Vec<Value>, Vec<String>) {
+        let mut changed = Vec::new();
+        let mut removed = Vec::new();
+        for key in &self.unwritten {
+            match self.rendered(key) {
+                Some(object) => changed.push(object),
+                None => removed.push(nave_api::wire::work_key_of(&key.0, &key.1, &key.2)),
+            }
+        }
+        removed.extend(self.stale.iter().cloned());
+        for name in &self.unwritten_namespaces {
+            match self.namespaces.contains_key(name) {
+                true => changed.push(namespace(name)),
+                false => removed.push(nave_api::wire::work_key_of("Namespace", "", name)),
+            }
+        }
+        (changed, removed)
+    }
+
+    /// Whether anything changed since the set was last written.
+    pub fn is_unwritten(&self) -> bool {
+        !self.unwritten.is_empty() || !self.unwritten_namespaces.is_empty() || !self.stale.is_empty()
+    }
+
+    /// Notes that the set as it is now was written.
+    pub fn written(&mut self) {
+        self.unwritten.clear();
+        self.unwritten_namespaces.clear();
+        self.stale.clear();
     }
 
     /// The object of `key` as it is sent: labelled with its contributors.
@@ -536,13 +641,7 @@ impl ClusterWork {
     /// Namespaces the namespaced ones use, by key.
     pub fn to_objects(&self) -> Vec<Value> {
         let mut out: Vec<Value> = self.objects.keys().filter_map(|key| self.rendered(key)).collect();
-        let namespaces: BTreeSet<&str> = self
-            .objects
-            .keys()
-            .map(|(_, ns, _)| ns.as_str())
-            .filter(|ns| !ns.is_empty())
-            .collect();
-        out.extend(namespaces.iter().map(|ns| namespace(ns)));
+        out.extend(self.namespaces.keys().map(|ns| namespace(ns)));
         out.sort_by_key(object_key);
         out
     }

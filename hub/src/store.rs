@@ -35,7 +35,7 @@ use std::sync::Arc;
 
 pub use self::contract::{
     Backend, ChangeFeed, JOIN_TOKEN_PREFIX, Store, StoreError, StoreErrorKind, StoreFuture, StoreOp,
-    same_but_prose,
+    TOMBSTONE_REVISIONS, same_but_prose,
 };
 pub use self::postgres::PgStore;
 pub use self::sql::{Dialect, SqlStore};

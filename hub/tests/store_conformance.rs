@@ -208,6 +208,8 @@ conformance!(
     history_is_pruned_per_workload_keeping_the_newest,
     work_revision_bumps_only_on_change_and_survives_reconnect,
     work_status_round_trips,
+    work_changes_write_only_what_changed_and_deltas_tell_what_changed_since,
+    sets_stored_whole_by_an_older_hub_are_kept_by_object_after_the_upgrade,
     concurrent_put_work_yields_distinct_increasing_revisions,
     concurrent_rotations_leave_exactly_one_valid_credential,
     migrations_are_idempotent,
@@ -328,20 +330,23 @@ mod cases {
         let raw = match db.backend() {
             Backend::Sqlite => {
                 let pool = sqlx::SqlitePool::connect(&db.url()).await.expect("raw SQLite");
-                let text: String = sqlx::query_scalar("SELECT objects FROM work WHERE cluster = 'eu-1'")
-                    .fetch_one(&pool)
-                    .await
-                    .expect("the row");
+                let text: String = sqlx::query_scalar(
+                    "SELECT group_concat(object, ',') FROM work_objects WHERE cluster = 'eu-1'",
+                )
+                .fetch_one(&pool)
+                .await
+                .expect("the rows");
                 text
             }
             Backend::Postgres => {
                 let pool = sqlx::PgPool::connect(&db.url()).await.expect("raw Postgres");
-                let value: sqlx::types::Json<Value> =
-                    sqlx::query_scalar("SELECT objects FROM work WHERE cluster = 'eu-1'")
-                        .fetch_one(&pool)
-                        .await
-                        .expect("the row");
-                value.0.to_string()
+                let text: String = sqlx::query_scalar(
+                    "SELECT string_agg(object::text, ',') FROM work_objects WHERE cluster = 'eu-1'",
+                )
+                .fetch_one(&pool)
+                .await
+                .expect("the rows");
+                text
             }
         };
         assert!(
@@ -1456,7 +1461,8 @@ mod cases {
         let work = store.get_work("a").await.expect("get").expect("work of a");
         assert_eq!(
             (work.cluster.as_str(), work.revision, &work.objects[..]),
-            ("a", 2, &v2[..])
+            ("a", 2, &[v2[1].clone(), v2[0].clone()][..]),
+            "the set, in key order"
         );
 
         // Clusters count separately; an empty set is a set like any other.
@@ -1491,6 +1497,234 @@ mod cases {
             .expect_err("work for an unregistered cluster");
         assert_eq!(error.kind(), StoreErrorKind::UnknownCluster, "error: {error:?}");
         assert_eq!(store.get_work("nowhere").await.expect("get unknown"), None);
+        store.close().await.expect("close");
+    }
+
+    pub async fn work_changes_write_only_what_changed_and_deltas_tell_what_changed_since(db: TestDb) {
+        let store = db.open().await;
+        register(&*store, &["a"]).await;
+        let none: &[String] = &[];
+        // A change creates the set when there is none.
+        let write = store
+            .change_work("a", &[deployment("web", 1), deployment("api", 1)], none)
+            .await
+            .expect("first change");
+        assert_eq!((write.revision, write.changed), (1, true), "first change");
+        let write = store
+            .change_work("a", &[deployment("web", 1)], none)
+            .await
+            .expect("the same object again");
+        assert_eq!((write.revision, write.changed), (1, false), "nothing changed");
+        let write = store
+            .change_work(
+                "a",
+                &[deployment("web", 2)],
+                &["Deployment/default/api".to_owned()],
+            )
+            .await
+            .expect("a change and a removal");
+        assert_eq!((write.revision, write.changed), (2, true));
+        let write = store
+            .change_work("a", &[], &["Deployment/default/gone".to_owned()])
+            .await
+            .expect("removing what is not there");
+        assert_eq!(
+            (write.revision, write.changed),
+            (2, false),
+            "removing nothing changes nothing"
+        );
+        let work = store.get_work("a").await.expect("get").expect("work of a");
+        assert_eq!((work.revision, work.objects), (2, vec![deployment("web", 2)]));
+
+        // What changed since each revision.
+        let delta = store
+            .get_work_since("a", 1)
+            .await
+            .expect("since 1")
+            .expect("a delta");
+        assert_eq!(
+            (delta.revision, delta.since, &delta.changed, &delta.removed),
+            (
+                2,
+                1,
+                &vec![deployment("web", 2)],
+                &vec!["Deployment/default/api".to_owned()]
+            )
+        );
+        let delta = store
+            .get_work_since("a", 0)
+            .await
+            .expect("since 0")
+            .expect("a delta");
+        assert_eq!(
+            (delta.changed.len(), delta.removed.len()),
+            (1, 1),
+            "since the beginning: the set and what was removed: {delta:?}"
+        );
+        let delta = store
+            .get_work_since("a", 2)
+            .await
+            .expect("since 2")
+            .expect("a delta");
+        assert!(
+            delta.changed.is_empty() && delta.removed.is_empty(),
+            "nothing since the current revision: {delta:?}"
+        );
+        assert_eq!(
+            store.get_work_since("a", 3).await.expect("since 3"),
+            None,
+            "a revision ahead of the store's has no delta"
+        );
+        assert_eq!(store.get_work_since("b", 0).await.expect("no set"), None);
+
+        // An object removed and put back is a change like any other.
+        store
+            .change_work("a", &[deployment("api", 5)], none)
+            .await
+            .expect("put back");
+        let delta = store
+            .get_work_since("a", 2)
+            .await
+            .expect("since 2")
+            .expect("a delta");
+        assert_eq!(
+            (delta.revision, delta.changed, delta.removed),
+            (3, vec![deployment("api", 5)], vec![])
+        );
+
+        // A whole-set put removes what it leaves out, as a delta shows.
+        let write = store.put_work("a", &[deployment("api", 5)]).await.expect("put");
+        assert_eq!((write.revision, write.changed), (4, true));
+        let delta = store
+            .get_work_since("a", 3)
+            .await
+            .expect("since 3")
+            .expect("a delta");
+        assert_eq!(
+            (delta.changed, delta.removed),
+            (vec![], vec!["Deployment/default/web".to_owned()])
+        );
+
+        // Removals are remembered for a while, then a delta from before them is refused.
+        for i in 0..store::TOMBSTONE_REVISIONS + 100 {
+            let name = format!("w{i}");
+            store
+                .change_work(
+                    "a",
+                    &[deployment(&name, 1)],
+                    &[format!("Deployment/default/w{}", i - 1)],
+                )
+                .await
+                .expect("churn");
+        }
+        let current = store.get_work("a").await.expect("get").expect("work").revision;
+        assert_eq!(
+            store.get_work_since("a", 3).await.expect("since 3"),
+            None,
+            "removals from that long ago are forgotten: the whole set must be read"
+        );
+        let recent = store
+            .get_work_since("a", current - 10)
+            .await
+            .expect("recent")
+            .expect("a delta from a recent revision");
+        // Each step added one object and removed the one before: of the ten added since, only
+        // the last remains; the ten removed are the nine others and the one before them.
+        assert_eq!(
+            (recent.changed.len(), recent.removed.len()),
+            (1, 10),
+            "{recent:?}"
+        );
+        store.close().await.expect("close");
+    }
+
+    pub async fn sets_stored_whole_by_an_older_hub_are_kept_by_object_after_the_upgrade(db: TestDb) {
+        // The schema as the previous version left it, with one cluster's whole set in a row.
+        let directory = match db.backend() {
+            Backend::Sqlite => "sqlite",
+            Backend::Postgres => "postgres",
+        };
+        let path = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("../migrations")
+            .join(directory);
+        let mut before = sqlx::migrate::Migrator::new(path).await.expect("the migrations");
+        before.migrations = before
+            .migrations
+            .iter()
+            .filter(|m| m.version < 5)
+            .cloned()
+            .collect::<Vec<_>>()
+            .into();
+        let objects = json!([deployment("web", 2), {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "default"}}]);
+        let statements = [
+            "INSERT INTO clusters (name, registered_at_ms) VALUES ('a', 1)".to_owned(),
+            format!(
+                "INSERT INTO work (cluster, revision, content_sha256, objects, updated_at_ms) \
+                 VALUES ('a', 7, 'x', '{objects}', 1)"
+            ),
+        ];
+        match db.backend() {
+            Backend::Sqlite => {
+                let pool = sqlx::SqlitePool::connect(&format!("{}?mode=rwc", db.url()))
+                    .await
+                    .expect("raw SQLite");
+                before.run(&pool).await.expect("migrations up to 4");
+                for statement in &statements {
+                    pool.execute(AssertSqlSafe(statement.clone()))
+                        .await
+                        .expect("an old row");
+                }
+                pool.close().await;
+            }
+            Backend::Postgres => {
+                let pool = sqlx::PgPool::connect(&db.url()).await.expect("raw Postgres");
+                before.run(&pool).await.expect("migrations up to 4");
+                for statement in &statements {
+                    // The old row is written as the term's writer, as the old hub did.
+                    let mut tx = pool.begin().await.expect("a transaction");
+                    tx.execute("SELECT set_config('nave.term', '0', true)")
+                        .await
+                        .expect("term");
+                    tx.execute(AssertSqlSafe(statement.clone()))
+                        .await
+                        .expect("an old row");
+                    tx.commit().await.expect("commit");
+                }
+                pool.close().await;
+            }
+        }
+        let store = db.open().await;
+        let work = store.get_work("a").await.expect("get").expect("the old set");
+        assert_eq!(
+            (work.revision, work.objects.len()),
+            (7, 2),
+            "the set and its revision survive the upgrade: {work:?}"
+        );
+        assert_eq!(
+            store.get_work_since("a", 6).await.expect("since 6"),
+            None,
+            "what changed before the upgrade is not known by object"
+        );
+        let delta = store
+            .get_work_since("a", 7)
+            .await
+            .expect("since 7")
+            .expect("a delta");
+        assert!(delta.changed.is_empty() && delta.removed.is_empty(), "{delta:?}");
+        let write = store
+            .change_work("a", &[deployment("api", 1)], &[])
+            .await
+            .expect("a change after the upgrade");
+        assert_eq!((write.revision, write.changed), (8, true));
+        let delta = store
+            .get_work_since("a", 7)
+            .await
+            .expect("since 7")
+            .expect("a delta");
+        assert_eq!(
+            (delta.changed, delta.removed),
+            (vec![deployment("api", 1)], vec![])
+        );
         store.close().await.expect("close");
     }
 

@@ -71,6 +71,28 @@ pub struct AppliedState {
     pub store: Option<String>,
     /// Objects the agent applied and has not pruned, with their workload.
     pub objects: BTreeMap<ObjectRef, Option<WorkloadRef>>,
+    /// Not persisted: a digest of the content each object was last applied with by this
+    /// process, so a new revision applies only the objects it changed.
+    #[serde(skip)]
+    pub applied_content: HashMap<ObjectRef, Digest>,
+    /// Not persisted: whether this process has applied a whole set and pruned by listing the
+    /// cluster since it started (or since an attempt failed). Until then every object is applied
+    /// and the prune lists what carries the ownership label; afterwards a revision applies what
+    /// changed and prunes what this process remembers.
+    #[serde(skip)]
+    pub verified: bool,
+}
+
+/// A digest of an object's content as the agent applies it (SHA-256, its first 16 bytes).
+pub type Digest = [u8; 16];
+
+fn digest(body: &Value) -> Digest {
+    use sha2::Digest as _;
+    let bytes = serde_json::to_vec(body).expect("JSON values always serialize");
+    let full = sha2::Sha256::digest(&bytes);
+    let mut out = [0u8; 16];
+    out.copy_from_slice(&full[..16]);
+    out
 }
 
 #[derive(Serialize, Deserialize)]
@@ -93,6 +115,8 @@ pub struct ApplyOutcome {
     pub errors: Vec<ApplyError>,
     /// Objects deleted by pruning.
     pub pruned: Vec<ObjectRef>,
+    /// Objects sent to the cluster (the others were applied unchanged before).
+    pub sent: usize,
     /// A failure other than a refusal: the revision does not count as applied, nothing was
     /// pruned, and the set is tried again. Refusals (outside the allow-list, someone else's
     /// object) are reported in `errors` but do not block: retrying would not change them.
@@ -105,6 +129,8 @@ struct Prepared {
     workload: Option<WorkloadRef>,
     resource: ApiResource,
     body: Value,
+    /// [`digest`] of `body` without the revision annotation.
+    content: Digest,
 }
 
 /// Applies work sets to one cluster.
@@ -194,6 +220,7 @@ impl Applier {
             revision,
             store,
             objects: objects.into_iter().map(|o| (o.object, o.workload)).collect(),
+            ..AppliedState::default()
         })
     }
 
@@ -243,8 +270,17 @@ impl Applier {
     /// on any failure the previous revision, and the objects of both sets (so a later success
     /// still prunes what this attempt applied). Prunes only when every object applied, so a
     /// half-applied set never removes what it replaces.
-    #[instrument(skip_all, fields(revision = set.revision, objects = set.objects.len()))]
-    pub async fn apply(&self, set: &WorkSet, state: &mut AppliedState) -> ApplyOutcome {
+    ///
+    /// With `full`, or until this process has applied a whole set ([`AppliedState::verified`]),
+    /// every object is applied and the prune also lists what carries the ownership label (what
+    /// a lost state forgot); otherwise only the objects whose content changed since this process
+    /// applied them are sent, and the prune removes what it remembers and the set no longer
+    /// holds. A set of a few changes to a cluster of thousands of objects costs a few calls,
+    /// not thousands; `full` (the periodic resync) still repairs what others changed.
+    #[instrument(skip_all, fields(revision = set.revision, objects = set.objects.len(), full))]
+    pub async fn apply(&self, set: &WorkSet, state: &mut AppliedState, full: bool) -> ApplyOutcome {
+        let full = full || !state.verified;
+        tracing::Span::current().record("full", full);
         let mut outcome = ApplyOutcome {
             revision: set.revision,
             ..Default::default()
@@ -287,7 +323,16 @@ impl Applier {
             .iter()
             .filter_map(|p| p.object_ref.namespace.as_deref())
             .collect();
-        for ns in needed.difference(&declared) {
+        // Namespaces of objects applied before exist: ensured again only in a full apply.
+        let known: BTreeSet<&str> = match full {
+            true => BTreeSet::new(),
+            false => state
+                .objects
+                .keys()
+                .filter_map(|r| r.namespace.as_deref())
+                .collect(),
+        };
+        for ns in needed.difference(&declared).filter(|ns| !known.contains(*ns)) {
             if let Err(e) = self.ensure_namespace(ns, true).await {
                 let object_ref = ObjectRef {
                     api_version: "v1".into(),
@@ -301,9 +346,17 @@ impl Applier {
         }
 
         let mut applied = BTreeMap::new();
+        let mut content = HashMap::with_capacity(prepared.len());
         for p in &prepared {
+            let remembered = state.objects.contains_key(&p.object_ref);
+            if !full && remembered && state.applied_content.get(&p.object_ref) == Some(&p.content) {
+                applied.insert(p.object_ref.clone(), p.workload.clone());
+                content.insert(p.object_ref.clone(), p.content);
+                continue;
+            }
+            outcome.sent += 1;
             // An object not applied before may exist already, someone else's: never taken over.
-            let result = match state.objects.contains_key(&p.object_ref) {
+            let result = match remembered {
                 true => self.apply_one(p).await.map(|()| true),
                 false => match self.check_not_foreign(p).await {
                     Ok(()) => self.apply_one(p).await.map(|()| true),
@@ -316,6 +369,7 @@ impl Applier {
             match result {
                 Ok(true) => {
                     applied.insert(p.object_ref.clone(), p.workload.clone());
+                    content.insert(p.object_ref.clone(), p.content);
                 }
                 Ok(false) => {
                     debug!(object = %p.object_ref, "exists and is not this installation's; left as it is")
@@ -336,6 +390,9 @@ impl Applier {
 
         if outcome.blocked {
             state.objects.extend(applied);
+            // The next attempt applies everything and lists again: what failed may be anything.
+            state.verified = false;
+            state.applied_content = content;
             return outcome;
         }
         let previous = std::mem::take(&mut state.objects);
@@ -348,7 +405,14 @@ impl Applier {
         state.objects = applied;
         let mut keep = state.objects.clone();
         keep.extend(refused);
-        let candidates = self.prune_candidates(&previous, &keep).await;
+        let candidates = match full {
+            true => self.prune_candidates(&previous, &keep).await,
+            false => previous
+                .keys()
+                .filter(|r| r.kind != "Namespace" && !keep.contains_key(*r))
+                .cloned()
+                .collect(),
+        };
         for object_ref in candidates {
             match self.prune_one(&object_ref).await {
                 Ok(true) => outcome.pruned.push(object_ref),
@@ -365,6 +429,9 @@ impl Applier {
                 }
             }
         }
+        content.retain(|object_ref, _| state.objects.contains_key(object_ref));
+        state.applied_content = content;
+        state.verified = !outcome.blocked;
         if !outcome.blocked {
             state.revision = Some(set.revision);
             if set.store.is_some() {
@@ -373,6 +440,7 @@ impl Applier {
         }
         info!(
             applied = state.objects.len(),
+            sent = outcome.sent,
             pruned = outcome.pruned.len(),
             errors = outcome.errors.len(),
             "work set applied"
@@ -456,8 +524,9 @@ impl Applier {
             .as_ref()
             .and_then(Value::as_str)
             .and_then(WorkloadRef::from_label_value);
-        object_field(meta, "annotations")
-            .insert(REVISION_ANNOTATION.into(), Value::String(revision.to_string()));
+        // The revision the object was last sent at: an object the set did not change keeps its
+        // annotation, so the digest leaves it out.
+        object_field(meta, "annotations").remove(REVISION_ANNOTATION);
         // Pods carry the workload label so pending pods can be reported per workload.
         if let (Some(label), "Deployment") = (workload_label, object_ref.kind.as_str())
             && let Some(template) = map.get_mut("spec").and_then(|s| s.get_mut("template"))
@@ -472,11 +541,17 @@ impl Applier {
                     .or_insert(label);
             }
         }
+        let content = digest(&body);
+        if let Some(meta) = body.get_mut("metadata").and_then(Value::as_object_mut) {
+            object_field(meta, "annotations")
+                .insert(REVISION_ANNOTATION.into(), Value::String(revision.to_string()));
+        }
         Ok(Prepared {
             object_ref,
             workload,
             resource,
             body,
+            content,
         })
     }
 

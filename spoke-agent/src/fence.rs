@@ -159,6 +159,7 @@ mod tests {
                     (object, Some(WorkloadRef::new("shop", format!("web-{i}"))))
                 })
                 .collect::<BTreeMap<_, _>>(),
+            ..AppliedState::default()
         }
     }
 
@@ -189,7 +190,7 @@ mod tests {
             objects: Vec::new(),
             store: store.map(str::to_owned),
             complete,
-            prune_confirmed: None,
+            ..WorkSet::default()
         }
     }
 

@@ -331,6 +331,59 @@ pub struct WorkState {
     pub held: Option<WorkHeld>,
     /// The prune confirmation of the newest set from the hub ([`WorkSet::prune_confirmed`]).
     pub prune_confirmed: Option<u64>,
+    /// The whole set this process last applied, by key: what the hub's deltas build on.
+    pub known: Option<KnownSet>,
+}
+
+/// A whole work set as this process last applied it, to which a delta from the hub
+/// ([`WorkSet::since`]) is applied.
+#[derive(Debug, Default, Clone)]
+pub struct KnownSet {
+    /// Its revision.
+    pub revision: u64,
+    /// The store it came from.
+    pub store: Option<String>,
+    /// Its objects, by [`work_key`](nave_api::wire::work_key).
+    pub objects: BTreeMap<String, serde_json::Value>,
+}
+
+impl KnownSet {
+    /// `set` (a whole set) as known.
+    fn of(set: &WorkSet) -> KnownSet {
+        KnownSet {
+            revision: set.revision,
+            store: set.store.clone(),
+            objects: set
+                .objects
+                .iter()
+                .map(|o| (nave_api::wire::work_key(o), o.clone()))
+                .collect(),
+        }
+    }
+
+    /// The whole set that `delta` makes of this one; `None` when the delta does not start from
+    /// it (another revision or another store).
+    fn with(&self, delta: WorkSet) -> Option<WorkSet> {
+        if delta.since != Some(self.revision) || delta.store != self.store {
+            return None;
+        }
+        let mut objects = self.objects.clone();
+        for key in &delta.removed {
+            objects.remove(key);
+        }
+        objects.extend(
+            delta
+                .objects
+                .into_iter()
+                .map(|o| (nave_api::wire::work_key(&o), o)),
+        );
+        Some(WorkSet {
+            objects: objects.into_values().collect(),
+            since: None,
+            removed: Vec::new(),
+            ..delta
+        })
+    }
 }
 
 /// A running agent's shared parts.
@@ -702,9 +755,15 @@ async fn work_loop(agent: Arc<Agent>, shutdown: CancellationToken) -> Result<()>
     let mut backoff = Backoff::new(agent.config.retry_initial, agent.config.retry_max);
     let mut last_full = tokio::time::Instant::now();
     loop {
-        let (applied, held, prune_confirmed) = {
+        let (applied, held, prune_confirmed, known) = {
             let work = agent.work.read().await;
-            (work.state.revision, work.held.clone(), work.prune_confirmed)
+            let known = work.known.as_ref().map(|k| k.revision);
+            (
+                work.state.revision,
+                work.held.clone(),
+                work.prune_confirmed,
+                known,
+            )
         };
         // Asking without `after` returns the current set at once: a periodic re-apply repairs
         // objects someone changed or deleted behind the agent's back.
@@ -726,9 +785,12 @@ async fn work_loop(agent: Arc<Agent>, shutdown: CancellationToken) -> Result<()>
             wait: Some(wait),
             cluster: Some(agent.config.cluster_name.clone()),
             held: held
+                .as_ref()
                 .is_some_and(|h| matches!(h.reason, HeldReason::StoreChanged | HeldReason::RevisionWentBack)),
             // Always sent (`0`: none), so the hub answers when it changes.
             prune_confirmed: Some(prune_confirmed.unwrap_or(0)),
+            // What changed is enough when this process holds the whole set it applied last.
+            delta: !resync && held.is_none() && known.is_some() && known == applied,
         };
         let polled = tokio::select! {
             () = shutdown.cancelled() => return Ok(()),
@@ -747,13 +809,24 @@ async fn work_loop(agent: Arc<Agent>, shutdown: CancellationToken) -> Result<()>
                 if resync {
                     last_full = tokio::time::Instant::now();
                 }
-                if set.cluster != agent.config.cluster_name {
+                let set = match set.since {
+                    None => Some(set),
+                    Some(_) => agent.work.read().await.known.as_ref().and_then(|k| k.with(set)),
+                };
+                if let Some(set) = set.as_ref().filter(|s| s.cluster != agent.config.cluster_name) {
                     warn!(got = %set.cluster, "the hub sent another cluster's work; ignoring it");
                     true
-                } else if hold_set(&agent, &set).await {
-                    false
+                } else if let Some(set) = set {
+                    if hold_set(&agent, &set).await {
+                        false
+                    } else {
+                        !apply_set(&agent, &set, resync).await
+                    }
                 } else {
-                    !apply_set(&agent, &set).await
+                    // A delta from another revision than the one held: ask for the whole set.
+                    warn!("the hub sent changes to a set this agent does not hold; asking for the whole set");
+                    agent.work.write().await.known = None;
+                    true
                 }
             }
             Err(Error::ShuttingDown) => return Ok(()),
@@ -802,11 +875,12 @@ async fn hold_set(agent: &Agent, set: &WorkSet) -> bool {
     is_held
 }
 
-/// Applies a set, persists the state, wakes the status loop; answers whether it all worked.
-async fn apply_set(agent: &Agent, set: &nave_api::wire::WorkSet) -> bool {
+/// Applies a set (every object with `full`, else what changed: see [`Applier::apply`]),
+/// persists the state, wakes the status loop; answers whether it all worked.
+async fn apply_set(agent: &Agent, set: &nave_api::wire::WorkSet, full: bool) -> bool {
     let mut state = agent.work.read().await.state.clone();
     let started = tokio::time::Instant::now();
-    let outcome = agent.applier.apply(set, &mut state).await;
+    let outcome = agent.applier.apply(set, &mut state, full).await;
     agent.metrics.observe_apply(started.elapsed(), &outcome.errors);
     agent.metrics.set_applied(state.revision, state.objects.len());
     let mut ok = !outcome.blocked;
@@ -817,6 +891,12 @@ async fn apply_set(agent: &Agent, set: &nave_api::wire::WorkSet) -> bool {
     }
     {
         let mut work = agent.work.write().await;
+        // The base of the next delta: the set as applied, or (not applied) the one before.
+        if state.revision == Some(set.revision) {
+            work.known = Some(KnownSet::of(set));
+        } else if work.known.as_ref().map(|k| k.revision) != state.revision {
+            work.known = None;
+        }
         work.state = state;
         work.attempted = Some(outcome.revision);
         work.objects = outcome.objects;
@@ -824,4 +904,60 @@ async fn apply_set(agent: &Agent, set: &nave_api::wire::WorkSet) -> bool {
     }
     agent.status_wake.notify_one();
     ok
+}
+
+#[cfg(test)]
+mod known_tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn config_map(name: &str, value: &str) -> serde_json::Value {
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": name, "namespace": "shop"}, "data": {"v": value}})
+    }
+
+    fn whole(revision: u64, objects: Vec<serde_json::Value>) -> WorkSet {
+        WorkSet {
+            cluster: "eu-1".into(),
+            revision,
+            objects,
+            store: Some("a".into()),
+            ..WorkSet::default()
+        }
+    }
+
+    #[test]
+    fn a_delta_on_the_set_it_starts_from_gives_the_whole_new_set() {
+        let known = KnownSet::of(&whole(3, vec![config_map("a", "1"), config_map("b", "1")]));
+        let delta = WorkSet {
+            since: Some(3),
+            removed: vec!["ConfigMap/shop/a".into()],
+            ..whole(5, vec![config_map("b", "2"), config_map("c", "1")])
+        };
+        assert_eq!(
+            known.with(delta.clone()),
+            Some(whole(5, vec![config_map("b", "2"), config_map("c", "1")])),
+            "a removed, b changed, c added"
+        );
+        for (what, wrong) in [
+            (
+                "another revision",
+                WorkSet {
+                    since: Some(4),
+                    ..delta.clone()
+                },
+            ),
+            (
+                "another store",
+                WorkSet {
+                    store: Some("b".into()),
+                    ..delta.clone()
+                },
+            ),
+            ("a whole set", WorkSet { since: None, ..delta }),
+        ] {
+            assert_eq!(known.with(wrong), None, "a delta from {what} is not applied");
+        }
+    }
 }

@@ -118,7 +118,7 @@ impl HubDouble {
             objects,
             store: Some(store.to_owned()),
             complete,
-            prune_confirmed: None,
+            ..WorkSet::default()
         }));
     }
 
@@ -131,6 +131,7 @@ impl HubDouble {
             store: Some("a".to_owned()),
             complete: true,
             prune_confirmed: confirmed,
+            ..WorkSet::default()
         }));
     }
 
@@ -403,14 +404,35 @@ async fn assert_running(client: &Client, names: &[&str], when: &str) {
     }
 }
 
-async fn get_opt<K>(client: &Client, name: &str) -> Option<K>
-where
-    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
+/// A kind of object the tests read in namespace `shop`.
+trait InShop:
+    kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType: Default>
+    + Clone
+    + serde::de::DeserializeOwned
+    + std::fmt::Debug
+{
+}
+
+impl<K> InShop for K where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType: Default>
         + Clone
         + serde::de::DeserializeOwned
-        + std::fmt::Debug,
-    K::DynamicType: Default,
+        + std::fmt::Debug
 {
+}
+
+/// The revision an object was last sent at, from its annotation.
+async fn sent_at<K: InShop>(client: &Client, name: &str) -> Option<String> {
+    let object: K = get_opt(client, name).await?;
+    object
+        .meta()
+        .annotations
+        .as_ref()?
+        .get(REVISION_ANNOTATION)
+        .cloned()
+}
+
+async fn get_opt<K: InShop>(client: &Client, name: &str) -> Option<K> {
     Api::<K>::namespaced(client.clone(), "shop")
         .get_opt(name)
         .await
@@ -691,6 +713,80 @@ async fn restart_resumes_from_the_stored_revision_and_still_prunes() {
         get_opt::<ConfigMap>(&client, "web-config").await.is_none(),
         "the ConfigMap applied before the restart is pruned after it"
     );
+    agent.stop().await;
+    hub.stop();
+    sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_revision_sends_only_what_changed_and_a_resync_repairs_what_others_deleted() {
+    let (sim, client) = start_cluster().await;
+    let hub = HubDouble::start().await;
+    let token = token_file();
+    let mut config = test_config(&hub, &token);
+    config.resync_interval = Duration::from_secs(3600);
+    let set = |replicas| {
+        vec![
+            deployment("web", replicas, "100m"),
+            service("web"),
+            config_map("web-config"),
+        ]
+    };
+    hub.set_work(1, set(1));
+    let agent = start_configured(&client, config);
+    wait_applied(&hub, 1).await;
+    hub.set_work(2, set(2));
+    wait_applied(&hub, 2).await;
+    let sent = (
+        sent_at::<Deployment>(&client, "web").await,
+        sent_at::<Service>(&client, "web").await,
+        sent_at::<ConfigMap>(&client, "web-config").await,
+    );
+    assert_eq!(
+        sent,
+        (Some("2".into()), Some("1".into()), Some("1".into())),
+        "revision 2 changed only the Deployment, so only it is sent again (Deployment, Service, \
+         ConfigMap annotated with the revision they were sent at)"
+    );
+    // Removing an object from the set still prunes it, without a full apply.
+    hub.set_work(3, vec![deployment("web", 2, "100m"), service("web")]);
+    wait_applied(&hub, 3).await;
+    assert!(
+        get_opt::<ConfigMap>(&client, "web-config").await.is_none(),
+        "the ConfigMap dropped from the set is pruned by an incremental apply"
+    );
+    agent.stop().await;
+
+    // Deleted behind the agent's back while it was away: its first apply after a start sends
+    // everything.
+    Api::<Service>::namespaced(client.clone(), "shop")
+        .delete("web", &Default::default())
+        .await
+        .expect("the Service can be deleted");
+    let mut config = test_config(&hub, &token);
+    config.resync_interval = Duration::from_secs(1);
+    let agent = start_configured(&client, config);
+    wait_for(
+        "the Service restored by the restarted agent",
+        DEADLINE,
+        || async {
+            sent_at::<Service>(&client, "web")
+                .await
+                .ok_or_else(|| "Service web is still missing".to_owned())
+        },
+    )
+    .await;
+    // Deleted while it runs, with no new revision: the periodic resync restores it.
+    Api::<Service>::namespaced(client.clone(), "shop")
+        .delete("web", &Default::default())
+        .await
+        .expect("the Service can be deleted");
+    wait_for("the Service restored by a resync", DEADLINE, || async {
+        sent_at::<Service>(&client, "web")
+            .await
+            .ok_or_else(|| "Service web is still missing".to_owned())
+    })
+    .await;
     agent.stop().await;
     hub.stop();
     sim.shutdown().await;

@@ -7,8 +7,9 @@
 //! Available. It prints:
 //!
 //! - MCDs per second: MCDs over the time from the first create to the last Available;
-//! - the hub's CPU (user + system, from `/proc`) per MCD, and the simulator's (this process:
-//!   the API servers, schedulers and kubelets of every cluster, and the benchmark itself);
+//! - the hub's CPU (user + system, from `/proc`) per MCD, every agent's together, and the
+//!   simulator's (this process: the API servers, schedulers and kubelets of every cluster, and
+//!   the benchmark itself);
 //! - apply -> Available per MCD (from its create to the first status that says Available, as a
 //!   watch sees it): p50 and p99. Every MCD is created at once, so when they are created faster
 //!   than the hub places them these include the wait in that queue: they describe the burst,
@@ -39,9 +40,9 @@ fn main() -> anyhow::Result<()> {
     let sizes = std::env::var("NAVE_SCALE").unwrap_or_else(|_| "20x500,100x2000".to_owned());
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     println!(
-        "| clusters | MCDs | MCDs per second | hub CPU per MCD | simulator CPU per MCD | apply -> Available p50 | p99 | hub RSS | largest agent RSS |"
+        "| clusters | MCDs | MCDs per second | hub CPU per MCD | agents' CPU per MCD | simulator CPU per MCD | apply -> Available p50 | p99 | hub RSS | largest agent RSS |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|");
     for size in sizes.split(',').filter(|s| !s.is_empty()) {
         let (clusters, mcds) = size
             .split_once('x')
@@ -117,7 +118,15 @@ async fn run(clusters: usize, mcds: usize) -> anyhow::Result<()> {
         })
     };
 
+    let agent_pids: Vec<String> = fleet
+        .agents
+        .values()
+        .flatten()
+        .map(|a| a.pid().to_string())
+        .collect();
+    let agents_cpu = || -> anyhow::Result<f64> { agent_pids.iter().map(|pid| cpu_seconds(pid)).sum() };
     let hub_cpu = cpu_seconds(&hub_pid.to_string())?;
+    let agent_cpu = agents_cpu()?;
     let sim_cpu = cpu_seconds("self")?;
     let start = Instant::now();
     for i in 0..mcds {
@@ -148,6 +157,7 @@ async fn run(clusters: usize, mcds: usize) -> anyhow::Result<()> {
         .unwrap_or_else(Instant::now);
     let took = last.duration_since(start);
     let hub_cpu = cpu_seconds(&hub_pid.to_string())? - hub_cpu;
+    let agent_cpu = agents_cpu()? - agent_cpu;
     let sim_cpu = cpu_seconds("self")? - sim_cpu;
     watching.abort();
     let mut latencies: Vec<Duration> = {
@@ -168,9 +178,10 @@ async fn run(clusters: usize, mcds: usize) -> anyhow::Result<()> {
         .map(|a| memory_mib(a.pid()).0)
         .fold(0.0_f64, f64::max);
     println!(
-        "| {clusters} | {mcds} | {:.1} | {:.2} ms | {:.2} ms | {:.2} s | {:.2} s | {:.0} MiB | {:.0} MiB |",
+        "| {clusters} | {mcds} | {:.1} | {:.2} ms | {:.2} ms | {:.2} ms | {:.2} s | {:.2} s | {:.0} MiB | {:.0} MiB |",
         mcds as f64 / took.as_secs_f64(),
         hub_cpu * 1000.0 / mcds as f64,
+        agent_cpu * 1000.0 / mcds as f64,
         sim_cpu * 1000.0 / mcds as f64,
         percentile(&latencies, 50.0).as_secs_f64(),
         percentile(&latencies, 99.0).as_secs_f64(),

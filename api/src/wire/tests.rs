@@ -190,8 +190,16 @@ fn work_query_serializes_to_the_documented_query_string_names() {
         cluster: None,
         held: false,
         prune_confirmed: None,
+        delta: false,
     };
     assert_eq!(round_trip(&q), json!({"after": 4, "wait": 30}));
+    assert_eq!(
+        round_trip(&WorkQuery {
+            delta: true,
+            ..q.clone()
+        })["delta"],
+        true
+    );
     let held = WorkQuery {
         held: true,
         prune_confirmed: Some(4),
@@ -206,6 +214,22 @@ fn a_work_set_from_an_older_hub_is_neither_from_a_known_store_nor_complete() {
     let set: WorkSet =
         serde_json::from_value(json!({"cluster": "c1", "revision": 2, "objects": []})).unwrap();
     assert_eq!((set.store, set.complete), (None, false));
+    assert_eq!((set.since, set.removed.len()), (None, 0), "a whole set");
+}
+
+#[test]
+fn work_keys_name_kind_namespace_and_name() {
+    let deployment = json!({"kind": "Deployment", "metadata": {"name": "web", "namespace": "shop"}});
+    assert_eq!(work_key(&deployment), "Deployment/shop/web");
+    assert_eq!(
+        work_key(&json!({"kind": "Namespace", "metadata": {"name": "shop"}})),
+        "Namespace//shop"
+    );
+    assert_eq!(
+        work_key(&json!({})),
+        "//",
+        "an object without a name still has a key"
+    );
 }
 
 #[test]

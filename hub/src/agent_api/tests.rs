@@ -396,6 +396,57 @@ async fn long_poll_returns_when_a_new_revision_is_put() {
 }
 
 #[tokio::test]
+async fn an_agent_holding_a_set_is_sent_what_changed_and_a_whole_set_when_the_store_cannot_tell() {
+    let h = harness().await;
+    let credential = register(&h.state, "eu-1").await;
+    let namespace = |name: &str| json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}});
+    h.state
+        .store
+        .put_work("eu-1", &[namespace("one"), namespace("two")])
+        .await
+        .unwrap();
+    h.state
+        .store
+        .put_work("eu-1", &[namespace("two"), namespace("three")])
+        .await
+        .unwrap();
+    let get = |query: &str| {
+        let (state, credential) = (h.state.clone(), credential.clone());
+        let uri = format!("{}?{query}", wire::WORK_PATH);
+        async move {
+            let (status, value) = call(&state, Method::GET, &uri, &credential, None).await;
+            assert_eq!(status, StatusCode::OK, "GET {uri}: {value}");
+            serde_json::from_value::<WorkSet>(value).unwrap()
+        }
+    };
+    let delta = get("after=1&delta=true").await;
+    assert_eq!(
+        (delta.revision, delta.since, delta.objects, delta.removed),
+        (
+            2,
+            Some(1),
+            vec![namespace("three")],
+            vec!["Namespace//one".to_owned()]
+        ),
+        "only what changed since revision 1"
+    );
+    // Without asking for a delta, or from a revision the store never had: the whole set.
+    for query in ["after=1", "after=9&delta=true"] {
+        let whole = get(query).await;
+        assert_eq!(
+            (
+                whole.revision,
+                whole.since,
+                whole.objects.len(),
+                whole.removed.len()
+            ),
+            (2, None, 2, 0),
+            "{query}: the whole set"
+        );
+    }
+}
+
+#[tokio::test]
 async fn heartbeats_are_answered_with_the_other_probeable_agents() {
     let h = harness().await;
     let beat = |cluster: &str, probe_url: Option<&str>, samples: Value| {

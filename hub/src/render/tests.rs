@@ -379,6 +379,7 @@ fn replacing_one_workloads_objects_gives_what_merging_the_whole_set_gives() {
     ];
     let mut merged: Vec<Value> = Vec::new();
     let mut kept = ClusterWork::default();
+    let mut written: BTreeMap<String, Value> = BTreeMap::new();
     // A fixed pseudo-random walk over contributions, shared objects included.
     let mut seed: u64 = 0x2545_f491_4f6c_dd1d;
     let mut next = |n: u64| {
@@ -405,11 +406,36 @@ fn replacing_one_workloads_objects_gives_what_merging_the_whole_set_gives() {
         merged = merge_work(&merged, workload, objects.clone());
         let changed = kept.replace(workload, objects);
         assert_eq!(kept.to_objects(), merged, "step {step}");
+        // What is written is the changes, now and then: applied to what was written before,
+        // they give the whole set.
+        if next(2) == 0 {
+            let (changes, removed) = kept.unwritten();
+            // A key added and removed again between writes is removed without having been
+            // written: removing what is not there changes nothing.
+            for key in &removed {
+                written.remove(key);
+            }
+            written.extend(changes.into_iter().map(|o| (nave_api::wire::work_key(&o), o)));
+            kept.written();
+            let whole: Vec<Value> = kept.to_objects();
+            let by_key: BTreeMap<String, Value> = whole
+                .into_iter()
+                .map(|o| (nave_api::wire::work_key(&o), o))
+                .collect();
+            assert_eq!(
+                written, by_key,
+                "step {step}: the changes written add up to the set"
+            );
+        }
         assert_eq!(changed, merged != before, "step {step}: whether the set changed");
         assert_eq!(
             ClusterWork::from_objects(&merged).to_objects(),
             merged,
             "step {step}: read back from what is stored"
+        );
+        assert!(
+            !ClusterWork::from_stored(&merged).is_unwritten(),
+            "step {step}: a set read back as it was written has nothing to write"
         );
         if merged
             .iter()
@@ -421,5 +447,29 @@ fn replacing_one_workloads_objects_gives_what_merging_the_whole_set_gives() {
     assert!(
         shared > 50,
         "the walk shares objects often enough: {shared} steps of 500"
+    );
+}
+
+#[test]
+fn a_set_read_back_with_what_the_hub_would_not_write_is_put_right_by_the_next_write() {
+    let web = WorkloadRef::new("shop", "web");
+    let mut kept = ClusterWork::default();
+    kept.replace(&web, vec![object("Deployment", "shop", "web", &web, 1)]);
+    let mut stored = kept.to_objects();
+    // Left by an older hub: an object no workload contributes, and a namespace nothing uses.
+    stored.push(json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "orphan", "namespace": "shop"}}));
+    stored.push(namespace("old"));
+    let read = ClusterWork::from_stored(&stored);
+    assert!(read.is_unwritten());
+    let (changed, mut removed) = read.unwritten();
+    removed.sort();
+    assert_eq!(
+        (changed, removed),
+        (
+            Vec::new(),
+            vec!["ConfigMap/shop/orphan".to_owned(), "Namespace//old".to_owned()]
+        ),
+        "what the store holds beyond the set is removed, nothing else is written"
     );
 }

@@ -171,13 +171,34 @@ pub trait Store: Send + Sync + fmt::Debug {
     /// A page of placement history, newest first.
     fn placement_history<'a>(&'a self, query: &'a HistoryQuery) -> StoreFuture<'a, HistoryPage>;
 
-    /// Replaces a cluster's desired object set. The revision goes up by one when the set differs
-    /// from the stored one (compared by a hash of the canonical JSON, ignoring the order of the
-    /// objects) and stays otherwise; it never goes backwards. The first set gets revision 1.
+    /// Replaces a cluster's desired object set. The set is kept by object
+    /// ([`nave_api::wire::work_key`]; of two objects with one key the last is kept): the
+    /// revision goes up by one when any object differs from the stored one (compared by a hash
+    /// of its canonical JSON; the order of the objects does not count) and stays otherwise; it
+    /// never goes backwards. The first set gets revision 1.
     fn put_work<'a>(&'a self, cluster: &'a str, objects: &'a [Value]) -> StoreFuture<'a, WorkWrite>;
+
+    /// Changes part of a cluster's set: each of `changed` replaces (or adds) the object of its
+    /// key, and the objects of the keys in `removed` go (a key in both stays, changed). The
+    /// revision goes up as with [`put_work`](Store::put_work), by one when anything changed;
+    /// the cost is that of the changes, not of the set. Creates an empty set first when the
+    /// cluster has none.
+    fn change_work<'a>(
+        &'a self,
+        cluster: &'a str,
+        changed: &'a [Value],
+        removed: &'a [String],
+    ) -> StoreFuture<'a, WorkWrite>;
 
     /// A cluster's desired object set; `None` before the first [`put_work`](Store::put_work).
     fn get_work<'a>(&'a self, cluster: &'a str) -> StoreFuture<'a, Option<WorkSet>>;
+
+    /// What changed in a cluster's set after revision `after`: the objects written since, and
+    /// the keys of those removed since. `None` when the cluster has no set, when `after` is
+    /// ahead of its revision, or when it is so old that removals since were forgotten (the
+    /// store keeps them for [`TOMBSTONE_REVISIONS`] revisions): then only the whole set
+    /// ([`get_work`](Store::get_work)) tells.
+    fn get_work_since<'a>(&'a self, cluster: &'a str, after: u64) -> StoreFuture<'a, Option<WorkDelta>>;
 
     /// Stores an agent's status report, replacing the previous one.
     fn put_work_status<'a>(&'a self, status: &'a WorkStatus) -> StoreFuture<'a, ()>;
@@ -630,21 +651,13 @@ pub(super) fn decision_hash(decision: &Value) -> String {
     }
 }
 
-/// Hex SHA-256 of an object set: the canonical form of each object, sorted, so that the order the
-/// objects were rendered in does not bump the revision.
-pub(super) fn object_set_hash(objects: &[Value]) -> String {
-    let mut encoded: Vec<String> = objects
-        .iter()
-        .map(|object| {
-            let mut text = String::new();
-            write_canonical(object, &mut text);
-            text
-        })
-        .collect();
-    encoded.sort_unstable();
-    // Each element is a complete JSON value, so joining with commas is unambiguous.
-    let text = format!("[{}]", encoded.join(","));
-    hex(&Sha256::digest(text.as_bytes()))
+/// For how many revisions a set remembers the keys of removed objects, so an agent that far
+/// behind can still be sent only what changed ([`Store::get_work_since`]).
+pub const TOMBSTONE_REVISIONS: i64 = 1_000;
+
+/// Hex SHA-256 of one object's canonical JSON.
+pub(super) fn object_hash(object: &Value) -> String {
+    json_hash(object)
 }
 
 /// Writes `value` as compact JSON with object keys sorted. Written out rather than relying on
@@ -697,18 +710,6 @@ mod tests {
             json_hash(&a),
             json_hash(&json!({"b": 1, "a": {"y": [2, 1], "x": null}}))
         );
-    }
-
-    #[test]
-    fn object_set_hash_ignores_object_order_but_not_content() {
-        let x = json!({"kind": "ConfigMap", "metadata": {"name": "x"}});
-        let y = json!({"kind": "Deployment", "metadata": {"name": "y"}});
-        assert_eq!(
-            object_set_hash(&[x.clone(), y.clone()]),
-            object_set_hash(&[y.clone(), x.clone()])
-        );
-        assert_ne!(object_set_hash(&[x.clone(), y]), object_set_hash(&[x]));
-        assert_ne!(object_set_hash(&[]), object_set_hash(&[json!({})]));
     }
 
     #[test]

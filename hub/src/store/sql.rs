@@ -209,6 +209,19 @@ macro_rules! announce {
     };
 }
 
+/// Objects as stored, with sealed Secrets opened.
+fn open_objects(
+    sealer: Option<&super::sealed::Sealer>,
+    op: StoreOp,
+    objects: Vec<Value>,
+) -> Result<Vec<Value>, StoreError> {
+    super::sealed::open(sealer, objects).map_err(|source| StoreError::Corrupt {
+        op,
+        what: "sealed Secret data",
+        source: Box::new(source),
+    })
+}
+
 /// Reads the store's term in the writing transaction `$tx` and refuses unless this handle
 /// claimed it (see [`SqlStore::check_term`]).
 macro_rules! fence {
@@ -291,6 +304,155 @@ macro_rules! history_columns {
     };
 }
 
+/// Writes `$objects` into `$cluster`'s set (see [`Store::put_work`] and
+/// [`Store::change_work`]): with `$removed` (`Some` keys), those objects change and the objects
+/// of those keys go, else they replace the whole set. Objects whose content is stored already are
+/// not written; the revision goes up by one when anything changed, and the set is created at
+/// revision 1 when there was none. A macro, as [`fence!`] is, for the bounds of the `Store` impl.
+macro_rules! write_work {
+    ($store:expr, $op:expr, $cluster:expr, $objects:expr, $removed:expr) => {{
+        let (this, op, cluster, objects, removed): (
+            &SqlStore<DB>,
+            StoreOp,
+            &str,
+            &[Value],
+            Option<&[String]>,
+        ) = ($store, $op, $cluster, $objects, $removed);
+        // Hashed in clear, stored sealed: sealing is deterministic, so an unchanged object keeps
+        // its digest either way. A key given twice keeps the last object.
+        let mut wanted: BTreeMap<String, (String, &Value)> = BTreeMap::new();
+        for object in objects {
+            wanted.insert(nave_api::wire::work_key(object), (object_hash(object), object));
+        }
+        let mut tx = this.begin_write(op).await?;
+        fence!(this, tx, op);
+        let now = millis(Timestamp::now());
+        // Creating the row (or finding it) first locks it on Postgres until commit, so concurrent
+        // writers of one cluster go one after another from the latest committed revision.
+        let created: Option<i64> = sqlx::query_scalar(
+            "INSERT INTO work (cluster, revision, updated_at_ms, deltas_from) VALUES ($1, 1, $2, 0) \
+             ON CONFLICT (cluster) DO NOTHING RETURNING revision",
+        )
+        .bind(cluster)
+        .bind(now)
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(cluster_write_error(op, cluster))?;
+        let (current, deltas_from) = match created {
+            Some(_) => (0, 0),
+            None => sqlx::query_as::<_, (i64, i64)>(if DB::ROW_LOCKS {
+                "SELECT revision, deltas_from FROM work WHERE cluster = $1 FOR UPDATE"
+            } else {
+                "SELECT revision, deltas_from FROM work WHERE cluster = $1"
+            })
+            .bind(cluster)
+            .fetch_one(&mut *tx)
+            .await
+            .map_err(query_error(op))?,
+        };
+        let next = current + 1;
+        let gone: Vec<String> = match removed {
+            Some(removed) => removed
+                .iter()
+                .filter(|k| !wanted.contains_key(*k))
+                .cloned()
+                .collect(),
+            None => {
+                let stored: Vec<String> = sqlx::query_scalar(
+                    "SELECT key FROM work_objects WHERE cluster = $1 AND object IS NOT NULL",
+                )
+                .bind(cluster)
+                .fetch_all(&mut *tx)
+                .await
+                .map_err(query_error(op))?;
+                stored.into_iter().filter(|k| !wanted.contains_key(k)).collect()
+            }
+        };
+        let mut changes = 0;
+        for (key, (hash, object)) in &wanted {
+            let stored = super::sealed::seal(this.sealer.as_deref(), std::slice::from_ref(*object));
+            let done = sqlx::query(
+                "INSERT INTO work_objects (cluster, key, revision, content_sha256, object) \
+                 VALUES ($1, $2, $3, $4, $5) \
+                 ON CONFLICT (cluster, key) DO UPDATE SET revision = excluded.revision, \
+                 content_sha256 = excluded.content_sha256, object = excluded.object \
+                 WHERE work_objects.content_sha256 <> excluded.content_sha256 \
+                 OR work_objects.object IS NULL",
+            )
+            .bind(cluster)
+            .bind(key.as_str())
+            .bind(next)
+            .bind(hash.as_str())
+            .bind(Json(&stored[0]))
+            .execute(&mut *tx)
+            .await
+            .map_err(query_error(op))?;
+            changes += DB::rows_affected(&done);
+        }
+        for key in &gone {
+            let done = sqlx::query(
+                "UPDATE work_objects SET object = NULL, content_sha256 = '', revision = $3 \
+                 WHERE cluster = $1 AND key = $2 AND object IS NOT NULL",
+            )
+            .bind(cluster)
+            .bind(key.as_str())
+            .bind(next)
+            .execute(&mut *tx)
+            .await
+            .map_err(query_error(op))?;
+            changes += DB::rows_affected(&done);
+        }
+        if created.is_none() && changes == 0 {
+            tx.commit().await.map_err(query_error(op))?;
+            let revision = revision_out(op, "revision", current)?;
+            return Ok::<WorkWrite, StoreError>(WorkWrite {
+                revision,
+                changed: false,
+            });
+        }
+        // Tombstones are kept for TOMBSTONE_REVISIONS revisions, swept every hundredth.
+        let horizon = next - TOMBSTONE_REVISIONS;
+        let sweep = next % 100 == 0 && horizon > deltas_from;
+        if sweep {
+            sqlx::query("DELETE FROM work_objects WHERE cluster = $1 AND object IS NULL AND revision <= $2")
+                .bind(cluster)
+                .bind(horizon)
+                .execute(&mut *tx)
+                .await
+                .map_err(query_error(op))?;
+        }
+        if created.is_none() {
+            sqlx::query(
+                "UPDATE work SET revision = $2, updated_at_ms = $3, \
+                 deltas_from = CASE WHEN $4 THEN $5 ELSE deltas_from END WHERE cluster = $1",
+            )
+            .bind(cluster)
+            .bind(next)
+            .bind(now)
+            .bind(sweep)
+            .bind(horizon)
+            .execute(&mut *tx)
+            .await
+            .map_err(query_error(op))?;
+        }
+        let revision = revision_out(op, "revision", next)?;
+        announce!(
+            this,
+            &mut *tx,
+            op,
+            StoreChange::Work {
+                cluster: cluster.to_owned(),
+                revision,
+            }
+        );
+        tx.commit().await.map_err(query_error(op))?;
+        Ok::<WorkWrite, StoreError>(WorkWrite {
+            revision,
+            changed: true,
+        })
+    }};
+}
+
 impl<DB> Store for SqlStore<DB>
 where
     DB: Dialect,
@@ -320,7 +482,9 @@ where
     HeartbeatRow: for<'r> FromRow<'r, DB::Row>,
     PlacementRow: for<'r> FromRow<'r, DB::Row>,
     HistoryRow: for<'r> FromRow<'r, DB::Row>,
-    WorkRow: for<'r> FromRow<'r, DB::Row>,
+    (i64, i64): for<'r> FromRow<'r, DB::Row>,
+    (i64, i64, Option<Json<Value>>): for<'r> FromRow<'r, DB::Row>,
+    DeltaRow: for<'r> FromRow<'r, DB::Row>,
     WorkStatusRow: for<'r> FromRow<'r, DB::Row>,
 {
     fn backend(&self) -> Backend {
@@ -663,6 +827,7 @@ where
             // does not, on purpose (see the schema), so it goes first, explicitly.
             for statement in [
                 "DELETE FROM work_status WHERE cluster = $1",
+                "DELETE FROM work_objects WHERE cluster = $1",
                 "DELETE FROM work WHERE cluster = $1",
             ] {
                 sqlx::query(statement)
@@ -1035,78 +1200,83 @@ where
     }
 
     fn put_work<'a>(&'a self, cluster: &'a str, objects: &'a [Value]) -> StoreFuture<'a, WorkWrite> {
-        Box::pin(async move {
-            const OP: StoreOp = StoreOp::PutWork;
-            let stored = super::sealed::seal(self.sealer.as_deref(), objects);
-            let mut tx = self.begin_write(OP).await?;
-            fence!(self, tx, OP);
-            // The conditional upsert bumps the revision only when the content hash differs and
-            // returns no row when it changed nothing. On Postgres it locks the row until commit
-            // either way (ON CONFLICT DO UPDATE locks rows its WHERE rejects), so concurrent
-            // writers bump one after another from the latest committed revision.
-            let bumped: Option<i64> = sqlx::query_scalar(
-                "INSERT INTO work (cluster, revision, content_sha256, objects, updated_at_ms) \
-                 VALUES ($1, 1, $2, $3, $4) \
-                 ON CONFLICT (cluster) DO UPDATE SET revision = work.revision + 1, \
-                 content_sha256 = excluded.content_sha256, objects = excluded.objects, \
-                 updated_at_ms = excluded.updated_at_ms \
-                 WHERE work.content_sha256 <> excluded.content_sha256 \
-                 RETURNING revision",
-            )
-            .bind(cluster)
-            // Hashed in clear, stored sealed: sealing is deterministic, so an unchanged set
-            // keeps its revision either way.
-            .bind(object_set_hash(objects))
-            .bind(Json(stored.as_slice()))
-            .bind(millis(Timestamp::now()))
-            .fetch_optional(&mut *tx)
-            .await
-            .map_err(cluster_write_error(OP, cluster))?;
-            let (revision, changed) = match bumped {
-                Some(revision) => (revision, true),
-                None => {
-                    let revision: i64 = sqlx::query_scalar("SELECT revision FROM work WHERE cluster = $1")
-                        .bind(cluster)
-                        .fetch_one(&mut *tx)
-                        .await
-                        .map_err(query_error(OP))?;
-                    (revision, false)
-                }
-            };
-            let revision = revision_out(OP, "revision", revision)?;
-            if changed {
-                let change = StoreChange::Work {
-                    cluster: cluster.to_owned(),
-                    revision,
-                };
-                announce!(self, &mut *tx, OP, change);
-            }
-            tx.commit().await.map_err(query_error(OP))?;
-            Ok(WorkWrite { revision, changed })
-        })
+        Box::pin(async move { write_work!(self, StoreOp::PutWork, cluster, objects, None) })
+    }
+
+    fn change_work<'a>(
+        &'a self,
+        cluster: &'a str,
+        changed: &'a [Value],
+        removed: &'a [String],
+    ) -> StoreFuture<'a, WorkWrite> {
+        Box::pin(async move { write_work!(self, StoreOp::PutWork, cluster, changed, Some(removed)) })
     }
 
     fn get_work<'a>(&'a self, cluster: &'a str) -> StoreFuture<'a, Option<WorkSet>> {
         Box::pin(async move {
             const OP: StoreOp = StoreOp::GetWork;
-            let row: Option<WorkRow> = sqlx::query_as(
-                "SELECT cluster, revision, objects, updated_at_ms FROM work WHERE cluster = $1",
+            // One statement, so the set and its revision are read from one snapshot.
+            let rows: Vec<(i64, i64, Option<Json<Value>>)> = sqlx::query_as(
+                "SELECT w.revision, w.updated_at_ms, o.object FROM work AS w \
+                 LEFT JOIN work_objects AS o ON o.cluster = w.cluster AND o.object IS NOT NULL \
+                 WHERE w.cluster = $1 ORDER BY o.key",
             )
             .bind(cluster)
-            .fetch_optional(&self.pool)
+            .fetch_all(&self.pool)
             .await
             .map_err(query_error(OP))?;
-            let Some(mut set) = row.map(|row| row.into_set(OP)).transpose()? else {
+            let Some(&(revision, updated_at_ms, _)) = rows.first() else {
                 return Ok(None);
             };
-            set.objects = super::sealed::open(self.sealer.as_deref(), set.objects).map_err(|source| {
-                StoreError::Corrupt {
-                    op: OP,
-                    what: "sealed Secret data",
-                    source: Box::new(source),
+            let objects = rows.into_iter().filter_map(|(_, _, o)| o.map(|o| o.0)).collect();
+            Ok(Some(WorkSet {
+                cluster: cluster.to_owned(),
+                revision: revision_out(OP, "revision", revision)?,
+                objects: open_objects(self.sealer.as_deref(), OP, objects)?,
+                updated_at: timestamp(OP, "updated_at", updated_at_ms)?,
+            }))
+        })
+    }
+
+    fn get_work_since<'a>(&'a self, cluster: &'a str, after: u64) -> StoreFuture<'a, Option<WorkDelta>> {
+        Box::pin(async move {
+            const OP: StoreOp = StoreOp::GetWork;
+            let since = revision_in(OP, "revision", after)?;
+            let rows: Vec<DeltaRow> = sqlx::query_as(
+                "SELECT w.revision, w.updated_at_ms, w.deltas_from, o.key, o.object FROM work AS w \
+                 LEFT JOIN work_objects AS o ON o.cluster = w.cluster AND o.revision > $2 \
+                 WHERE w.cluster = $1 ORDER BY o.key",
+            )
+            .bind(cluster)
+            .bind(since)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(query_error(OP))?;
+            let Some(&(revision, updated_at_ms, deltas_from, _, _)) = rows.first() else {
+                return Ok(None);
+            };
+            // Removals before `deltas_from` are forgotten; a revision ahead of the store's is
+            // another store's (or a rolled-back one's): neither has a delta.
+            if since < deltas_from || since > revision {
+                return Ok(None);
+            }
+            let mut changed = Vec::new();
+            let mut removed = Vec::new();
+            for (_, _, _, key, object) in rows {
+                match (key, object) {
+                    (Some(_), Some(object)) => changed.push(object.0),
+                    (Some(key), None) => removed.push(key),
+                    (None, _) => {}
                 }
-            })?;
-            Ok(Some(set))
+            }
+            Ok(Some(WorkDelta {
+                cluster: cluster.to_owned(),
+                revision: revision_out(OP, "revision", revision)?,
+                since: after,
+                changed: open_objects(self.sealer.as_deref(), OP, changed)?,
+                removed,
+                updated_at: timestamp(OP, "updated_at", updated_at_ms)?,
+            }))
         })
     }
 
@@ -1407,24 +1577,10 @@ struct HistoryRow {
     decision: Json<Value>,
 }
 
-#[derive(sqlx::FromRow)]
-struct WorkRow {
-    cluster: String,
-    revision: i64,
-    objects: Json<Vec<Value>>,
-    updated_at_ms: i64,
-}
-
-impl WorkRow {
-    fn into_set(self, op: StoreOp) -> Result<WorkSet, StoreError> {
-        Ok(WorkSet {
-            cluster: self.cluster,
-            revision: revision_out(op, "revision", self.revision)?,
-            objects: self.objects.0,
-            updated_at: timestamp(op, "updated_at", self.updated_at_ms)?,
-        })
-    }
-}
+/// A row of [`Store::get_work_since`]'s query: the set's revision, when it changed, the
+/// revision deltas start from, and one object (key and content; no content: removed) changed
+/// since, if any.
+type DeltaRow = (i64, i64, i64, Option<String>, Option<Json<Value>>);
 
 #[derive(sqlx::FromRow)]
 struct WorkStatusRow {

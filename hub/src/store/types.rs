@@ -402,8 +402,28 @@ pub struct WorkSet {
     pub cluster: String,
     /// Increases with every change of the object set; never goes backwards.
     pub revision: u64,
-    /// The Kubernetes objects the cluster's agent should have applied.
+    /// The Kubernetes objects the cluster's agent should have applied, in key order
+    /// ([`nave_api::wire::work_key`]).
     pub objects: Vec<Value>,
+    /// When the object set last changed.
+    pub updated_at: Timestamp,
+}
+
+/// What changed in a cluster's object set since a revision: see [`Store::get_work_since`].
+///
+/// [`Store::get_work_since`]: super::Store::get_work_since
+#[derive(Clone, Debug, PartialEq)]
+pub struct WorkDelta {
+    /// The cluster.
+    pub cluster: String,
+    /// The set's current revision.
+    pub revision: u64,
+    /// The revision the changes are counted from.
+    pub since: u64,
+    /// The objects added or changed since `since`, in key order.
+    pub changed: Vec<Value>,
+    /// The keys ([`nave_api::wire::work_key`]) of the objects removed since `since`.
+    pub removed: Vec<String>,
     /// When the object set last changed.
     pub updated_at: Timestamp,
 }
