@@ -40,6 +40,7 @@ use std::time::Duration;
 
 use anyhow::{Context as _, anyhow};
 use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams};
 use nave_api::MultiClusterDeployment;
 use nave_api::wire::WORKLOAD_LABEL;
@@ -529,6 +530,48 @@ impl Env {
         out
     }
 
+    /// The workload's pods that are not ready, per cluster: name, node, phase and why not
+    /// scheduled or ready (for failure messages).
+    pub async fn pods_not_ready(&self, namespace: &str, name: &str) -> BTreeMap<String, Vec<String>> {
+        let selector = format!("{WORKLOAD_LABEL}={namespace}.{name}");
+        let mut out = BTreeMap::new();
+        for (cluster, client) in &self.clients {
+            let api: Api<Pod> = Api::namespaced(client.clone(), namespace);
+            let Ok(list) = api.list(&ListParams::default().labels(&selector)).await else {
+                continue;
+            };
+            let not_ready: Vec<String> = list
+                .items
+                .iter()
+                .filter_map(|pod| {
+                    let status = pod.status.as_ref();
+                    let conditions = status.and_then(|s| s.conditions.as_ref());
+                    let ready = conditions
+                        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+                    let why: Vec<String> = conditions
+                        .into_iter()
+                        .flatten()
+                        .filter(|c| c.status != "True")
+                        .map(|c| format!("{}: {}", c.type_, c.message.clone().unwrap_or_default()))
+                        .collect();
+                    (!ready).then(|| {
+                        format!(
+                            "{} on {:?} {:?} deleting {} {why:?}",
+                            pod.metadata.name.clone().unwrap_or_default(),
+                            pod.spec.as_ref().and_then(|s| s.node_name.clone()),
+                            status.and_then(|s| s.phase.clone()),
+                            pod.metadata.deletion_timestamp.is_some(),
+                        )
+                    })
+                })
+                .collect();
+            if !not_ready.is_empty() {
+                out.insert(cluster.clone(), not_ready);
+            }
+        }
+        out
+    }
+
     /// Replicas of the workload's Deployment per cluster (clusters without one are absent).
     pub async fn replicas_by_cluster(&self, namespace: &str, name: &str) -> BTreeMap<String, i32> {
         self.deployments(namespace, name)
@@ -562,6 +605,7 @@ impl Env {
                     let placed: BTreeMap<String, i32> =
                         status.clusters.iter().map(|c| (c.name.clone(), c.desired)).collect();
                     let running = self.replicas_by_cluster(namespace, name).await;
+                    let not_ready = self.pods_not_ready(namespace, name).await;
                     if current
                         && status.replicas == replicas
                         && status.ready_replicas == replicas
@@ -571,7 +615,7 @@ impl Env {
                         Ok(mcd)
                     } else {
                         Err(format!(
-                            "generation {:?} observed {:?}, placed {placed:?}, running {running:?}, ready {} of {}, conditions {:?}",
+                            "generation {:?} observed {:?}, placed {placed:?}, running {running:?}, ready {} of {}, conditions {:?}, pods not ready {not_ready:?}",
                             mcd.metadata.generation,
                             status.observed_generation,
                             status.ready_replicas,
