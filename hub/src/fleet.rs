@@ -131,7 +131,7 @@ pub struct ViewCache(Arc<Mutex<Option<CachedView>>>);
 #[derive(Debug)]
 struct CachedView {
     at: Instant,
-    versions: (u64, u64),
+    versions: (u64, u64, u64),
     view: Arc<FleetView>,
 }
 
@@ -196,12 +196,15 @@ impl Sources {
 
     /// The fleet now: every registered cluster and every WorkloadCluster, with measured usage
     /// and round trips. Reads memory only. A view is shared by the plans that ask within
-    /// [`VIEW_TTL`] of it while no cluster's record or object changed: building it reads every
-    /// cluster's capacity model, which a burst of reconciles would otherwise do for each one.
+    /// [`VIEW_TTL`] of it while no cluster's record, object or round trips changed: building it
+    /// reads every cluster's capacity model, which a burst of reconciles would otherwise do for
+    /// each one. (A round trip measured for the first time must reach the next plan: placement
+    /// is steady, so a plan made on a view without it would keep its choice.)
     pub fn view(&self) -> Arc<FleetView> {
         let version = (
             self.index.clusters_version(),
             self.objects_version.load(Ordering::SeqCst),
+            self.index.network().generation(),
         );
         let mut cache = self.cache.0.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(cached) = cache.as_ref()

@@ -68,6 +68,13 @@ struct State {
 }
 
 impl Network {
+    /// Grows whenever a cluster's round trips changed by more than noise (a peer measured for
+    /// the first time or no longer, a link much slower or faster): a fleet view that shows the
+    /// round trips is current while it does not.
+    pub fn generation(&self) -> u64 {
+        self.lock().generation
+    }
+
     /// Records what `cluster`'s heartbeat says about the network: its probe URL (kept only when
     /// it is an `http` or `https` URL with a host) and its samples. Samples that cannot be round
     /// trips (zero or less, not a number, above a minute, naming no peer or the cluster itself)

@@ -125,11 +125,24 @@ fn coordinates_are_fitted_again_only_after_a_measurement_moved() {
         Arc::ptr_eq(&first, &network.coordinates()),
         "jitter under 1 ms: the same fit"
     );
+    let generation = network.generation();
     triangle(40.0);
     let second = network.coordinates();
     assert!(
         !Arc::ptr_eq(&first, &second),
         "a round trip that quadrupled: a new fit"
+    );
+    assert!(
+        network.generation() > generation,
+        "and a new generation, so fleet views built before are not reused"
+    );
+    let generation = network.generation();
+    triangle(40.3);
+    assert_eq!(network.generation(), generation, "jitter: the same generation");
+    network.put("c", None, &[sample("a", 20.0)]);
+    assert!(
+        network.generation() > generation,
+        "a cluster measured for the first time: a new generation"
     );
 }
 
