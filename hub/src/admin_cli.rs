@@ -81,22 +81,11 @@ pub enum JoinTokenCommand {
         /// The cluster name it registers.
         cluster: String,
         /// How long it stays usable, e.g. `30m`, `2h` (1 minute to 7 days).
-        #[arg(long, default_value = "1h", value_parser = ttl)]
+        #[arg(long, default_value = "1h", value_parser = nave_runtime::positive_duration)]
         ttl: Duration,
     },
     /// Every join token, without secrets.
     List,
-}
-
-/// A Go-style duration (`30m`, `2h`), greater than zero.
-fn ttl(value: &str) -> Result<Duration, String> {
-    let parsed: kube::core::Duration = value
-        .parse()
-        .map_err(|e| format!("{value:?} is not a duration such as 30m or 2h: {e}"))?;
-    if parsed.is_negative() || Duration::from(parsed).is_zero() {
-        return Err(format!("{value:?} must be greater than zero"));
-    }
-    Ok(parsed.into())
 }
 
 /// Why an admin command failed.

@@ -114,14 +114,14 @@ pub struct LeaderElectionArgs {
     #[arg(long, env = "NAVE_LEADER_ELECTION_IDENTITY")]
     pub leader_election_identity: Option<String>,
     /// How long a Lease whose holder stopped renewing stays its holder's.
-    #[arg(long, env = "NAVE_LEASE_DURATION", default_value = "8s", value_parser = positive_duration)]
+    #[arg(long, env = "NAVE_LEASE_DURATION", default_value = "8s", value_parser = nave_runtime::positive_duration)]
     pub lease_duration: Duration,
     /// How long a leader keeps leading without renewing the Lease; shorter than the lease
     /// duration.
-    #[arg(long, env = "NAVE_RENEW_DEADLINE", default_value = "5s", value_parser = positive_duration)]
+    #[arg(long, env = "NAVE_RENEW_DEADLINE", default_value = "5s", value_parser = nave_runtime::positive_duration)]
     pub renew_deadline: Duration,
     /// How often candidates try to take the Lease and the leader renews it.
-    #[arg(long, env = "NAVE_RETRY_PERIOD", default_value = "1s", value_parser = positive_duration)]
+    #[arg(long, env = "NAVE_RETRY_PERIOD", default_value = "1s", value_parser = nave_runtime::positive_duration)]
     pub retry_period: Duration,
 }
 
@@ -220,7 +220,7 @@ pub struct PrometheusArgs {
     pub prometheus_traffic_query: Option<String>,
     /// How long a measured value counts; older ones are dropped and scores fall back to
     /// requests. The queries run every third of it.
-    #[arg(long, env = "NAVE_PROMETHEUS_TTL", default_value = "30s", value_parser = positive_duration)]
+    #[arg(long, env = "NAVE_PROMETHEUS_TTL", default_value = "30s", value_parser = nave_runtime::positive_duration)]
     pub prometheus_ttl: Duration,
 }
 
@@ -254,7 +254,7 @@ impl PrometheusArgs {
 pub struct FailoverArgs {
     /// A cluster without a heartbeat for this long is Ready=False and its replicas are placed
     /// elsewhere; a duration such as `40s` or `2m`. Agents send one every 10 s.
-    #[arg(long, env = "NAVE_HEARTBEAT_GRACE", default_value = "40s", value_parser = positive_duration)]
+    #[arg(long, env = "NAVE_HEARTBEAT_GRACE", default_value = "40s", value_parser = nave_runtime::positive_duration)]
     pub heartbeat_grace: Duration,
     /// When more than this percentage of the clusters is silent at once, the hub assumes it is
     /// partitioned itself and fails over none (100 turns the guard off, 0 turns failover off).
@@ -271,7 +271,7 @@ pub struct FailoverArgs {
     pub failover_max_per_minute: u32,
     /// How long a returned cluster must be Ready before workloads with `failback: Immediate`
     /// move back to it; a duration such as `5m`.
-    #[arg(long, env = "NAVE_FAILBACK_SETTLE", default_value = "5m", value_parser = duration)]
+    #[arg(long, env = "NAVE_FAILBACK_SETTLE", default_value = "5m", value_parser = nave_runtime::duration)]
     pub failback_settle: Duration,
 }
 
@@ -284,26 +284,6 @@ impl Default for FailoverArgs {
             failback_settle: Duration::from_secs(300),
         }
     }
-}
-
-/// A Go-style duration (`90s`, `5m`, `1h30m`), not negative.
-fn duration(value: &str) -> Result<Duration, String> {
-    let parsed: kube::core::Duration = value
-        .parse()
-        .map_err(|e| format!("{value:?} is not a duration such as 40s or 2m: {e}"))?;
-    if parsed.is_negative() {
-        return Err(format!("{value:?} is negative"));
-    }
-    Ok(parsed.into())
-}
-
-/// A duration greater than zero.
-fn positive_duration(value: &str) -> Result<Duration, String> {
-    let parsed = duration(value)?;
-    if parsed.is_zero() {
-        return Err(format!("{value:?} must be greater than zero"));
-    }
-    Ok(parsed)
 }
 
 #[cfg(test)]

@@ -22,6 +22,27 @@ use tracing::{info, warn};
 /// threads), see BENCHMARKS.md.
 pub use mimalloc::MiMalloc as Allocator;
 
+/// A command-line duration in Go's form (`90s`, `5m`, `1h30m`), as kubectl takes them; not
+/// negative. A clap value parser.
+pub fn duration(value: &str) -> Result<std::time::Duration, String> {
+    let parsed: kube::core::Duration = value
+        .parse()
+        .map_err(|e| format!("{value:?} is not a duration such as 40s or 2m: {e}"))?;
+    if parsed.is_negative() {
+        return Err(format!("{value:?} is negative"));
+    }
+    Ok(parsed.into())
+}
+
+/// As [`duration`], greater than zero.
+pub fn positive_duration(value: &str) -> Result<std::time::Duration, String> {
+    let parsed = duration(value)?;
+    if parsed.is_zero() {
+        return Err(format!("{value:?} must be greater than zero"));
+    }
+    Ok(parsed)
+}
+
 /// Why a Kubernetes client could not be built.
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
