@@ -1,0 +1,371 @@
+//! `nave` and `kubectl nave` end to end: the built binaries against the real hub and agents on
+//! simulated clusters, as an operator runs them.
+
+use std::path::{Path, PathBuf};
+use std::process::Output;
+
+use kube::api::{Api, PostParams};
+use nave_api::wire::{REGISTER_PATH, RegisterRequest};
+use nave_api::{MultiClusterDeployment, WorkloadCluster};
+use nave_e2e::{Database, Env, fleet, kubeconfig_path};
+use nave_testkit::Mcd;
+use serde_json::Value;
+
+const NS: &str = "default";
+
+/// `nave` with the environment's kubeconfig, hub URL, token and CA, and nothing of the caller's.
+async fn nave(env: &Env, token_file: &Path, args: &[&str]) -> Output {
+    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_nave"));
+    command
+        .arg("--kubeconfig")
+        .arg(kubeconfig_path(env))
+        .args(["--hub-url", &env.hub_url])
+        .arg("--token-file")
+        .arg(token_file)
+        .arg("--ca-file")
+        .arg(&env.pki.ca_file)
+        .args(args)
+        .env_remove("KUBECONFIG")
+        .env_remove("NAVE_HUB_URL")
+        .env_remove("NAVE_TOKEN_FILE")
+        .env_remove("NAVE_HUB_CA_FILE");
+    command.output().await.expect("nave runs")
+}
+
+fn show(args: &[&str], out: &Output) -> String {
+    format!(
+        "nave {}: exit {:?}\nstdout:\n{}\nstderr:\n{}",
+        args.join(" "),
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// Runs `args`, expects exit code `code`, answers standard output.
+async fn expect(env: &Env, token_file: &Path, args: &[&str], code: i32) -> String {
+    let out = nave(env, token_file, args).await;
+    assert_eq!(
+        out.status.code(),
+        Some(code),
+        "expected exit {code}; {}",
+        show(args, &out)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+async fn expect_json(env: &Env, token_file: &Path, args: &[&str]) -> Value {
+    let mut with_json = args.to_vec();
+    with_json.extend(["-o", "json"]);
+    let text = expect(env, token_file, &with_json, 0).await;
+    serde_json::from_str(&text)
+        .unwrap_or_else(|e| panic!("nave {}: not JSON ({e}): {text}", with_json.join(" ")))
+}
+
+fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
+    let path = dir.join(name);
+    std::fs::write(&path, text).expect("a file written");
+    path
+}
+
+/// The simulated decision for `file`: each cluster's `(replicas, filteredOut)`.
+async fn simulated(env: &Env, token: &Path, file: &Path) -> Vec<(String, u64, Option<String>)> {
+    let answer = expect_json(env, token, &["simulate", "-f", file.to_str().unwrap()]).await;
+    answer["clusters"]
+        .as_array()
+        .unwrap_or_else(|| panic!("simulate answers clusters: {answer}"))
+        .iter()
+        .map(|c| {
+            (
+                c["name"].as_str().unwrap_or_default().to_owned(),
+                c["replicas"].as_u64().unwrap_or_default(),
+                c["filteredOut"].as_str().map(str::to_owned),
+            )
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operator_lists_cordons_joins_explains_and_simulates_with_nave() {
+    let env = Env::start(fleet(3), Database::Sqlite).await.expect("environment");
+    let dir = tempfile::tempdir().expect("a directory");
+    let token = write(dir.path(), "admin.token", &env.admin_token);
+    let names = env.cluster_names();
+    let first = names[0].as_str();
+
+    // The fleet, for scripts and for people.
+    let clusters = expect_json(&env, &token, &["clusters"]).await;
+    let listed: Vec<&str> = clusters
+        .as_array()
+        .expect("a list")
+        .iter()
+        .filter_map(|c| c["name"].as_str())
+        .collect();
+    let mut sorted: Vec<&str> = names.iter().map(String::as_str).collect();
+    sorted.sort_unstable();
+    assert_eq!(listed, sorted, "{clusters}");
+    for cluster in clusters.as_array().unwrap() {
+        assert_eq!(cluster["ready"], "True", "every cluster reports: {cluster}");
+        assert_eq!(cluster["cordoned"], false, "{cluster}");
+        assert!(
+            cluster["nodes"].as_i64().unwrap_or(0) > 0,
+            "capacity shown: {cluster}"
+        );
+    }
+    let yaml = expect(&env, &token, &["clusters", "-o", "yaml"], 0).await;
+    assert!(
+        yaml.contains(&format!("name: {first}")),
+        "YAML lists {first}: {yaml}"
+    );
+    let table = expect(&env, &token, &["clusters"], 0).await;
+    assert!(
+        table.starts_with("NAME") && names.iter().all(|n| table.contains(n.as_str())),
+        "a table of every cluster: {table}"
+    );
+
+    // Cordon: the cluster's spec says so, and the hub places nothing new there.
+    let manifest = write(
+        dir.path(),
+        "web.yaml",
+        "apiVersion: nave.dev/v1alpha1\nkind: MultiClusterDeployment\nmetadata:\n  name: web\nspec:\n  replicas: 6\n  placement:\n    policy: spread\n  template:\n    spec:\n      selector:\n        matchLabels: {app: web}\n      template:\n        metadata:\n          labels: {app: web}\n        spec:\n          containers:\n            - name: web\n              image: nginx:1.27\n              resources:\n                requests: {cpu: 100m, memory: 64Mi}\n",
+    );
+    let before = simulated(&env, &token, &manifest).await;
+    assert!(
+        before.iter().any(|(c, n, f)| c == first && *n > 0 && f.is_none()),
+        "spread gives {first} replicas while it is not cordoned: {before:?}"
+    );
+    let said = expect(&env, &token, &["cordon", first], 0).await;
+    assert!(said.contains("cordoned"), "{said}");
+    let clusters_api: Api<WorkloadCluster> = Api::all(env.client.clone());
+    let object = clusters_api.get(first).await.expect("the WorkloadCluster");
+    assert!(
+        object.spec.unschedulable,
+        "cordon sets spec.unschedulable: {:?}",
+        object.spec
+    );
+    let again = expect(&env, &token, &["cordon", first], 0).await;
+    assert!(again.contains("already"), "cordoning twice says so: {again}");
+    nave_testkit::wait_for(
+        &format!("the hub to see {first} cordoned"),
+        nave_e2e::DEADLINE,
+        || async {
+            let after = simulated(&env, &token, &manifest).await;
+            if after.iter().any(|(c, n, f)| c == first && *n == 0 && f.is_some()) {
+                Ok(())
+            } else {
+                Err(format!("simulate: {after:?}"))
+            }
+        },
+    )
+    .await;
+    let listed = expect_json(&env, &token, &["clusters"]).await;
+    assert!(
+        listed
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c["name"] == first && c["cordoned"] == true),
+        "clusters shows the cordon: {listed}"
+    );
+    expect(&env, &token, &["uncordon", first], 0).await;
+    let object = clusters_api.get(first).await.expect("the WorkloadCluster");
+    assert!(!object.spec.unschedulable, "uncordon clears spec.unschedulable");
+    let missing = nave(&env, &token, &["cordon", "no-such-cluster"]).await;
+    assert_eq!(
+        missing.status.code(),
+        Some(3),
+        "a missing cluster exits 3: {}",
+        show(&["cordon"], &missing)
+    );
+
+    // Explain a placed workload, cluster by cluster.
+    Api::<MultiClusterDeployment>::namespaced(env.client.clone(), NS)
+        .create(
+            &PostParams::default(),
+            &Mcd::new("shop").namespace(NS).replicas(3).build(),
+        )
+        .await
+        .expect("MCD created");
+    let shop = env.wait_rolled_out(NS, "shop", 3).await;
+    let placed = nave_e2e::placed(&shop);
+    let text = expect(&env, &token, &["explain", "shop", "-n", NS], 0).await;
+    for cluster in placed.keys() {
+        assert!(
+            text.contains(cluster.as_str()),
+            "the explanation names {cluster}: {text}"
+        );
+    }
+    let detail = expect_json(&env, &token, &["explain", "shop", "-n", NS]).await;
+    let assignment: std::collections::BTreeMap<String, i32> =
+        serde_json::from_value(detail["assignment"].clone()).expect("an assignment");
+    assert_eq!(
+        assignment, placed,
+        "explain's assignment is the MCD's status: {detail}"
+    );
+    let absent = nave(&env, &token, &["explain", "nothing-here", "-n", NS]).await;
+    assert_eq!(
+        absent.status.code(),
+        Some(3),
+        "{}",
+        show(&["explain", "nothing-here"], &absent)
+    );
+    assert!(
+        String::from_utf8_lossy(&absent.stderr).contains("default/nothing-here"),
+        "{}",
+        show(&["explain"], &absent)
+    );
+
+    // Join: a single-use token the hub accepts from an agent of that name, and the commands.
+    let joining = expect_json(
+        &env,
+        &token,
+        &["join", "new-1", "--ttl", "10m", "--region", "eu-west"],
+    )
+    .await;
+    let join_token = joining["token"].as_str().expect("a token").to_owned();
+    let commands = joining["commands"].to_string();
+    assert!(
+        commands.contains("clusterName=new-1")
+            && commands.contains(&env.hub_url)
+            && commands.contains("region=eu-west"),
+        "the agent's install names the cluster, the hub and the region: {commands}"
+    );
+    assert!(
+        joining["hubCaSha256"]
+            .as_str()
+            .is_some_and(|h| commands.contains(h)),
+        "the install pins the hub's CA: {joining}"
+    );
+    let register = |token: String| {
+        let http = env.http();
+        let url = format!("{}{REGISTER_PATH}", env.hub_url);
+        async move {
+            let request = RegisterRequest {
+                cluster_name: "new-1".to_owned(),
+                agent_version: "test".to_owned(),
+                ..RegisterRequest::default()
+            };
+            http.post(url)
+                .bearer_auth(token)
+                .json(&request)
+                .send()
+                .await
+                .expect("the hub answers")
+                .status()
+        }
+    };
+    assert_eq!(
+        register(join_token.clone()).await.as_u16(),
+        200,
+        "the printed token registers new-1"
+    );
+    assert_eq!(register(join_token).await.as_u16(), 401, "once");
+
+    // Failures a script can tell apart.
+    let wrong = write(dir.path(), "wrong.token", "not-a-token");
+    let denied = nave(&env, &wrong, &["explain", "shop", "-n", NS]).await;
+    assert_eq!(
+        denied.status.code(),
+        Some(4),
+        "an unknown token exits 4: {}",
+        show(&["explain"], &denied)
+    );
+    let unreadable = nave(&env, &token, &["simulate", "-f", "/nonexistent/mcd.yaml"]).await;
+    assert_eq!(
+        unreadable.status.code(),
+        Some(2),
+        "{}",
+        show(&["simulate"], &unreadable)
+    );
+    let invalid = write(
+        dir.path(),
+        "invalid.yaml",
+        &std::fs::read_to_string(&manifest)
+            .expect("the manifest")
+            .replace("replicas: 6", "replicas: -1"),
+    );
+    let refused = nave(&env, &token, &["simulate", "-f", invalid.to_str().unwrap()]).await;
+    assert_eq!(
+        refused.status.code(),
+        Some(2),
+        "a spec the hub refuses exits 2: {}",
+        show(&["simulate"], &refused)
+    );
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("replicas"),
+        "the message names the field: {}",
+        show(&["simulate"], &refused)
+    );
+    let unreachable = tokio::process::Command::new(env!("CARGO_BIN_EXE_nave"))
+        .args(["--hub-url", "http://127.0.0.1:9", "--token-file"])
+        .arg(&token)
+        .args(["explain", "shop", "-n", NS, "--request-timeout", "5s"])
+        .output()
+        .await
+        .expect("nave runs");
+    assert_eq!(
+        unreachable.status.code(),
+        Some(1),
+        "{}",
+        show(&["explain"], &unreachable)
+    );
+    assert!(
+        String::from_utf8_lossy(&unreachable.stderr).contains("cannot reach the hub at http://127.0.0.1:9"),
+        "{}",
+        show(&["explain"], &unreachable)
+    );
+
+    // The same binary as a kubectl plugin, found on PATH by its name.
+    if let Some(kubectl) = kubectl_or_skip() {
+        let plugin_dir = Path::new(env!("CARGO_BIN_EXE_kubectl-nave"))
+            .parent()
+            .expect("a directory");
+        let path = std::env::join_paths(
+            std::iter::once(plugin_dir.to_owned()).chain(std::env::split_paths(
+                &std::env::var_os("PATH").unwrap_or_default(),
+            )),
+        )
+        .expect("a PATH");
+        let out = tokio::process::Command::new(kubectl)
+            .args(["nave", "clusters", "-o", "json"])
+            .env("PATH", path)
+            .env("KUBECONFIG", kubeconfig_path(&env))
+            .output()
+            .await
+            .expect("kubectl runs");
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}",
+            show(&["(kubectl) clusters"], &out)
+        );
+        let listed: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+        assert_eq!(
+            listed.as_array().map(Vec::len),
+            Some(names.len() + 1),
+            "kubectl nave clusters: the fleet and new-1: {listed}"
+        );
+        assert!(
+            listed
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|c| c["name"] == "new-1" && c["ready"] == "Unknown"),
+            "new-1 joined and has not beaten yet: {listed}"
+        );
+    }
+    env.shutdown().await;
+}
+
+/// The versioned kubectl, or `None` when `NAVE_SKIP_KUBECTL` says to skip (a missing binary
+/// fails, as in the other kubectl tests).
+fn kubectl_or_skip() -> Option<PathBuf> {
+    if std::env::var_os("NAVE_SKIP_KUBECTL").is_some() {
+        println!("skipped: kubectl nave (NAVE_SKIP_KUBECTL is set)");
+        return None;
+    }
+    Some(
+        nave_sim::kubectl::find_kubectl()
+            .expect("kubectl.1.32 is installed (NAVE_SKIP_KUBECTL=1 skips this)"),
+    )
+}
