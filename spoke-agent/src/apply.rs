@@ -268,8 +268,10 @@ impl Applier {
 
     /// Applies `set` over `state` and updates `state`: on success the set's revision and objects;
     /// on any failure the previous revision, and the objects of both sets (so a later success
-    /// still prunes what this attempt applied). Prunes only when every object applied, so a
-    /// half-applied set never removes what it replaces.
+    /// still prunes what this attempt applied). Prunes everything the set dropped only when every
+    /// object applied; otherwise only what it dropped of the workloads that applied whole
+    /// ([`Applier::prune_around`]), so a half-applied workload never loses what it replaces and
+    /// one failing workload does not hold back the others' removals.
     ///
     /// With `full`, or until this process has applied a whole set ([`AppliedState::verified`]),
     /// every object is applied and the prune also lists what carries the ownership label (what
@@ -289,6 +291,9 @@ impl Applier {
         // Refused objects are neither applied nor pruned: what the agent applied of a kind the
         // allow-list no longer holds stays, as does someone else's object.
         let mut refused: BTreeMap<ObjectRef, Option<WorkloadRef>> = BTreeMap::new();
+        // The workloads with an object that failed for a reason that may pass (`None`: a
+        // failure no workload claims, such as a namespace that could not be made).
+        let mut failing: BTreeSet<Option<WorkloadRef>> = BTreeSet::new();
         for object in &set.objects {
             match self.prepare(object, set.revision).await {
                 Ok(p) => prepared.push(p),
@@ -299,7 +304,10 @@ impl Applier {
                         .and_then(Value::as_str)
                         .and_then(WorkloadRef::from_label_value);
                     warn!(object = %object_ref, error = %e, "not applied");
-                    outcome.blocked |= !e.is_refusal();
+                    if !e.is_refusal() {
+                        outcome.blocked = true;
+                        failing.insert(workload.clone());
+                    }
                     outcome
                         .errors
                         .push(apply_error("apply", &object_ref, workload.clone(), &e));
@@ -341,6 +349,7 @@ impl Applier {
                     name: (*ns).to_owned(),
                 };
                 outcome.blocked = true;
+                failing.insert(None);
                 outcome.errors.push(apply_error("apply", &object_ref, None, &e));
             }
         }
@@ -383,6 +392,7 @@ impl Applier {
                         refused.insert(p.object_ref.clone(), p.workload.clone());
                     } else {
                         outcome.blocked = true;
+                        failing.insert(p.workload.clone());
                     }
                 }
             }
@@ -393,6 +403,8 @@ impl Applier {
             // The next attempt applies everything and lists again: what failed may be anything.
             state.verified = false;
             state.applied_content = content;
+            self.prune_around(set_refs(&prepared, &refused), &failing, state, &mut outcome)
+                .await;
             return outcome;
         }
         let previous = std::mem::take(&mut state.objects);
@@ -653,6 +665,46 @@ impl Applier {
         }
     }
 
+    /// In a set that did not apply whole, prunes what it dropped of the workloads that applied:
+    /// one workload's failure must not keep what another left behind. What the failing
+    /// workloads dropped stays (what replaces it may be what failed), as does anything no
+    /// workload claims; nothing at all is pruned when a failure belongs to no workload.
+    async fn prune_around(
+        &self,
+        in_set: BTreeSet<ObjectRef>,
+        failing: &BTreeSet<Option<WorkloadRef>>,
+        state: &mut AppliedState,
+        outcome: &mut ApplyOutcome,
+    ) {
+        if failing.contains(&None) {
+            return;
+        }
+        let candidates: Vec<(ObjectRef, WorkloadRef)> = state
+            .objects
+            .iter()
+            .filter(|(r, _)| r.kind != "Namespace" && !in_set.contains(*r))
+            .filter_map(|(r, w)| Some((r.clone(), w.clone()?)))
+            .filter(|(_, w)| !failing.contains(&Some(w.clone())))
+            .collect();
+        for (object_ref, workload) in candidates {
+            match self.prune_one(&object_ref).await {
+                Ok(pruned) => {
+                    state.objects.remove(&object_ref);
+                    state.applied_content.remove(&object_ref);
+                    if pruned {
+                        outcome.pruned.push(object_ref);
+                    }
+                }
+                Err(e) => {
+                    warn!(object = %object_ref, error = %e, "prune failed");
+                    outcome
+                        .errors
+                        .push(apply_error("prune", &object_ref, Some(workload), &e));
+                }
+            }
+        }
+    }
+
     /// What may have to go: everything remembered from before, and every object of a known kind
     /// that carries the ownership label, minus the new set. Namespaces are never pruned: deleting
     /// one deletes everything in it, including what others keep there.
@@ -738,6 +790,18 @@ impl Applier {
             Err(e) => Err(Error::kube(format!("deleting {object_ref}"))(e)),
         }
     }
+}
+
+/// Every object the set holds: those prepared to apply and those refused.
+fn set_refs(
+    prepared: &[Prepared],
+    refused: &BTreeMap<ObjectRef, Option<WorkloadRef>>,
+) -> BTreeSet<ObjectRef> {
+    prepared
+        .iter()
+        .map(|p| p.object_ref.clone())
+        .chain(refused.keys().cloned())
+        .collect()
 }
 
 /// Apply order: what others refer to first (namespaces, then configuration, then services),

@@ -676,6 +676,92 @@ async fn applies_with_ownership_labels_then_prunes_only_what_it_owns() {
 }
 
 #[tokio::test]
+async fn one_workload_failing_to_apply_does_not_hold_back_what_the_others_dropped() {
+    let (sim, client) = start_cluster().await;
+    let hub = HubDouble::start().await;
+    let token = token_file();
+    let mut config = test_config(&hub, &token);
+    // Widgets are allowed, so that one the cluster does not serve fails to apply (and is tried
+    // again), rather than being refused.
+    config.allow_kinds = nave_agent::allowed::DEFAULT_KINDS
+        .iter()
+        .map(|k| (*k).to_owned())
+        .chain(["Widget.example.com".to_owned()])
+        .collect();
+    hub.set_work(
+        1,
+        vec![
+            deployment("web", 1, "100m"),
+            workload_config("old"),
+            workload_config("broken"),
+        ],
+    );
+    let agent = start_configured(&client, config);
+    wait_applied(&hub, 1).await;
+
+    // Revision 2 drops workload `old` and replaces `broken`'s ConfigMap by a Widget the cluster
+    // cannot take.
+    let widget = json!({
+        "apiVersion": "example.com/v1", "kind": "Widget",
+        "metadata": {"name": "broken", "namespace": "shop", "labels": {WORKLOAD_LABEL: "shop.broken"}}
+    });
+    hub.set_work(2, vec![deployment("web", 1, "100m"), widget]);
+    wait_for(
+        "ConfigMap old pruned while Widget broken fails",
+        DEADLINE,
+        || async {
+            match get_opt::<ConfigMap>(&client, "old").await {
+                None => Ok(()),
+                Some(_) => {
+                    Err(hub.snapshot(|s| format!("old still exists; latest report: {:?}", s.statuses.last())))
+                }
+            }
+        },
+    )
+    .await;
+    let report = wait_for("a report of revision 2's failure", DEADLINE, || async {
+        hub.snapshot(|s| {
+            s.statuses
+                .iter()
+                .rev()
+                .find(|r| r.attempted_revision == Some(2) && !r.apply_errors.is_empty())
+                .cloned()
+                .ok_or_else(|| format!("latest report: {:?}", s.statuses.last()))
+        })
+    })
+    .await;
+    assert!(
+        report
+            .apply_errors
+            .iter()
+            .all(|e| e.kind == "Widget" && e.name == "broken"),
+        "only the Widget fails: {:?}",
+        report.apply_errors
+    );
+    assert_eq!(
+        report.applied_revision,
+        Some(1),
+        "revision 2 is not applied whole"
+    );
+    assert!(
+        get_opt::<ConfigMap>(&client, "broken").await.is_some(),
+        "the failing workload keeps what its failed object replaces"
+    );
+    assert_running(&client, &["web"], "while another workload fails").await;
+
+    // Once the set applies whole, the failing workload's leftovers go too.
+    hub.set_work(3, vec![deployment("web", 1, "100m")]);
+    wait_applied(&hub, 3).await;
+    assert!(
+        get_opt::<ConfigMap>(&client, "broken").await.is_none(),
+        "pruned once its workload applies"
+    );
+    agent.stop().await;
+    hub.stop();
+    sim.shutdown().await;
+}
+
+#[tokio::test]
 async fn restart_resumes_from_the_stored_revision_and_still_prunes() {
     let (sim, client) = start_cluster().await;
     let hub = HubDouble::start().await;
