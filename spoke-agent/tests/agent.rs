@@ -301,6 +301,18 @@ fn test_config(hub: &HubDouble, token: &tempfile::NamedTempFile) -> Config {
     config
 }
 
+/// [`test_config`] with Widgets allowed, so that one the cluster does not serve is a failure to
+/// apply (tried again), not a refusal.
+fn test_config_with_widgets(hub: &HubDouble, token: &tempfile::NamedTempFile) -> Config {
+    let mut config = test_config(hub, token);
+    config.allow_kinds = nave_agent::allowed::DEFAULT_KINDS
+        .iter()
+        .map(|k| (*k).to_owned())
+        .chain(["Widget.example.com".to_owned()])
+        .collect();
+    config
+}
+
 fn start_configured(client: &Client, config: Config) -> RunningAgent {
     let shutdown = CancellationToken::new();
     let task = tokio::spawn(nave_agent::run_agent(config, client.clone(), shutdown.clone()));
@@ -680,14 +692,7 @@ async fn one_workload_failing_to_apply_does_not_hold_back_what_the_others_droppe
     let (sim, client) = start_cluster().await;
     let hub = HubDouble::start().await;
     let token = token_file();
-    let mut config = test_config(&hub, &token);
-    // Widgets are allowed, so that one the cluster does not serve fails to apply (and is tried
-    // again), rather than being refused.
-    config.allow_kinds = nave_agent::allowed::DEFAULT_KINDS
-        .iter()
-        .map(|k| (*k).to_owned())
-        .chain(["Widget.example.com".to_owned()])
-        .collect();
+    let config = test_config_with_widgets(&hub, &token);
     hub.set_work(
         1,
         vec![
@@ -1395,15 +1400,8 @@ async fn metrics_show_the_applied_revision_hub_requests_and_apply_errors() {
         .unwrap()
         .local_addr()
         .unwrap();
-    let mut config = test_config(&hub, &token);
+    let mut config = test_config_with_widgets(&hub, &token);
     config.metrics_listen = Some(addr);
-    // Widgets are allowed here, so that one the cluster does not serve is a failure to apply
-    // (tried again), not a refusal.
-    config.allow_kinds = nave_agent::allowed::DEFAULT_KINDS
-        .iter()
-        .map(|k| (*k).to_owned())
-        .chain(["Widget.example.com".to_owned()])
-        .collect();
     hub.set_work(
         1,
         vec![
