@@ -131,6 +131,14 @@ pub struct WorkloadClusterSpec {
     /// clusters are full or over their bursting threshold, and is emptied first. Default `false`.
     #[serde(default)]
     pub burst_only: bool,
+
+    /// Taints: workloads that do not tolerate one (`spec.placement.tolerations`) get no new
+    /// replicas here (`NoSchedule`), or also move those they have elsewhere (`NoExecute`: a
+    /// drain, make-before-break). One per key and effect.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 32))]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["key", "effect"]))]
+    pub taints: Vec<crate::ClusterTaint>,
 }
 
 /// Observed state of a WorkloadCluster, written by the hub from its agent's heartbeats.

@@ -35,6 +35,7 @@ pub mod deployment;
 mod error;
 pub mod placement;
 pub mod service;
+pub mod taints;
 pub mod template;
 #[cfg(test)]
 mod tests;
@@ -55,6 +56,7 @@ pub use service::{
     ClusterServiceStatus, MultiClusterService, MultiClusterServiceSpec, MultiClusterServiceStatus,
     ServicePlacement, ServicePort, ServiceProtocol, ServiceType, SessionAffinity, TrafficPolicy,
 };
+pub use taints::{ClusterTaint, ClusterTaintEffect, ClusterToleration, DRAIN_TAINT_KEY, TolerationOperator};
 pub use template::{DeploymentTemplate, TemplateMetadata};
 
 /// The API group of every Nave resource.

@@ -112,6 +112,14 @@ pub struct Placement {
     /// settle period (`nave-hub run --failback-settle`, default 5m).
     #[serde(default)]
     pub failback: Failback,
+
+    /// Cluster taints this workload tolerates (`WorkloadCluster.spec.taints`), as pod
+    /// tolerations read node taints. Example: `{key: dedicated, value: batch, effect:
+    /// NoSchedule}`; `{key: nave.dev/drain, operator: Exists, effect: NoExecute,
+    /// tolerationSeconds: 3600}` stays an hour in a drained cluster.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 32))]
+    pub tolerations: Vec<crate::ClusterToleration>,
 }
 
 /// Failback policy; see `spec.placement.failback`.

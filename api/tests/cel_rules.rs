@@ -72,6 +72,39 @@ fn cases() -> Vec<Case> {
     };
     vec![
         Case {
+            rule_contains: "self.key != '') || (has(self.operator) && self.operator == 'Exists')",
+            valid: vec![
+                json!({"key": "dedicated", "value": "batch"}),
+                json!({"operator": "Exists"}),
+                json!({"key": "nave.dev/drain", "operator": "Exists", "effect": "NoExecute"}),
+            ],
+            invalid: vec![
+                json!({}),
+                json!({"key": "", "value": "batch"}),
+                json!({"operator": "Equal"}),
+            ],
+        },
+        Case {
+            rule_contains: "self.operator != 'Exists' || !has(self.value)",
+            valid: vec![
+                json!({"key": "k", "value": "v"}),
+                json!({"key": "k", "operator": "Exists"}),
+                json!({"key": "k", "operator": "Exists", "value": ""}),
+            ],
+            invalid: vec![json!({"key": "k", "operator": "Exists", "value": "v"})],
+        },
+        Case {
+            rule_contains: "!has(self.tolerationSeconds)",
+            valid: vec![
+                json!({"key": "k"}),
+                json!({"key": "k", "effect": "NoExecute", "tolerationSeconds": 60}),
+            ],
+            invalid: vec![
+                json!({"key": "k", "tolerationSeconds": 60}),
+                json!({"key": "k", "effect": "NoSchedule", "tolerationSeconds": 60}),
+            ],
+        },
+        Case {
             rule_contains: "self.minClusters <= self.maxClusters",
             valid: vec![
                 json!({}),

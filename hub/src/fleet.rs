@@ -123,9 +123,13 @@ pub struct Sources {
 /// age against the grace), measured usage and round trips may be this much behind.
 pub const VIEW_TTL: Duration = Duration::from_millis(250);
 
-/// The last view of the fleet (see [`Sources::view`]).
+/// The last view of the fleet (see [`Sources::view`]), and when each cluster taint without a
+/// `timeAdded` was first seen (its tolerations count from then).
 #[derive(Clone, Debug, Default)]
-pub struct ViewCache(Arc<Mutex<Option<CachedView>>>);
+pub struct ViewCache {
+    last: Arc<Mutex<Option<CachedView>>>,
+    taints_seen: Arc<Mutex<inputs::TaintsSeen>>,
+}
 
 /// A view of the fleet, when it was taken and the versions of what it was taken of.
 #[derive(Debug)]
@@ -206,7 +210,7 @@ impl Sources {
             self.objects_version.load(Ordering::SeqCst),
             self.index.network().generation(),
         );
-        let mut cache = self.cache.0.lock().unwrap_or_else(|e| e.into_inner());
+        let mut cache = self.cache.last.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(cached) = cache.as_ref()
             && cached.versions == version
             && cached.at.elapsed() < VIEW_TTL
@@ -233,15 +237,16 @@ impl Sources {
         let names: BTreeSet<&String> = records.keys().chain(objects.keys()).collect();
         let now = jiff::Timestamp::now();
         let mut fleet = Fleet::new();
+        let mut taints_seen = self.cache.taints_seen.lock().unwrap_or_else(|e| e.into_inner());
+        taints_seen.keep_only(&objects);
         for name in &names {
-            fleet.insert(inputs::fleet_cluster(
-                name,
-                records.get(*name).map(Arc::as_ref),
-                objects.get(*name).map(Arc::as_ref),
-                now,
-                self.grace,
-            ));
+            let object = objects.get(*name).map(Arc::as_ref);
+            let mut cluster =
+                inputs::fleet_cluster(name, records.get(*name).map(Arc::as_ref), object, now, self.grace);
+            cluster.taints = inputs::cluster_taints(name, object, now, &mut taints_seen);
+            fleet.insert(cluster);
         }
+        drop(taints_seen);
         let registered = records.keys().cloned().collect();
         FleetView {
             fleet,

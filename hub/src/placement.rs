@@ -390,6 +390,16 @@ pub fn plan(inputs: &Inputs<'_>) -> Planned {
         let elapsed = now.duration_since(m.since).unsigned_abs();
         sooner(valid.pending_timeout.saturating_sub(elapsed));
     }
+    // A taint's toleration running out where replicas run: they move then.
+    for (cluster, _) in request.current.iter().filter(|(_, n)| **n > 0) {
+        if let Some(at) = fleet
+            .get(cluster)
+            .and_then(|c| nave_policies::toleration_expires_in(&c.taints, &request.policy.tolerations))
+        {
+            // Just past the moment, so the plan then sees it expired.
+            sooner(at + Duration::from_millis(100));
+        }
+    }
     Planned {
         decision,
         stored,

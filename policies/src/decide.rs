@@ -36,7 +36,8 @@ pub fn decide(fleet: &Fleet, ledger: &Ledger, request: &Request) -> Decision {
     let asked = u64::from(request.replicas);
     let mut notes = Vec::new();
     let unplaced = if asked >= kept {
-        grow(&mut t, &ranked, request, asked - kept, &mut notes)
+        let unplaced = grow(&mut t, &ranked, request, asked - kept, &mut notes);
+        stay_for_room(&mut t, unplaced, &mut notes)
     } else {
         shrink(&mut t, request, kept - asked);
         0
@@ -186,6 +187,7 @@ fn evaluate<'a>(fleet: &'a Fleet, ledger: &Ledger, request: &Request) -> Table<'
                 .as_ref()
                 .and_then(|s| s.first_mismatch(&cluster.labels))
                 .map(Filter::SelectorMismatch)
+                .or_else(|| crate::taint_verdict(&cluster.taints, &policy.tolerations).map(Filter::Tainted))
         };
         // Room is not worth computing for a cluster the workload may not use at all.
         let (room, utilization, headroom) = match (&cluster.capacity, &filter) {
@@ -302,6 +304,47 @@ fn evaluate<'a>(fleet: &'a Fleet, ledger: &Ledger, request: &Request) -> Table<'
         (t.cands, t.outs) = rows.into_iter().unzip();
     }
     t
+}
+
+/// A taint that moves replicas away moves only what the rest of the fleet has room for: the
+/// replicas that would be unplaced stay in the tainted clusters (in name order) until room
+/// appears, so a drain never lowers what runs. Answers what is still unplaced.
+fn stay_for_room(t: &mut Table<'_>, mut unplaced: u64, notes: &mut Vec<Note>) -> u64 {
+    for i in 0..t.cands.len() {
+        if unplaced == 0 {
+            break;
+        }
+        if !matches!(&t.outs[i].filter, Some(Filter::Tainted(v)) if v.evicts) {
+            continue;
+        }
+        let changes = &mut t.outs[i].changes;
+        let Some(at) = changes.iter().position(|c| {
+            matches!(
+                c,
+                Change::Removed {
+                    why: Removal::MovedAway,
+                    ..
+                }
+            )
+        }) else {
+            continue;
+        };
+        let Change::Removed { replicas, .. } = &mut changes[at] else {
+            continue;
+        };
+        let back = u64::from(*replicas).min(unplaced);
+        *replicas -= to_u32(back);
+        if *replicas == 0 {
+            changes.remove(at);
+        }
+        t.cands[i].kept += back;
+        unplaced -= back;
+        notes.push(Note::StayForRoom {
+            cluster: t.outs[i].cluster.to_string(),
+            replicas: to_u32(back),
+        });
+    }
+    unplaced
 }
 
 /// Takes replicas out of the last cluster added to `t`, if its filter or an evacuation says so.

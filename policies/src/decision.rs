@@ -33,6 +33,8 @@ pub enum Filter {
     NotReady,
     /// Cordoned (`unschedulable`).
     Cordoned,
+    /// A taint the workload does not tolerate, or tolerates only for a while.
+    Tainted(crate::TaintVerdict),
     /// No capacity report yet.
     CapacityUnknown,
     /// Replicas are being evacuated from it in this decision.
@@ -50,10 +52,13 @@ impl Filter {
     /// Whether the cluster's current replicas move elsewhere (it is no longer a place for this
     /// workload at all), rather than stay while it only takes nothing new.
     pub fn moves_replicas_away(&self) -> bool {
-        matches!(
-            self,
-            Filter::NotInFleet | Filter::NotAccepted | Filter::NotAllowed | Filter::SelectorMismatch(_)
-        )
+        match self {
+            Filter::NotInFleet | Filter::NotAccepted | Filter::NotAllowed | Filter::SelectorMismatch(_) => {
+                true
+            }
+            Filter::Tainted(verdict) => verdict.evicts,
+            _ => false,
+        }
     }
 }
 
@@ -66,6 +71,22 @@ impl fmt::Display for Filter {
             Filter::SelectorMismatch(why) => write!(f, "clusterSelector needs {why}"),
             Filter::NotReady => f.write_str("not Ready"),
             Filter::Cordoned => f.write_str("cordoned (unschedulable)"),
+            Filter::Tainted(v) => match (v.evicts, v.tolerated_for) {
+                (true, Some(limit)) => write!(
+                    f,
+                    "taint {} tolerated for {} s, which have passed: its replicas move away",
+                    v.taint,
+                    limit.as_secs()
+                ),
+                (true, None) => write!(f, "taint {} not tolerated: its replicas move away", v.taint),
+                (false, Some(limit)) => write!(
+                    f,
+                    "taint {} tolerated for {} s: no new replicas, those here stay that long",
+                    v.taint,
+                    limit.as_secs()
+                ),
+                (false, None) => write!(f, "taint {} not tolerated", v.taint),
+            },
             Filter::CapacityUnknown => f.write_str("capacity unknown (no agent report yet)"),
             Filter::Evacuating => f.write_str("evacuating"),
             Filter::AboveThreshold {
@@ -377,6 +398,14 @@ pub enum Note {
         /// The count every cluster runs.
         per_cluster: u32,
     },
+    /// A taint moves replicas away from a cluster, and the rest of the fleet has no room for
+    /// some of them: those stay where they are until room appears.
+    StayForRoom {
+        /// The tainted cluster.
+        cluster: String,
+        /// Replicas that stay.
+        replicas: u32,
+    },
 }
 
 impl fmt::Display for Note {
@@ -402,6 +431,10 @@ impl fmt::Display for Note {
             } => write!(
                 f,
                 "{cluster} has room for {placed} of the {per_cluster} replica(s) every cluster runs; the rest wait for room there"
+            ),
+            Note::StayForRoom { cluster, replicas } => write!(
+                f,
+                "{replicas} replica(s) stay in {cluster} despite its taint: no other cluster has room for them yet"
             ),
         }
     }

@@ -101,6 +101,14 @@ impl ClusterBuilder {
         self.cluster.unschedulable = true;
         self
     }
+    /// A cluster taint, added `age_secs` ago.
+    pub(crate) fn tainted(mut self, taint: Taint, age_secs: u64) -> Self {
+        self.cluster.taints.push(crate::ClusterTaint {
+            taint,
+            age: Duration::from_secs(age_secs),
+        });
+        self
+    }
     pub(crate) fn not_ready(mut self) -> Self {
         self.cluster.ready = false;
         self
@@ -257,6 +265,14 @@ impl Ask {
     }
     pub(crate) fn bursting(mut self, bursting: Bursting) -> Self {
         self.0.policy.bursting = bursting;
+        self
+    }
+    /// A toleration of cluster taints, for `seconds` when given.
+    pub(crate) fn tolerate(mut self, toleration: crate::Toleration, seconds: Option<u64>) -> Self {
+        self.0.policy.tolerations.push(crate::ClusterToleration {
+            toleration,
+            seconds: seconds.map(Duration::from_secs),
+        });
         self
     }
     pub(crate) fn current(mut self, current: &[(&str, u32)]) -> Self {

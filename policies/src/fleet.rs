@@ -61,6 +61,9 @@ pub struct Cluster {
     pub ready: bool,
     /// Used only for overflow, and emptied first on scale-down.
     pub burst_only: bool,
+    /// Taints: a workload that does not tolerate one takes no new replicas here, and moves
+    /// those it has away when the taint is `NoExecute`.
+    pub taints: Vec<crate::ClusterTaint>,
     /// Location, for proximity.
     pub coordinates: Option<Coordinates>,
     /// Measured round-trip latency from this cluster to others, by cluster name.

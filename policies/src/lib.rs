@@ -78,4 +78,7 @@ pub use selector::{
     LabelSelector, LabelSelectorOperator, LabelSelectorRequirement, Labels, NodeSelector,
     NodeSelectorOperator, NodeSelectorRequirement, NodeSelectorTerm,
 };
-pub use taints::{Taint, TaintEffect, Toleration, TolerationOperator, blocking_taint};
+pub use taints::{
+    ClusterTaint, ClusterToleration, Taint, TaintEffect, TaintVerdict, Toleration, TolerationOperator,
+    blocking_taint, taint_verdict, toleration_expires_in,
+};

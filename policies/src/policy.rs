@@ -84,6 +84,8 @@ pub struct Policy {
     pub weights: BTreeMap<String, u32>,
     /// Bursting parameters.
     pub bursting: Bursting,
+    /// Cluster taints tolerated (`tolerations`).
+    pub tolerations: Vec<crate::ClusterToleration>,
 }
 
 /// One placement question: how should `replicas` of this workload be placed, given where they

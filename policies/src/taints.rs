@@ -1,6 +1,7 @@
 //! Node taints and pod tolerations, with the Kubernetes scheduler's semantics.
 
 use std::fmt;
+use std::time::Duration;
 
 /// What a taint does to pods that do not tolerate it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -109,6 +110,88 @@ pub fn blocking_taint<'a>(taints: &'a [Taint], tolerations: &[Toleration]) -> Op
     taints
         .iter()
         .find(|t| t.effect.blocks_scheduling() && !tolerations.iter().any(|tol| tol.tolerates(t)))
+}
+
+/// A workload cluster's taint (`NoSchedule` or `NoExecute`), with how long it has been there.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClusterTaint {
+    /// The taint.
+    pub taint: Taint,
+    /// Time since it was added.
+    pub age: Duration,
+}
+
+/// A workload's toleration of cluster taints; with `NoExecute`, maybe only for a while.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ClusterToleration {
+    /// What it tolerates.
+    pub toleration: Toleration,
+    /// How long after the taint was added a `NoExecute` taint is tolerated; `None`: for good.
+    pub seconds: Option<Duration>,
+}
+
+/// What a cluster's taints do to a workload.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct TaintVerdict {
+    /// The taint, as `key=value:Effect`.
+    pub taint: String,
+    /// Its replicas there move away (`NoExecute`, not or no longer tolerated).
+    pub evicts: bool,
+    /// A `NoExecute` taint tolerated for this long (expired when `evicts`).
+    pub tolerated_for: Option<Duration>,
+}
+
+/// What `taints` do to a workload with `tolerations`: nothing (`None`), no new replicas, or
+/// also move the ones there away. A taint that moves replicas away wins over one that only
+/// keeps new ones out; otherwise the first one found.
+///
+/// A `NoExecute` taint tolerated only for a while keeps new replicas out meanwhile: replicas
+/// placed there would have to move again when the time runs out.
+pub fn taint_verdict(taints: &[ClusterTaint], tolerations: &[ClusterToleration]) -> Option<TaintVerdict> {
+    let mut first = None;
+    for ClusterTaint { taint, age } in taints.iter().filter(|t| t.taint.effect.blocks_scheduling()) {
+        let mut matching = tolerations
+            .iter()
+            .filter(|t| t.toleration.tolerates(taint))
+            .peekable();
+        let verdict = if matching.peek().is_none() {
+            Some(TaintVerdict {
+                taint: taint.to_string(),
+                evicts: taint.effect == TaintEffect::NoExecute,
+                tolerated_for: None,
+            })
+        } else if taint.effect == TaintEffect::NoExecute {
+            // Tolerated for good by one of them, or for the longest of their times.
+            let limit = matching.try_fold(Duration::ZERO, |longest, t| t.seconds.map(|s| longest.max(s)));
+            limit.map(|limit| TaintVerdict {
+                taint: taint.to_string(),
+                evicts: *age >= limit,
+                tolerated_for: Some(limit),
+            })
+        } else {
+            None
+        };
+        match verdict {
+            Some(v) if v.evicts => return Some(v),
+            Some(v) if first.is_none() => first = Some(v),
+            _ => {}
+        }
+    }
+    first
+}
+
+/// How long until a `NoExecute` taint's toleration runs out and the workload's replicas move
+/// away, the soonest of `taints`; `None` when none is counting down.
+pub fn toleration_expires_in(taints: &[ClusterTaint], tolerations: &[ClusterToleration]) -> Option<Duration> {
+    taints
+        .iter()
+        .filter(|t| t.taint.effect == TaintEffect::NoExecute)
+        .filter_map(|t| {
+            let verdict = taint_verdict(std::slice::from_ref(t), tolerations)?;
+            let limit = verdict.tolerated_for?;
+            (!verdict.evicts).then(|| limit.saturating_sub(t.age))
+        })
+        .min()
 }
 
 #[cfg(test)]

@@ -8,12 +8,12 @@ use k8s_openapi::api::apps::v1::DeploymentSpec;
 use k8s_openapi::api::core::v1::PodSpec;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector as K8sLabelSelector;
 use nave_api::wire;
-use nave_api::{Placement, PlacementPolicy, WorkloadCluster};
+use nave_api::{ClusterTaintEffect, Placement, PlacementPolicy, WorkloadCluster};
 use nave_policies::{
-    Bursting, Capacity, CapacityModel, Cluster, Coordinates, Demand, LabelSelector, LabelSelectorOperator,
-    LabelSelectorRequirement, Node, NodeGroup, NodeSelector, NodeSelectorOperator, NodeSelectorRequirement,
-    NodeSelectorTerm, Origin, Policy, REGION_LABEL, Resources, Strategy, Taint, TaintEffect, Toleration,
-    TolerationOperator, ZONE_LABEL,
+    Bursting, Capacity, CapacityModel, Cluster, ClusterTaint, ClusterToleration, Coordinates, Demand,
+    LabelSelector, LabelSelectorOperator, LabelSelectorRequirement, Node, NodeGroup, NodeSelector,
+    NodeSelectorOperator, NodeSelectorRequirement, NodeSelectorTerm, Origin, Policy, REGION_LABEL, Resources,
+    Strategy, Taint, TaintEffect, Toleration, TolerationOperator, ZONE_LABEL,
 };
 
 use crate::store::ClusterRecord;
@@ -64,6 +64,97 @@ pub fn fleet_cluster(
             .and_then(|r| r.coordinates)
             .map(|c| Coordinates::new(c.latitude, c.longitude)));
     cluster
+}
+
+/// When each cluster taint without a `timeAdded` was first seen, by cluster, key and effect:
+/// its tolerations count from then. Kept in memory, so after a hub restart they count again
+/// from the start (replicas stay longer, never shorter).
+#[derive(Debug, Default)]
+pub struct TaintsSeen(BTreeMap<(String, String, ClusterTaintEffect), jiff::Timestamp>);
+
+impl TaintsSeen {
+    /// Forgets the taints no WorkloadCluster of `objects` carries any more.
+    pub fn keep_only<O: std::borrow::Borrow<WorkloadCluster>>(&mut self, objects: &BTreeMap<String, O>) {
+        self.0.retain(|(cluster, key, effect), _| {
+            objects.get(cluster).is_some_and(|o| {
+                o.borrow()
+                    .spec
+                    .taints
+                    .iter()
+                    .any(|t| &t.key == key && t.effect == *effect)
+            })
+        });
+    }
+}
+
+/// The engine's taints of a cluster, each with its age: from its `timeAdded`, else from when
+/// `seen` first saw it.
+pub fn cluster_taints(
+    name: &str,
+    object: Option<&WorkloadCluster>,
+    now: jiff::Timestamp,
+    seen: &mut TaintsSeen,
+) -> Vec<ClusterTaint> {
+    let Some(object) = object else {
+        return Vec::new();
+    };
+    object
+        .spec
+        .taints
+        .iter()
+        .map(|t| {
+            let added = match &t.time_added {
+                Some(time) => time.0,
+                None => *seen
+                    .0
+                    .entry((name.to_owned(), t.key.clone(), t.effect))
+                    .or_insert(now),
+            };
+            ClusterTaint {
+                taint: Taint::new(
+                    t.key.clone(),
+                    t.value.clone().unwrap_or_default(),
+                    taint_effect(t.effect),
+                ),
+                // A time in the future (a clock ahead) counts as just added.
+                age: if added > now {
+                    Duration::ZERO
+                } else {
+                    now.duration_since(added).unsigned_abs()
+                },
+            }
+        })
+        .collect()
+}
+
+fn taint_effect(effect: ClusterTaintEffect) -> TaintEffect {
+    match effect {
+        ClusterTaintEffect::NoSchedule => TaintEffect::NoSchedule,
+        ClusterTaintEffect::NoExecute => TaintEffect::NoExecute,
+    }
+}
+
+/// The engine's tolerations of a placement's `tolerations`.
+fn cluster_tolerations(placement: &Placement) -> Vec<ClusterToleration> {
+    placement
+        .tolerations
+        .iter()
+        .map(|t| ClusterToleration {
+            toleration: Toleration {
+                key: t.key.clone().unwrap_or_default(),
+                operator: match t.operator.unwrap_or_default() {
+                    nave_api::TolerationOperator::Equal => TolerationOperator::Equal,
+                    nave_api::TolerationOperator::Exists => TolerationOperator::Exists,
+                },
+                value: t.value.clone().unwrap_or_default(),
+                effect: t.effect.map(taint_effect),
+            },
+            // Negative seconds are refused by the schema; one that got through evicts at once.
+            seconds: t
+                .toleration_seconds
+                .map(|s| Duration::from_secs(u64::try_from(s).unwrap_or(0))),
+        })
+        .collect()
 }
 
 fn resources(r: wire::Resources) -> Resources {
@@ -239,12 +330,68 @@ pub fn policy(placement: &Placement) -> Policy {
                 threshold_percent: u32::try_from(b.threshold).ok(),
                 targets: b.targets.as_ref().map(label_selector),
             }),
+        tolerations: cluster_tolerations(placement),
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn taints_age_from_time_added_else_from_first_seen_which_is_forgotten_with_the_taint() {
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+        use nave_api::ClusterTaint as Spec;
+
+        let taint = |key: &str, added: Option<jiff::Timestamp>| Spec {
+            key: key.to_owned(),
+            value: None,
+            effect: ClusterTaintEffect::NoExecute,
+            time_added: added.map(Time),
+        };
+        let t0: jiff::Timestamp = "2026-01-01T00:00:00Z".parse().unwrap();
+        let later = |secs: i64| t0.checked_add(jiff::SignedDuration::from_secs(secs)).unwrap();
+        let mut object = WorkloadCluster::new("eu-1", Default::default());
+        object.spec.taints = vec![taint("stamped", Some(t0)), taint("bare", None)];
+        let mut seen = TaintsSeen::default();
+        let ages = |object: &WorkloadCluster, now, seen: &mut TaintsSeen| -> Vec<u64> {
+            cluster_taints("eu-1", Some(object), now, seen)
+                .iter()
+                .map(|t| t.age.as_secs())
+                .collect()
+        };
+        assert_eq!(
+            ages(&object, later(30), &mut seen),
+            [30, 0],
+            "bare: first seen now"
+        );
+        assert_eq!(
+            ages(&object, later(90), &mut seen),
+            [90, 60],
+            "bare: counted from first seen"
+        );
+        let objects = BTreeMap::from([("eu-1".to_owned(), object.clone())]);
+        seen.keep_only(&objects);
+        assert_eq!(
+            ages(&object, later(100), &mut seen),
+            [100, 70],
+            "kept while the taint stays"
+        );
+        object.spec.taints.pop();
+        seen.keep_only(&BTreeMap::from([("eu-1".to_owned(), object.clone())]));
+        object.spec.taints.push(taint("bare", None));
+        assert_eq!(
+            ages(&object, later(120), &mut seen),
+            [120, 0],
+            "a taint added again starts again"
+        );
+        object.spec.taints[0].time_added = Some(Time(later(500)));
+        assert_eq!(
+            ages(&object, later(120), &mut seen)[0],
+            0,
+            "a time ahead counts as just added"
+        );
+    }
 
     #[test]
     fn demand_counts_sidecars_init_peaks_limits_and_overhead() {

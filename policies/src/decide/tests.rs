@@ -1,5 +1,7 @@
 //! Each placement rule on a small fleet, then the worked examples.
 
+use std::time::Duration;
+
 use super::*;
 use crate::fixtures::*;
 use crate::{
@@ -209,6 +211,142 @@ fn cluster_selector_filters_by_labels_and_expressions() {
     assert_eq!(
         line(&decision, "eu-3"),
         "eu-3: filtered out: clusterSelector needs !pci (is yes), given 0"
+    );
+}
+
+fn drain() -> Taint {
+    Taint::new("nave.dev/drain", "", TaintEffect::NoExecute)
+}
+
+fn tolerate_drain() -> Toleration {
+    Toleration {
+        key: "nave.dev/drain".to_owned(),
+        operator: TolerationOperator::Exists,
+        value: String::new(),
+        effect: Some(TaintEffect::NoExecute),
+    }
+}
+
+#[test]
+fn a_no_schedule_taint_keeps_new_replicas_out_and_lets_those_there_stay() {
+    let dedicated = Taint::new("dedicated", "batch", TaintEffect::NoSchedule);
+    let fleet = fleet([
+        mk_cluster("eu-1").cpu(16).tainted(dedicated, 0),
+        mk_cluster("eu-2").cpu(4),
+    ]);
+    let decision = ask(6).current(&[("eu-1", 2)]).on(&fleet);
+    assert_eq!(placed(&decision), vec![("eu-1", 2), ("eu-2", 4)]);
+    assert!(
+        line(&decision, "eu-1").contains("taint dedicated=batch:NoSchedule not tolerated"),
+        "{}",
+        line(&decision, "eu-1")
+    );
+    let tolerated = ask(6)
+        .current(&[("eu-1", 2)])
+        .tolerate(
+            Toleration {
+                key: "dedicated".to_owned(),
+                operator: TolerationOperator::Equal,
+                value: "batch".to_owned(),
+                effect: None,
+            },
+            None,
+        )
+        .on(&fleet);
+    assert_eq!(
+        placed(&tolerated),
+        vec![("eu-1", 6)],
+        "a toleration lets it take replicas"
+    );
+}
+
+#[test]
+fn a_no_execute_taint_moves_the_replicas_there_to_clusters_with_room() {
+    let fleet = fleet([
+        mk_cluster("eu-1").cpu(16).tainted(drain(), 0),
+        mk_cluster("eu-2").cpu(16),
+    ]);
+    let decision = ask(4).current(&[("eu-1", 4)]).on(&fleet);
+    assert_eq!(placed(&decision), vec![("eu-2", 4)]);
+    assert!(
+        line(&decision, "eu-1")
+            .contains("taint nave.dev/drain:NoExecute not tolerated: its replicas move away"),
+        "{}",
+        line(&decision, "eu-1")
+    );
+    let everywhere = ask(1)
+        .strategy(Strategy::Everywhere)
+        .current(&[("eu-1", 1), ("eu-2", 1)])
+        .on(&fleet);
+    assert_eq!(
+        placed(&everywhere),
+        vec![("eu-2", 1)],
+        "everywhere: the drained cluster runs none"
+    );
+}
+
+#[test]
+fn a_no_execute_taint_moves_only_what_fits_elsewhere_and_the_rest_stays() {
+    // eu-2 has room for 3 replicas of 1 CPU.
+    let fleet = fleet([
+        mk_cluster("eu-1").cpu(16).tainted(drain(), 0),
+        mk_cluster("eu-2").cpu(3),
+    ]);
+    let decision = ask(5).each(1000, 64).current(&[("eu-1", 5)]).on(&fleet);
+    assert_eq!(placed(&decision), vec![("eu-1", 2), ("eu-2", 3)]);
+    assert_eq!(decision.unplaced, 0, "nothing is dropped for the drain");
+    assert!(
+        decision
+            .to_string()
+            .contains("2 replica(s) stay in eu-1 despite its taint"),
+        "{decision}"
+    );
+}
+
+#[test]
+fn a_no_execute_taint_tolerated_for_a_while_keeps_replicas_that_long_and_takes_no_new_ones() {
+    let young = fleet([
+        mk_cluster("eu-1").cpu(16).tainted(drain(), 30),
+        mk_cluster("eu-2").cpu(16),
+    ]);
+    let asked = ask(6)
+        .current(&[("eu-1", 2)])
+        .tolerate(tolerate_drain(), Some(60));
+    let decision = asked.on(&young);
+    assert_eq!(
+        placed(&decision),
+        vec![("eu-1", 2), ("eu-2", 4)],
+        "stays, takes nothing new"
+    );
+    assert!(
+        line(&decision, "eu-1").contains("tolerated for 60 s"),
+        "{}",
+        line(&decision, "eu-1")
+    );
+    assert_eq!(
+        crate::toleration_expires_in(&young.get("eu-1").unwrap().taints, &asked.0.policy.tolerations),
+        Some(Duration::from_secs(30))
+    );
+    let old = fleet([
+        mk_cluster("eu-1").cpu(16).tainted(drain(), 61),
+        mk_cluster("eu-2").cpu(16),
+    ]);
+    let decision = asked.on(&old);
+    assert_eq!(
+        placed(&decision),
+        vec![("eu-2", 6)],
+        "moves once the time has passed"
+    );
+    let forever = ask(6)
+        .current(&[("eu-1", 2)])
+        .tolerate(tolerate_drain(), None)
+        .on(&old);
+    assert!(
+        forever
+            .cluster("eu-1")
+            .is_some_and(|c| c.filter.is_none() && c.replicas >= 2),
+        "tolerated for good: an ordinary cluster, {}",
+        line(&forever, "eu-1")
     );
 }
 
