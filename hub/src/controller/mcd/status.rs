@@ -52,10 +52,38 @@ pub fn status_of(
     let generation = mcd.metadata.generation;
     let mut status = mcd.status.clone().unwrap_or_default();
     let mut clusters = Vec::new();
-    for (name, &desired) in decision.assignment.iter().filter(|(_, n)| **n > 0) {
+    // The clusters given replicas, and those a move keeps old ones running in until the new
+    // ones are ready: what runs there counts, or a move would look like an outage.
+    let held = moving.map(|m| &m.held);
+    let mut names: Vec<&String> = decision
+        .assignment
+        .iter()
+        .filter(|(_, n)| **n > 0)
+        .map(|(name, _)| name)
+        .chain(
+            held.into_iter()
+                .flatten()
+                .filter(|(_, n)| **n > 0)
+                .map(|(name, _)| name),
+        )
+        .collect();
+    names.sort_unstable();
+    names.dedup();
+    for name in names {
+        let desired = decision.assignment.get(name).copied().unwrap_or(0);
         let (ready, available, pending) =
             deployment_status(reports.get(name).map(Arc::as_ref), workload).unwrap_or((0, 0, 0));
         let burst = decision.cluster(name).is_some_and(|c| c.role == Role::Burst);
+        let kept = held.and_then(|h| h.get(name)).copied().unwrap_or(0);
+        let message = decision.cluster(name).map(|c| {
+            let line = c.to_string();
+            let line = if kept > 0 {
+                format!("{line}; {kept} old replica(s) kept running until the new ones are ready")
+            } else {
+                line
+            };
+            truncate(&line, 256)
+        });
         clusters.push(ClusterPlacementStatus {
             name: name.clone(),
             desired: i32::try_from(desired).unwrap_or(i32::MAX),
@@ -63,7 +91,7 @@ pub fn status_of(
             available,
             pending,
             burst,
-            message: decision.cluster(name).map(|c| truncate(&c.to_string(), 256)),
+            message,
         });
     }
     let sum = |f: fn(&ClusterPlacementStatus) -> i32| clusters.iter().map(f).fold(0i32, i32::saturating_add);
@@ -73,10 +101,10 @@ pub fn status_of(
     status.available_replicas = sum(|c| c.available);
     status.pending_replicas = sum(|c| c.pending);
     status.unplaced_replicas = i32::try_from(decision.unplaced).unwrap_or(i32::MAX);
-    status.cluster_count = i32::try_from(clusters.len()).unwrap_or(i32::MAX);
+    let given = || clusters.iter().filter(|c| c.desired > 0);
+    status.cluster_count = i32::try_from(given().count()).unwrap_or(i32::MAX);
     status.placement_summary = Some(
-        clusters
-            .iter()
+        given()
             .map(|c| format!("{}={}", c.name, c.desired))
             .collect::<Vec<_>>()
             .join(","),
