@@ -1,9 +1,13 @@
 //! `nave clusters`, `nave cordon` and `nave uncordon`: the fleet as the management cluster's
 //! WorkloadClusters say it is.
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
-use kube::api::{Api, ListParams, Patch, PatchParams};
-use nave_api::WorkloadCluster;
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::ResourceExt as _;
+use kube::api::{Api, ListParams, PostParams};
+use nave_api::{ClusterTaint, ClusterTaintEffect, DRAIN_TAINT_KEY, MultiClusterDeployment, WorkloadCluster};
 use serde::Serialize;
 use serde_json::json;
 
@@ -24,6 +28,10 @@ pub struct ClusterSummary {
     accepted: String,
     /// Cordoned: no new replicas.
     cordoned: bool,
+    /// Drained: the `nave.dev/drain` taint moves away what does not tolerate it.
+    draining: bool,
+    /// Its taints, as `key=value:Effect`.
+    taints: Vec<String>,
     burst_only: bool,
     nodes: Option<i32>,
     cpu_allocatable: Option<String>,
@@ -54,6 +62,16 @@ impl ClusterSummary {
                 .map_or("Unknown", |c| c.status.as_str())
                 .to_owned(),
             cordoned: cluster.spec.unschedulable,
+            draining: cluster.spec.taints.iter().any(is_drain),
+            taints: cluster
+                .spec
+                .taints
+                .iter()
+                .map(|t| match &t.value {
+                    Some(v) if !v.is_empty() => format!("{}={v}:{}", t.key, t.effect.as_str()),
+                    _ => format!("{}:{}", t.key, t.effect.as_str()),
+                })
+                .collect(),
             burst_only: cluster.spec.burst_only,
             nodes: capacity.map(|c| c.nodes),
             cpu_allocatable: capacity
@@ -114,7 +132,17 @@ fn row(c: &ClusterSummary) -> Vec<String> {
         (Some(a), None) => format!("? of {a}"),
         _ => "-".to_owned(),
     };
-    let mut scheduling = if c.cordoned { "Cordoned" } else { "Enabled" }.to_owned();
+    let mut scheduling = if c.draining {
+        "Draining"
+    } else if c.cordoned {
+        "Cordoned"
+    } else {
+        "Enabled"
+    }
+    .to_owned();
+    if !c.draining && !c.taints.is_empty() {
+        scheduling.push_str(",Tainted");
+    }
     if c.burst_only {
         scheduling.push_str(",BurstOnly");
     }
@@ -141,22 +169,50 @@ fn age(seconds: i64) -> String {
     }
 }
 
-/// Sets `spec.unschedulable` of a cluster: cordoned clusters get no new replicas.
+fn is_drain(taint: &ClusterTaint) -> bool {
+    taint.key == DRAIN_TAINT_KEY && taint.effect == ClusterTaintEffect::NoExecute
+}
+
+/// Changes a WorkloadCluster's spec with `edit` (which answers whether it changed anything),
+/// read and written whole under its resourceVersion, again when someone else wrote in between.
+async fn edit_spec(
+    api: &Api<WorkloadCluster>,
+    cluster: &str,
+    edit: impl Fn(&mut WorkloadCluster) -> bool,
+) -> Result<bool, CliError> {
+    let what = format!("WorkloadCluster {cluster}");
+    for _ in 0..5 {
+        let mut object = api.get(cluster).await.map_err(|e| CliError::kube(&what, e))?;
+        if !edit(&mut object) {
+            return Ok(false);
+        }
+        object.status = None;
+        match api.replace(cluster, &PostParams::default(), &object).await {
+            Ok(_) => return Ok(true),
+            Err(kube::Error::Api(status)) if status.code == 409 => continue,
+            Err(e) => return Err(CliError::kube(&what, e)),
+        }
+    }
+    Err(CliError::failed(format!(
+        "{what}: changed by others five times in a row; try again"
+    )))
+}
+
+/// Cordons a cluster (`spec.unschedulable`: no new replicas), or uncordons it: clears that and
+/// the drain taint, as `kubectl uncordon` ends a `kubectl drain`.
 pub async fn cordon(global: &Global, cluster: &str, cordoned: bool) -> Result<String, CliError> {
     let client = kube_client(global).await?;
     let api: Api<WorkloadCluster> = Api::all(client);
-    let what = format!("WorkloadCluster {cluster}");
-    let before = api.get(cluster).await.map_err(|e| CliError::kube(&what, e))?;
-    let changed = before.spec.unschedulable != cordoned;
-    if changed {
-        api.patch(
-            cluster,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"unschedulable": cordoned}})),
-        )
-        .await
-        .map_err(|e| CliError::kube(&what, e))?;
-    }
+    let changed = edit_spec(&api, cluster, |object| {
+        let drained = object.spec.taints.iter().any(is_drain);
+        let changed = object.spec.unschedulable != cordoned || (!cordoned && drained);
+        object.spec.unschedulable = cordoned;
+        if !cordoned {
+            object.spec.taints.retain(|t| !is_drain(t));
+        }
+        changed
+    })
+    .await?;
     let result = json!({"cluster": cluster, "cordoned": cordoned, "changed": changed});
     render(global.output, &result, |_| match (cordoned, changed) {
         (true, true) => {
@@ -166,6 +222,110 @@ pub async fn cordon(global: &Global, cluster: &str, cordoned: bool) -> Result<St
         (false, true) => format!("cluster {cluster} uncordoned: it takes new replicas again\n"),
         (false, false) => format!("cluster {cluster} was not cordoned\n"),
     })
+}
+
+/// Drains a cluster: the taint `nave.dev/drain:NoExecute`, added now, moves every workload that
+/// does not tolerate it to other clusters (make-before-break, as far as they have room); the
+/// hub keeps doing so across its restarts until `nave uncordon`. With `wait`, follows the
+/// MultiClusterDeployments' status until none runs replicas there, or fails when `wait` passes.
+pub async fn drain(global: &Global, cluster: &str, wait: Option<Duration>) -> Result<String, CliError> {
+    let client = kube_client(global).await?;
+    let api: Api<WorkloadCluster> = Api::all(client.clone());
+    let added = Time(jiff::Timestamp::now());
+    let changed = edit_spec(&api, cluster, |object| {
+        if object.spec.taints.iter().any(is_drain) {
+            return false;
+        }
+        object.spec.taints.push(ClusterTaint {
+            key: DRAIN_TAINT_KEY.to_owned(),
+            value: None,
+            effect: ClusterTaintEffect::NoExecute,
+            time_added: Some(added.clone()),
+        });
+        true
+    })
+    .await?;
+    let mut remaining = BTreeMap::new();
+    if let Some(limit) = wait {
+        let deadline = Instant::now() + limit;
+        let mcds: Api<MultiClusterDeployment> = Api::all(client);
+        let mut shown = None;
+        loop {
+            let list = mcds
+                .list(&ListParams::default())
+                .await
+                .map_err(|e| CliError::kube("listing MultiClusterDeployments", e))?;
+            remaining = running_in(&list.items, cluster);
+            if remaining.is_empty() {
+                break;
+            }
+            if shown.as_ref() != Some(&remaining) {
+                if global.output == crate::Format::Table {
+                    eprintln!("{}", progress(cluster, &remaining));
+                }
+                shown = Some(remaining.clone());
+            }
+            if Instant::now() >= deadline {
+                return Err(CliError::failed(format!(
+                    "cluster {cluster} not drained after {} s: {} (workloads that tolerate the taint stay,                      and replicas stay while no other cluster has room for them)",
+                    limit.as_secs(),
+                    progress(cluster, &remaining)
+                )));
+            }
+            tokio::time::sleep(DRAIN_POLL).await;
+        }
+    }
+    let result = json!({"cluster": cluster, "draining": true, "changed": changed, "remaining": remaining});
+    render(global.output, &result, |_| {
+        let mut text = if changed {
+            format!(
+                "cluster {cluster} draining: workloads move away unless they tolerate {DRAIN_TAINT_KEY}\n"
+            )
+        } else {
+            format!("cluster {cluster} was draining already\n")
+        };
+        if wait.is_some() {
+            text.push_str(&format!(
+                "cluster {cluster} drained: no MultiClusterDeployment runs replicas there\n"
+            ));
+        }
+        text.push_str(&format!("`nave uncordon {cluster}` lets workloads back\n"));
+        text
+    })
+}
+
+/// How often `drain --wait` looks again.
+const DRAIN_POLL: Duration = Duration::from_secs(1);
+
+/// Replicas each MultiClusterDeployment still has assigned or ready in `cluster`, by
+/// `namespace/name`; those with none left out.
+fn running_in(mcds: &[MultiClusterDeployment], cluster: &str) -> BTreeMap<String, i32> {
+    mcds.iter()
+        .filter_map(|mcd| {
+            let here = mcd.status.as_ref()?.clusters.iter().find(|c| c.name == cluster)?;
+            let replicas = here.desired.max(here.ready);
+            (replicas > 0).then(|| {
+                (
+                    format!(
+                        "{}/{}",
+                        mcd.metadata.namespace.as_deref().unwrap_or_default(),
+                        mcd.name_any()
+                    ),
+                    replicas,
+                )
+            })
+        })
+        .collect()
+}
+
+fn progress(cluster: &str, remaining: &BTreeMap<String, i32>) -> String {
+    let list: Vec<String> = remaining.iter().map(|(w, n)| format!("{w}={n}")).collect();
+    format!(
+        "{} replicas of {} workloads still in {cluster}: {}",
+        remaining.values().sum::<i32>(),
+        remaining.len(),
+        list.join(", ")
+    )
 }
 
 #[cfg(test)]

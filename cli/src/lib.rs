@@ -82,7 +82,16 @@ pub enum Command {
         /// The cluster.
         cluster: String,
     },
-    /// Let a cordoned cluster take new replicas again.
+    /// Move every workload off a cluster (make-before-break, as far as the rest of the fleet has
+    /// room) and keep them off: the taint nave.dev/drain:NoExecute. Workloads that tolerate it stay.
+    Drain {
+        /// The cluster.
+        cluster: String,
+        /// Wait until no workload runs replicas there, at most this long (e.g. `10m`).
+        #[arg(long, value_parser = nave_runtime::positive_duration)]
+        wait: Option<Duration>,
+    },
+    /// Let a cordoned or drained cluster take new replicas again.
     Uncordon {
         /// The cluster.
         cluster: String,
@@ -150,6 +159,7 @@ pub async fn run(cli: &Cli) -> Result<String, CliError> {
         Command::Clusters => clusters::list(global).await,
         Command::Cordon { cluster } => clusters::cordon(global, cluster, true).await,
         Command::Uncordon { cluster } => clusters::cordon(global, cluster, false).await,
+        Command::Drain { cluster, wait } => clusters::drain(global, cluster, *wait).await,
         Command::Join { cluster, ttl, region } => join::join(global, cluster, *ttl, region.as_deref()).await,
         Command::Explain { name, namespace } => placements::explain(global, name, namespace.as_deref()).await,
         Command::Simulate { filename, namespace } => {

@@ -62,6 +62,22 @@ async fn expect_json(env: &Env, token_file: &Path, args: &[&str]) -> Value {
         .unwrap_or_else(|e| panic!("nave {}: not JSON ({e}): {text}", with_json.join(" ")))
 }
 
+/// Creates `mcd`, waits until its `replicas` run, and answers the cluster running most of them.
+async fn busiest(env: &Env, mcd: Mcd, replicas: i32) -> String {
+    let object = mcd.build();
+    let name = object.metadata.name.clone().expect("a name");
+    Api::<MultiClusterDeployment>::namespaced(env.client.clone(), NS)
+        .create(&PostParams::default(), &object)
+        .await
+        .expect("MCD created");
+    let placed = nave_e2e::placed(&env.wait_rolled_out(NS, &name, replicas).await);
+    placed
+        .into_iter()
+        .max_by_key(|(_, n)| *n)
+        .map(|(cluster, _)| cluster)
+        .expect("placed somewhere")
+}
+
 fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
     let path = dir.join(name);
     std::fs::write(&path, text).expect("a file written");
@@ -368,4 +384,113 @@ fn kubectl_or_skip() -> Option<PathBuf> {
         nave_sim::kubectl::find_kubectl()
             .expect("kubectl.1.32 is installed (NAVE_SKIP_KUBECTL=1 skips this)"),
     )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nave_drain_moves_every_replica_off_a_cluster_without_lowering_what_is_available() {
+    let env = Env::start(fleet(3), Database::Sqlite).await.expect("environment");
+    let dir = tempfile::tempdir().expect("a directory");
+    let token = write(dir.path(), "admin.token", &env.admin_token);
+    let mcds: Api<MultiClusterDeployment> = Api::namespaced(env.client.clone(), NS);
+    let target = busiest(&env, Mcd::new("shop").namespace(NS).replicas(4), 4).await;
+
+    // What the MCD reports available, sampled while the drain runs.
+    let sampling = tokio_util::sync::CancellationToken::new();
+    let sampler = tokio::spawn({
+        let mcds = mcds.clone();
+        let stop = sampling.clone();
+        async move {
+            let mut lowest = i32::MAX;
+            while !stop.is_cancelled() {
+                if let Ok(mcd) = mcds.get("shop").await {
+                    let available = mcd.status.map_or(0, |s| s.available_replicas);
+                    lowest = lowest.min(available);
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            }
+            lowest
+        }
+    });
+    let out = expect(&env, &token, &["drain", &target, "--wait", "60s"], 0).await;
+    sampling.cancel();
+    let lowest = sampler.await.expect("the sampler ends");
+    assert!(out.contains("drained"), "{out}");
+    assert!(
+        lowest >= 4,
+        "make-before-break: 4 replicas available throughout, saw {lowest}"
+    );
+
+    let running = env.replicas_by_cluster(NS, "shop").await;
+    assert_eq!(
+        running.get(&target).copied().unwrap_or(0),
+        0,
+        "none left in {target}: {running:?}"
+    );
+    assert_eq!(running.values().sum::<i32>(), 4, "all 4 elsewhere: {running:?}");
+    let text = expect(&env, &token, &["explain", "shop", "-n", NS], 0).await;
+    assert!(
+        text.contains(&format!(
+            "{target}: filtered out: taint nave.dev/drain:NoExecute not tolerated"
+        )),
+        "the explanation names the drain: {text}"
+    );
+    let listed = expect_json(&env, &token, &["clusters"]).await;
+    assert!(
+        listed
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c["name"] == target.as_str() && c["draining"] == true),
+        "clusters shows the drain: {listed}"
+    );
+
+    // Uncordon ends the drain.
+    expect(&env, &token, &["uncordon", &target], 0).await;
+    let object = Api::<WorkloadCluster>::all(env.client.clone())
+        .get(&target)
+        .await
+        .expect("the WorkloadCluster");
+    assert!(
+        object.spec.taints.is_empty(),
+        "uncordon removes the drain taint: {:?}",
+        object.spec.taints
+    );
+    env.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_workload_tolerating_a_drain_for_a_while_moves_when_the_time_is_up() {
+    let env = Env::start(fleet(2), Database::Sqlite).await.expect("environment");
+    let dir = tempfile::tempdir().expect("a directory");
+    let token = write(dir.path(), "admin.token", &env.admin_token);
+    let placement = serde_json::json!({
+        "policy": "worst-fit",
+        "tolerations": [{"key": "nave.dev/drain", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 3}]
+    });
+    let target = busiest(
+        &env,
+        Mcd::new("batch").namespace(NS).replicas(2).placement(placement),
+        2,
+    )
+    .await;
+    let drained_at = std::time::Instant::now();
+    expect(&env, &token, &["drain", &target], 0).await;
+    let moved = nave_testkit::wait_for(
+        &format!("batch's replicas to leave {target} once its 3 s toleration is up"),
+        nave_e2e::DEADLINE,
+        || async {
+            let running = env.replicas_by_cluster(NS, "batch").await;
+            if running.get(&target).copied().unwrap_or(0) == 0 && running.values().sum::<i32>() == 2 {
+                Ok(drained_at.elapsed())
+            } else {
+                Err(format!("replicas by cluster: {running:?}"))
+            }
+        },
+    )
+    .await;
+    assert!(
+        moved >= std::time::Duration::from_millis(2500),
+        "the toleration keeps them about 3 s, they left after {moved:?}"
+    );
+    env.shutdown().await;
 }
