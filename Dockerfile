@@ -4,8 +4,8 @@
 #   docker buildx build --target nave-agent -t nave-agent:dev .
 #   docker buildx build --target nave-sim   -t nave-sim:dev   .
 #
-# Multi-arch (`--platform linux/amd64,linux/arm64`) cross-compiles on the build machine's own
-# architecture instead of emulating a compiler. Each image is the distroless `cc` base (glibc,
+# Multi-arch (`--platform linux/amd64,linux/arm64`) cross-compiles on the build machine instead
+# of emulating a compiler; the build machine must be amd64 (as the release workflow's is). Each image is the distroless `cc` base (glibc,
 # libgcc, CA certificates, no shell) with one binary, run as the unprivileged `nonroot` user
 # (65532). `.ci/image` builds the same runtime stages with buildah from binaries built outside
 # and starts each image's binary, on machines without a container engine or registry access.
@@ -29,8 +29,9 @@ RUN set -eu; \
       rm -rf /var/lib/apt/lists/*; \
     fi
 COPY . .
-# Reproducible: locked dependencies, no incremental state, the build machine's paths remapped;
-# image timestamps come from SOURCE_DATE_EPOCH (the release workflow sets the tag's commit time).
+# Locked dependencies, no incremental state, the build machine's paths remapped, so the same
+# commit builds the same binaries; the release workflow also pins the base images by digest and
+# clamps file and image timestamps to the commit's (SOURCE_DATE_EPOCH, rewrite-timestamp).
 # Debug information is stripped (the hub: 185 MiB to 36 MiB), symbols are kept for backtraces.
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/src/target,id=nave-target-${TARGETARCH} \
