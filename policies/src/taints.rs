@@ -143,33 +143,27 @@ pub struct TaintVerdict {
 
 /// What `taints` do to a workload with `tolerations`: nothing (`None`), no new replicas, or
 /// also move the ones there away. A taint that moves replicas away wins over one that only
-/// keeps new ones out; otherwise the first one found.
+/// keeps new ones out; otherwise the first one found. The first toleration that matches a taint
+/// decides how long it is tolerated, as for pods.
 ///
 /// A `NoExecute` taint tolerated only for a while keeps new replicas out meanwhile: replicas
 /// placed there would have to move again when the time runs out.
 pub fn taint_verdict(taints: &[ClusterTaint], tolerations: &[ClusterToleration]) -> Option<TaintVerdict> {
     let mut first = None;
     for ClusterTaint { taint, age } in taints.iter().filter(|t| t.taint.effect.blocks_scheduling()) {
-        let mut matching = tolerations
-            .iter()
-            .filter(|t| t.toleration.tolerates(taint))
-            .peekable();
-        let verdict = if matching.peek().is_none() {
-            Some(TaintVerdict {
+        // As Kubernetes reads a pod's tolerations: the first one that matches a taint decides.
+        let verdict = match tolerations.iter().find(|t| t.toleration.tolerates(taint)) {
+            None => Some(TaintVerdict {
                 taint: taint.to_string(),
                 evicts: taint.effect == TaintEffect::NoExecute,
                 tolerated_for: None,
-            })
-        } else if taint.effect == TaintEffect::NoExecute {
-            // Tolerated for good by one of them, or for the longest of their times.
-            let limit = matching.try_fold(Duration::ZERO, |longest, t| t.seconds.map(|s| longest.max(s)));
-            limit.map(|limit| TaintVerdict {
+            }),
+            Some(t) if taint.effect == TaintEffect::NoExecute => t.seconds.map(|limit| TaintVerdict {
                 taint: taint.to_string(),
                 evicts: *age >= limit,
                 tolerated_for: Some(limit),
-            })
-        } else {
-            None
+            }),
+            Some(_) => None,
         };
         match verdict {
             Some(v) if v.evicts => return Some(v),

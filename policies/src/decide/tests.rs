@@ -337,6 +337,22 @@ fn a_no_execute_taint_tolerated_for_a_while_keeps_replicas_that_long_and_takes_n
         vec![("eu-2", 6)],
         "moves once the time has passed"
     );
+    let first_decides = ask(6)
+        .current(&[("eu-1", 2)])
+        .tolerate(tolerate_drain(), Some(60))
+        .tolerate(
+            Toleration {
+                operator: TolerationOperator::Exists,
+                ..Toleration::default()
+            },
+            None,
+        )
+        .on(&old);
+    assert_eq!(
+        placed(&first_decides),
+        vec![("eu-2", 6)],
+        "as for pods, the first matching toleration decides: 60 s, not the catch-all's forever"
+    );
     let forever = ask(6)
         .current(&[("eu-1", 2)])
         .tolerate(tolerate_drain(), None)
