@@ -216,7 +216,8 @@ pub struct Planned {
     /// This decision starts using burst clusters.
     pub burst_started: bool,
     /// Whether more room could not improve the placement: everything placed, nothing Pending,
-    /// nothing in burst clusters, no move under way.
+    /// nothing in burst clusters or kept in a cluster a taint moves it away from, no move
+    /// under way.
     pub settled: bool,
     /// When to look again, before the resync: a Pending pod passing the timeout, the cooldown
     /// ending while there is something to move, or a move's deadline.
@@ -377,7 +378,14 @@ pub fn plan(inputs: &Inputs<'_>) -> Planned {
             && deployment_status(reports.get(cluster).map(Arc::as_ref), workload)
                 .is_some_and(|(_, _, pending)| pending > 0)
     });
-    let settled = decision.unplaced == 0 && !pods_pending && in_burst.is_empty() && moving.is_none();
+    // Replicas a taint moves away that stayed for want of room elsewhere wait for room as
+    // unplaced ones do.
+    let stay_for_room = decision
+        .notes
+        .iter()
+        .any(|n| matches!(n, nave_policies::Note::StayForRoom { .. }));
+    let settled =
+        decision.unplaced == 0 && !stay_for_room && !pods_pending && in_burst.is_empty() && moving.is_none();
     let mut next = next_stuck;
     let mut sooner = |at: Duration| next = Some(next.map_or(at, |n| n.min(at)));
     if adapt.trigger().is_none() && (pods_pending || !in_burst.is_empty()) {

@@ -163,7 +163,13 @@ pub fn status_of(
     let not_ready: Vec<(&str, i32)> = clusters
         .iter()
         .filter(|c| fleet.get(&c.name).is_some_and(|f| !f.ready))
-        .map(|c| (c.name.as_str(), c.desired))
+        .map(|c| {
+            let kept = held.and_then(|h| h.get(&c.name)).copied().unwrap_or(0);
+            (
+                c.name.as_str(),
+                c.desired.saturating_add(i32::try_from(kept).unwrap_or(i32::MAX)),
+            )
+        })
         .collect();
     let rolled_out = clusters
         .iter()
