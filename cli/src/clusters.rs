@@ -6,8 +6,11 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::ResourceExt as _;
-use kube::api::{Api, ListParams, PostParams};
-use nave_api::{ClusterTaint, ClusterTaintEffect, DRAIN_TAINT_KEY, MultiClusterDeployment, WorkloadCluster};
+use kube::api::{Api, ListParams, Patch, PatchParams};
+use nave_api::{
+    ClusterTaint, ClusterTaintEffect, ClusterToleration, DRAIN_TAINT_KEY, MultiClusterDeployment,
+    TolerationOperator, WorkloadCluster,
+};
 use serde::Serialize;
 use serde_json::json;
 
@@ -173,22 +176,30 @@ fn is_drain(taint: &ClusterTaint) -> bool {
     taint.key == DRAIN_TAINT_KEY && taint.effect == ClusterTaintEffect::NoExecute
 }
 
-/// Changes a WorkloadCluster's spec with `edit` (which answers whether it changed anything),
-/// read and written whole under its resourceVersion, again when someone else wrote in between.
+/// Changes a WorkloadCluster's `spec.unschedulable` and `spec.taints` with `edit` (which answers
+/// whether it changed anything): a merge patch of those two fields only, so the rest of the spec
+/// and other managers' fields are left alone, under the resourceVersion read, again when someone
+/// else wrote in between. Answers the object written, or `None` when nothing was to change.
 async fn edit_spec(
     api: &Api<WorkloadCluster>,
     cluster: &str,
     edit: impl Fn(&mut WorkloadCluster) -> bool,
-) -> Result<bool, CliError> {
+) -> Result<Option<WorkloadCluster>, CliError> {
     let what = format!("WorkloadCluster {cluster}");
     for _ in 0..5 {
         let mut object = api.get(cluster).await.map_err(|e| CliError::kube(&what, e))?;
         if !edit(&mut object) {
-            return Ok(false);
+            return Ok(None);
         }
-        object.status = None;
-        match api.replace(cluster, &PostParams::default(), &object).await {
-            Ok(_) => return Ok(true),
+        let patch = json!({
+            "metadata": {"resourceVersion": object.metadata.resource_version},
+            "spec": {"unschedulable": object.spec.unschedulable, "taints": object.spec.taints},
+        });
+        match api
+            .patch(cluster, &PatchParams::default(), &Patch::Merge(patch))
+            .await
+        {
+            Ok(written) => return Ok(Some(written)),
             Err(kube::Error::Api(status)) if status.code == 409 => continue,
             Err(e) => return Err(CliError::kube(&what, e)),
         }
@@ -212,7 +223,8 @@ pub async fn cordon(global: &Global, cluster: &str, cordoned: bool) -> Result<St
         }
         changed
     })
-    .await?;
+    .await?
+    .is_some();
     let result = json!({"cluster": cluster, "cordoned": cordoned, "changed": changed});
     render(global.output, &result, |_| match (cordoned, changed) {
         (true, true) => {
@@ -232,7 +244,7 @@ pub async fn drain(global: &Global, cluster: &str, wait: Option<Duration>) -> Re
     let client = kube_client(global).await?;
     let api: Api<WorkloadCluster> = Api::all(client.clone());
     let added = Time(jiff::Timestamp::now());
-    let changed = edit_spec(&api, cluster, |object| {
+    let written = edit_spec(&api, cluster, |object| {
         if object.spec.taints.iter().any(is_drain) {
             return false;
         }
@@ -245,19 +257,37 @@ pub async fn drain(global: &Global, cluster: &str, wait: Option<Duration>) -> Re
         true
     })
     .await?;
+    // A management cluster with CRDs older than taints drops the field (Helm does not upgrade a
+    // chart's crds/): say so rather than wait for a drain that cannot happen.
+    if let Some(written) = &written
+        && !written.spec.taints.iter().any(is_drain)
+    {
+        return Err(CliError::failed(format!(
+            "WorkloadCluster {cluster} kept no taint: the management cluster's CRDs are older than \
+             taints; apply the CRDs of this release (`nave-hub crds | kubectl apply -f -`)"
+        )));
+    }
+    let changed = written.is_some();
     let mut remaining = BTreeMap::new();
+    let mut tolerating = Vec::new();
     if let Some(limit) = wait {
-        let deadline = Instant::now() + limit;
+        let deadline = Instant::now().checked_add(limit);
         let mcds: Api<MultiClusterDeployment> = Api::all(client);
         let mut shown = None;
         loop {
-            let list = mcds
-                .list(&ListParams::default())
-                .await
-                .map_err(|e| CliError::kube("listing MultiClusterDeployments", e))?;
-            remaining = running_in(&list.items, cluster);
-            if remaining.is_empty() {
-                break;
+            // A failed list is tried again until the deadline: a wait outlives a blip.
+            match mcds.list(&ListParams::default()).await {
+                Ok(list) => {
+                    tolerating = tolerating_drain(&list.items);
+                    remaining = running_in(&list.items, cluster, &tolerating);
+                    if remaining.is_empty() {
+                        break;
+                    }
+                }
+                Err(e) if deadline.is_some_and(|d| Instant::now() >= d) => {
+                    return Err(CliError::kube("listing MultiClusterDeployments", e));
+                }
+                Err(e) => eprintln!("listing MultiClusterDeployments: {e}; trying again"),
             }
             if shown.as_ref() != Some(&remaining) {
                 if global.output == crate::Format::Table {
@@ -265,9 +295,10 @@ pub async fn drain(global: &Global, cluster: &str, wait: Option<Duration>) -> Re
                 }
                 shown = Some(remaining.clone());
             }
-            if Instant::now() >= deadline {
+            if deadline.is_some_and(|d| Instant::now() >= d) {
                 return Err(CliError::failed(format!(
-                    "cluster {cluster} not drained after {} s: {} (workloads that tolerate the taint stay,                      and replicas stay while no other cluster has room for them)",
+                    "cluster {cluster} not drained after {} s: {}; replicas stay while no other \
+                     cluster has room for them",
                     limit.as_secs(),
                     progress(cluster, &remaining)
                 )));
@@ -275,7 +306,13 @@ pub async fn drain(global: &Global, cluster: &str, wait: Option<Duration>) -> Re
             tokio::time::sleep(DRAIN_POLL).await;
         }
     }
-    let result = json!({"cluster": cluster, "draining": true, "changed": changed, "remaining": remaining});
+    let result = json!({
+        "cluster": cluster,
+        "draining": true,
+        "changed": changed,
+        "remaining": remaining,
+        "tolerating": tolerating,
+    });
     render(global.output, &result, |_| {
         let mut text = if changed {
             format!(
@@ -286,8 +323,14 @@ pub async fn drain(global: &Global, cluster: &str, wait: Option<Duration>) -> Re
         };
         if wait.is_some() {
             text.push_str(&format!(
-                "cluster {cluster} drained: no MultiClusterDeployment runs replicas there\n"
+                "cluster {cluster} drained: no other MultiClusterDeployment runs replicas there\n"
             ));
+            if !tolerating.is_empty() {
+                text.push_str(&format!(
+                    "left there, as they tolerate the drain: {}\n",
+                    tolerating.join(", ")
+                ));
+            }
         }
         text.push_str(&format!("`nave uncordon {cluster}` lets workloads back\n"));
         text
@@ -299,22 +342,50 @@ const DRAIN_POLL: Duration = Duration::from_secs(1);
 
 /// Replicas each MultiClusterDeployment still has assigned or ready in `cluster`, by
 /// `namespace/name`; those with none left out.
-fn running_in(mcds: &[MultiClusterDeployment], cluster: &str) -> BTreeMap<String, i32> {
+fn running_in(
+    mcds: &[MultiClusterDeployment],
+    cluster: &str,
+    tolerating: &[String],
+) -> BTreeMap<String, i32> {
     mcds.iter()
+        .filter(|mcd| !tolerating.contains(&key_of(mcd)))
         .filter_map(|mcd| {
             let here = mcd.status.as_ref()?.clusters.iter().find(|c| c.name == cluster)?;
             let replicas = here.desired.max(here.ready);
-            (replicas > 0).then(|| {
-                (
-                    format!(
-                        "{}/{}",
-                        mcd.metadata.namespace.as_deref().unwrap_or_default(),
-                        mcd.name_any()
-                    ),
-                    replicas,
-                )
-            })
+            (replicas > 0).then(|| (key_of(mcd), replicas))
         })
+        .collect()
+}
+
+fn key_of(mcd: &MultiClusterDeployment) -> String {
+    format!(
+        "{}/{}",
+        mcd.metadata.namespace.as_deref().unwrap_or_default(),
+        mcd.name_any()
+    )
+}
+
+/// The MultiClusterDeployments that tolerate the drain taint for good, by `namespace/name`: a
+/// drain leaves them where they are (as `kubectl drain --ignore-daemonsets` does DaemonSets).
+/// As for pods, the first toleration that matches decides.
+fn tolerating_drain(mcds: &[MultiClusterDeployment]) -> Vec<String> {
+    let matches = |t: &ClusterToleration| {
+        let exists = t.operator == Some(TolerationOperator::Exists);
+        let key = t.key.as_deref().unwrap_or_default();
+        (key == DRAIN_TAINT_KEY || (key.is_empty() && exists))
+            && (exists || t.value.as_deref().unwrap_or_default().is_empty())
+            && t.effect.is_none_or(|e| e == ClusterTaintEffect::NoExecute)
+    };
+    mcds.iter()
+        .filter(|mcd| {
+            mcd.spec
+                .placement
+                .tolerations
+                .iter()
+                .find(|t| matches(t))
+                .is_some_and(|t| t.toleration_seconds.is_none())
+        })
+        .map(key_of)
         .collect()
 }
 
@@ -331,6 +402,44 @@ fn progress(cluster: &str, remaining: &BTreeMap<String, i32>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_drain_waits_for_every_workload_but_those_tolerating_it_for_good() {
+        let mcd = |name: &str, tolerations: serde_json::Value| -> MultiClusterDeployment {
+            serde_json::from_value(json!({
+                "apiVersion": "nave.dev/v1alpha1", "kind": "MultiClusterDeployment",
+                "metadata": {"name": name, "namespace": "ns"},
+                "spec": {"replicas": 1, "placement": {"tolerations": tolerations},
+                         "template": {"spec": {"selector": {}, "template": {}}}}
+            }))
+            .expect("an MCD")
+        };
+        let mcds = [
+            mcd("plain", json!([])),
+            mcd(
+                "forever",
+                json!([{"key": "nave.dev/drain", "operator": "Exists"}]),
+            ),
+            mcd("everything", json!([{"operator": "Exists"}])),
+            mcd(
+                "an-hour",
+                json!([{"key": "nave.dev/drain", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 3600}]),
+            ),
+            mcd(
+                "first-decides",
+                json!([
+                    {"key": "nave.dev/drain", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 60},
+                    {"operator": "Exists"}
+                ]),
+            ),
+            mcd("other-key", json!([{"key": "dedicated", "operator": "Exists"}])),
+            mcd(
+                "no-schedule-only",
+                json!([{"key": "nave.dev/drain", "operator": "Exists", "effect": "NoSchedule"}]),
+            ),
+        ];
+        assert_eq!(tolerating_drain(&mcds), ["ns/forever", "ns/everything"]);
+    }
 
     #[test]
     fn ages_read_as_kubectl_prints_them() {

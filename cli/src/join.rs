@@ -45,19 +45,33 @@ pub async fn join(
         .as_str()
         .ok_or_else(|| CliError::failed("the hub's answer holds no token"))?
         .to_owned();
-    let hub_ca_sha256 = answer["hubCaSha256"].as_str().map(str::to_owned);
+    // The hash goes into a command the operator runs: only what a SHA-256 in hex can be.
+    let hub_ca_sha256 = match answer["hubCaSha256"].as_str() {
+        None => None,
+        Some(hash) if hash.len() == 64 && hash.bytes().all(|b| b.is_ascii_hexdigit()) => {
+            Some(hash.to_owned())
+        }
+        Some(other) => {
+            return Err(CliError::failed(format!(
+                "the hub's answer holds no SHA-256 of its CA: {:?}",
+                other.chars().take(80).collect::<String>()
+            )));
+        }
+    };
+    let set =
+        |key: &str, value: &str| format!("--set-string {}", quote(&format!("{key}={}", helm_escape(value))));
     let mut helm = format!(
-        "helm install nave-agent {AGENT_CHART} --version {} -n nave-system \\\n  --set hubUrl={} --set clusterName={} \\\n  --set bootstrapToken.existingSecret=nave-bootstrap-token",
+        "helm install nave-agent {AGENT_CHART} --version {} -n nave-system \\\n  {} {} \\\n  --set bootstrapToken.existingSecret=nave-bootstrap-token",
         env!("CARGO_PKG_VERSION"),
-        quote(hub_url.trim_end_matches('/')),
-        quote(cluster),
+        set("hubUrl", hub_url.trim_end_matches('/')),
+        set("clusterName", cluster),
     );
     match &hub_ca_sha256 {
-        Some(hash) => helm.push_str(&format!(" \\\n  --set hubTls.caSha256={hash}")),
+        Some(hash) => helm.push_str(&format!(" \\\n  {}", set("hubTls.caSha256", hash))),
         None => helm.push_str(" \\\n  --set hubTls.insecureHttp=true"),
     }
     if let Some(region) = region {
-        helm.push_str(&format!(" --set region={}", quote(region)));
+        helm.push_str(&format!(" {}", set("region", region)));
     }
     let joining = Joining {
         cluster: cluster.to_owned(),
@@ -97,6 +111,11 @@ pub async fn join(
     })
 }
 
+/// `value` as Helm's `--set` reads it: a comma would start another key, a backslash escapes.
+fn helm_escape(value: &str) -> String {
+    value.replace('\\', "\\\\").replace(',', "\\,")
+}
+
 /// `value` as one shell word: bare when it is plainly safe, else in single quotes.
 fn quote(value: &str) -> String {
     let plain = !value.is_empty()
@@ -125,5 +144,14 @@ mod tests {
         assert_eq!(quote("it's"), r"'it'\''s'");
         assert_eq!(quote("$(rm -rf /)"), "'$(rm -rf /)'");
         assert_eq!(quote(""), "''");
+    }
+
+    #[test]
+    fn helm_values_cannot_add_keys() {
+        assert_eq!(
+            super::helm_escape("eu,hubTls.insecureHttp=true"),
+            r"eu\,hubTls.insecureHttp=true"
+        );
+        assert_eq!(super::helm_escape(r"a\b"), r"a\\b");
     }
 }

@@ -43,7 +43,7 @@ pub struct Cli {
 
 const EXIT_CODES: &str = "Exit codes: 0 done; 1 failed (unreachable, or refused by the hub or \
     the cluster); 2 invalid input (flags, files, a spec the hub refuses); 3 not found; 4 not \
-    allowed (the token is missing, unknown or of too small a scope).";
+    allowed (the hub or the cluster refused the credentials: unknown, or too small a scope).";
 
 /// Flags every command takes.
 #[derive(Debug, Clone, Args)]
@@ -142,8 +142,15 @@ pub fn main() -> std::process::ExitCode {
     };
     match runtime.block_on(run(&cli)) {
         Ok(text) => {
-            print!("{text}");
-            ExitKind::Done.into()
+            use std::io::Write as _;
+            // A reader that stops early (`nave clusters | head -1`) is not a failure.
+            match std::io::stdout().lock().write_all(text.as_bytes()) {
+                Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
+                    eprintln!("nave: writing the output: {e}");
+                    ExitKind::Failed.into()
+                }
+                _ => ExitKind::Done.into(),
+            }
         }
         Err(error) => {
             eprintln!("nave: {error}");

@@ -13,29 +13,39 @@ use crate::{CliError, Global};
 const MAX_MANIFEST_BYTES: u64 = 4 << 20;
 
 /// The namespace of a command that takes `-n`: the flag, else the kubeconfig context's, else
-/// `default`, as kubectl does.
-async fn namespace_or_default(global: &Global, namespace: Option<&str>) -> String {
+/// `default` when there is no kubeconfig at all, as kubectl does. A kubeconfig or context named
+/// on the command line must be readable.
+async fn namespace_or_default(global: &Global, namespace: Option<&str>) -> Result<String, CliError> {
     if let Some(namespace) = namespace {
-        return namespace.to_owned();
+        return Ok(namespace.to_owned());
     }
     let options = kube::config::KubeConfigOptions {
         context: global.context.clone(),
         ..Default::default()
     };
     let config = match &global.kubeconfig {
-        Some(path) => match kube::config::Kubeconfig::read_from(path) {
-            Ok(file) => kube::Config::from_custom_kubeconfig(file, &options).await.ok(),
-            Err(_) => None,
+        Some(path) => {
+            let file = kube::config::Kubeconfig::read_from(path)
+                .map_err(|e| CliError::invalid(format!("reading the kubeconfig {}: {e}", path.display())))?;
+            kube::Config::from_custom_kubeconfig(file, &options)
+                .await
+                .map_err(|e| CliError::invalid(format!("the kubeconfig {}: {e}", path.display())))?
+        }
+        None if global.context.is_some() => kube::Config::from_kubeconfig(&options)
+            .await
+            .map_err(|e| CliError::invalid(format!("the kubeconfig: {e}")))?,
+        None => match kube::Config::from_kubeconfig(&options).await {
+            Ok(config) => config,
+            Err(_) => return Ok("default".to_owned()),
         },
-        None => kube::Config::from_kubeconfig(&options).await.ok(),
     };
-    config.map_or_else(|| "default".to_owned(), |c| c.default_namespace)
+    Ok(config.default_namespace)
 }
 
 /// The placement of `namespace/name`, explained cluster by cluster.
 pub async fn explain(global: &Global, name: &str, namespace: Option<&str>) -> Result<String, CliError> {
     let hub = Hub::new(global)?;
-    let namespace = namespace_or_default(global, namespace).await;
+    let namespace = namespace_or_default(global, namespace).await?;
     let detail = hub
         .get(&format!(
             "/placements/{}/{}",
@@ -85,7 +95,7 @@ pub async fn simulate(global: &Global, file: &Path, namespace: Option<&str>) -> 
         })?;
     let namespace = match mcd["metadata"]["namespace"].as_str() {
         Some(n) => n.to_owned(),
-        None => namespace_or_default(global, namespace).await,
+        None => namespace_or_default(global, namespace).await?,
     };
     let mut body = json!({"namespace": namespace, "spec": spec});
     if let Some(name) = mcd["metadata"]["name"].as_str() {
