@@ -177,22 +177,8 @@ pub async fn run(cli: &Cli) -> Result<String, CliError> {
 
 /// A client of the management cluster, from the kubeconfig conventions of kubectl.
 async fn kube_client(global: &Global) -> Result<kube::Client, CliError> {
-    use kube::config::{KubeConfigOptions, Kubeconfig};
-    let options = KubeConfigOptions {
-        context: global.context.clone(),
-        ..KubeConfigOptions::default()
-    };
-    let mut config = match &global.kubeconfig {
-        Some(path) => {
-            let file = Kubeconfig::read_from(path)
-                .map_err(|e| CliError::invalid(format!("reading the kubeconfig {}: {e}", path.display())))?;
-            kube::Config::from_custom_kubeconfig(file, &options)
-                .await
-                .map_err(|e| CliError::invalid(format!("the kubeconfig {}: {e}", path.display())))?
-        }
-        None if global.context.is_some() => kube::Config::from_kubeconfig(&options)
-            .await
-            .map_err(|e| CliError::invalid(format!("the kubeconfig: {e}")))?,
+    let mut config = match kube_config(global).await? {
+        Some(config) => config,
         None => kube::Config::infer()
             .await
             .map_err(|e| CliError::invalid(format!("no kubeconfig of the management cluster: {e}")))?,
@@ -205,6 +191,32 @@ async fn kube_client(global: &Global) -> Result<kube::Client, CliError> {
     ));
     kube::Client::try_from(config)
         .map_err(|e| CliError::failed(format!("a client of the management cluster: {e}")))
+}
+
+/// The management cluster's configuration by kubectl's conventions: `--kubeconfig` (with
+/// `--context`), else `$KUBECONFIG` or `~/.kube/config`; `None` when none is named and none is
+/// found. One named on the command line must be readable.
+async fn kube_config(global: &Global) -> Result<Option<kube::Config>, CliError> {
+    use kube::config::{KubeConfigOptions, Kubeconfig};
+    let options = KubeConfigOptions {
+        context: global.context.clone(),
+        ..KubeConfigOptions::default()
+    };
+    match &global.kubeconfig {
+        Some(path) => {
+            let file = Kubeconfig::read_from(path)
+                .map_err(|e| CliError::invalid(format!("reading the kubeconfig {}: {e}", path.display())))?;
+            kube::Config::from_custom_kubeconfig(file, &options)
+                .await
+                .map(Some)
+                .map_err(|e| CliError::invalid(format!("the kubeconfig {}: {e}", path.display())))
+        }
+        None if global.context.is_some() => kube::Config::from_kubeconfig(&options)
+            .await
+            .map(Some)
+            .map_err(|e| CliError::invalid(format!("the kubeconfig: {e}"))),
+        None => Ok(kube::Config::from_kubeconfig(&options).await.ok()),
+    }
 }
 
 /// The User-Agent of every request, which names the CLI in audit logs.

@@ -19,27 +19,9 @@ async fn namespace_or_default(global: &Global, namespace: Option<&str>) -> Resul
     if let Some(namespace) = namespace {
         return Ok(namespace.to_owned());
     }
-    let options = kube::config::KubeConfigOptions {
-        context: global.context.clone(),
-        ..Default::default()
-    };
-    let config = match &global.kubeconfig {
-        Some(path) => {
-            let file = kube::config::Kubeconfig::read_from(path)
-                .map_err(|e| CliError::invalid(format!("reading the kubeconfig {}: {e}", path.display())))?;
-            kube::Config::from_custom_kubeconfig(file, &options)
-                .await
-                .map_err(|e| CliError::invalid(format!("the kubeconfig {}: {e}", path.display())))?
-        }
-        None if global.context.is_some() => kube::Config::from_kubeconfig(&options)
-            .await
-            .map_err(|e| CliError::invalid(format!("the kubeconfig: {e}")))?,
-        None => match kube::Config::from_kubeconfig(&options).await {
-            Ok(config) => config,
-            Err(_) => return Ok("default".to_owned()),
-        },
-    };
-    Ok(config.default_namespace)
+    Ok(crate::kube_config(global)
+        .await?
+        .map_or_else(|| "default".to_owned(), |c| c.default_namespace))
 }
 
 /// The placement of `namespace/name`, explained cluster by cluster.
