@@ -16,7 +16,8 @@ struct Shape {
     used_cores: u64,
     region: &'static str,
     at: Option<(f64, f64)>,
-    /// 0 regular, 1 burst-only, 2 cordoned, 3 not ready, 4 capacity unknown.
+    /// 0 regular, 1 burst-only, 2 cordoned, 3 not ready, 4 capacity unknown, 5 tainted
+    /// `dedicated=batch:NoSchedule`, 6 tainted `drain:NoExecute` (100 s ago).
     kind: u8,
 }
 
@@ -27,7 +28,7 @@ fn shape() -> impl Strategy<Value = Shape> {
         0u64..8,
         prop::sample::select(vec!["eu", "us"]),
         prop::option::of((-60.0f64..60.0, -170.0f64..170.0)),
-        prop::sample::select(vec![0u8, 0, 0, 0, 0, 1, 1, 2, 3, 4]),
+        prop::sample::select(vec![0u8, 0, 0, 0, 0, 1, 1, 2, 3, 4, 5, 6, 6]),
     )
         .prop_map(|(cores, nodes, used_cores, region, at, kind)| Shape {
             cores,
@@ -54,6 +55,11 @@ fn build_fleet(shapes: &[Shape]) -> Fleet {
             2 => c.cordoned(),
             3 => c.not_ready(),
             4 => c.unknown_capacity(),
+            5 => c.tainted(
+                crate::Taint::new("dedicated", "batch", crate::TaintEffect::NoSchedule),
+                0,
+            ),
+            6 => c.tainted(crate::Taint::new("drain", "", crate::TaintEffect::NoExecute), 100),
             _ => c,
         }
     }))
@@ -90,6 +96,8 @@ prop_compose! {
             prop::sample::select([NAMES.as_slice(), &["gone"]].concat()), 0u32..12, 0..5),
         evacuate in prop::option::of((prop::sample::select(NAMES.to_vec()), 1u32..5)),
         threshold in prop::option::of(10u32..100),
+        tolerate_dedicated in any::<bool>(),
+        tolerate_drain in prop::option::of(prop::option::of(0u64..200)),
     ) -> Request {
         let mut ask = ask(replicas).each(cpu, 512).strategy(strategy);
         if let Some(max) = max { ask = ask.max(max) }
@@ -104,6 +112,13 @@ prop_compose! {
         }
         if let Some((cluster, n)) = evacuate { ask = ask.evacuate(cluster, n) }
         ask.0.policy.bursting.threshold_percent = threshold;
+        if tolerate_dedicated {
+            ask = ask.tolerate(crate::Toleration { key: "dedicated".into(), value: "batch".into(), ..Default::default() }, None);
+        }
+        if let Some(seconds) = tolerate_drain {
+            let drain = crate::Toleration { key: "drain".into(), operator: crate::TolerationOperator::Exists, ..Default::default() };
+            ask = ask.tolerate(drain, seconds);
+        }
         ask.0.current = current.into_iter().map(|(k, v)| (k.to_owned(), v)).collect();
         ask.0
     }
@@ -115,6 +130,14 @@ fn plain(request: &Request, fleet: &Fleet) -> Request {
         policy: Policy {
             clusters: Vec::new(),
             cluster_selector: None,
+            // Every taint tolerated for good.
+            tolerations: vec![crate::ClusterToleration {
+                toleration: crate::Toleration {
+                    operator: crate::TolerationOperator::Exists,
+                    ..Default::default()
+                },
+                seconds: None,
+            }],
             ..request.policy.clone()
         },
         evacuate: Default::default(),
@@ -252,8 +275,30 @@ proptest! {
             prop_assert_eq!(c.added(), 0, "filtered {} got new replicas\n{}", &c.cluster, &d);
             prop_assert!(c.replicas <= c.previous);
             if c.filter.as_ref().is_some_and(Filter::moves_replicas_away) {
-                prop_assert_eq!(c.replicas, 0, "{} should have been emptied\n{}", &c.cluster, &d);
+                // A taint moves away only what fits elsewhere, and says what stayed.
+                let stayed = d.notes.iter().any(|n| matches!(n, Note::StayForRoom { cluster, replicas }
+                    if *cluster == *c.cluster && *replicas == c.replicas));
+                prop_assert!(c.replicas == 0 || (matches!(c.filter, Some(Filter::Tainted(_))) && stayed),
+                    "{} should have been emptied\n{}", &c.cluster, &d);
             }
+        }
+    }
+
+    #[test]
+    fn a_taint_never_takes_away_a_running_replica_it_cannot_place_elsewhere(
+        shapes in prop::collection::vec(shape(), 1..8), request in request(),
+    ) {
+        if request.policy.strategy == crate::Strategy::Everywhere {
+            return Ok(());
+        }
+        let fleet = build_fleet(&shapes);
+        let d = decide(&fleet, &Ledger::new(), &request);
+        for c in d.clusters.iter().filter(|c| matches!(&c.filter, Some(Filter::Tainted(v)) if v.evicts)) {
+            let removed = c.previous.saturating_sub(c.replicas);
+            // Replicas leave a tainted cluster only while nothing is unplaced: those that would
+            // be stay where they run.
+            prop_assert!(removed == 0 || d.unplaced == 0,
+                "{} lost {} replicas while {} are unplaced\n{}", &c.cluster, removed, d.unplaced, &d);
         }
     }
 
