@@ -212,7 +212,9 @@ async fn rest_api_serves_clusters_placements_history_and_simulations_as_document
     let declared: WorkloadCluster = serde_json::from_value(json!({
         "apiVersion": "nave.dev/v1alpha1", "kind": "WorkloadCluster",
         "metadata": {"name": "ap-1"},
-        "spec": {"region": "ap-south", "unschedulable": true}
+        "spec": {"region": "ap-south", "unschedulable": true,
+                 "taints": [{"key": "dedicated", "value": "batch", "effect": "NoSchedule",
+                             "timeAdded": "2026-01-01T00:00:00Z"}]}
     }))
     .unwrap();
     Api::<WorkloadCluster>::all(client.clone())
@@ -387,6 +389,17 @@ async fn rest_api_serves_clusters_placements_history_and_simulations_as_document
         "no samples, no latency: {us_view}"
     );
     let ap_view = item(&clusters, "ap-1");
+    assert_eq!(
+        ap_view["taints"][0]["taint"], "dedicated=batch:NoSchedule",
+        "{ap_view}"
+    );
+    assert!(
+        ap_view["taints"][0]["ageSeconds"]
+            .as_u64()
+            .is_some_and(|s| s > 86_400),
+        "aged from its timeAdded: {ap_view}"
+    );
+    assert_eq!(eu_view["taints"], json!([]), "{eu_view}");
     assert_eq!(
         (
             &ap_view["joined"],

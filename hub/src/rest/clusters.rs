@@ -22,6 +22,16 @@ pub(super) struct ClusterList {
     items: Vec<ClusterView>,
 }
 
+/// A taint of a cluster.
+#[derive(Serialize, Debug, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub(super) struct TaintView {
+    /// `key=value:Effect`, or `key:Effect` without a value.
+    taint: String,
+    /// Whole seconds since it was added (its `timeAdded`, else since the hub first saw it).
+    age_seconds: u64,
+}
+
 /// A workload cluster as the hub sees it.
 #[derive(Serialize, Debug, ToSchema)]
 #[serde(rename_all = "camelCase")]
@@ -43,6 +53,9 @@ pub(super) struct ClusterView {
     accepted: bool,
     /// Cordoned (`unschedulable`): takes no new replicas.
     cordoned: bool,
+    /// Its taints, as `key=value:Effect` (`nave.dev/drain:NoExecute` while it drains), with
+    /// how long each has been there: workloads that do not tolerate one keep off.
+    taints: Vec<TaintView>,
     /// Used only for overflow, and emptied first.
     burst_only: bool,
     /// When its agent first registered (RFC 3339).
@@ -260,6 +273,17 @@ async fn view(
         joined: record.is_some(),
         accepted: record.is_some_and(|r| r.accepted),
         cordoned: cluster.is_some_and(|c| c.unschedulable),
+        taints: cluster
+            .map(|c| {
+                c.taints
+                    .iter()
+                    .map(|t| TaintView {
+                        taint: t.taint.to_string(),
+                        age_seconds: t.age.as_secs(),
+                    })
+                    .collect()
+            })
+            .unwrap_or_default(),
         burst_only: cluster.is_some_and(|c| c.burst_only),
         registered_at: record.map(|r| r.registered_at.to_string()),
         last_heartbeat_time: last_heartbeat.map(|at| at.to_string()),
