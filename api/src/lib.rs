@@ -59,6 +59,11 @@ pub use service::{
 pub use taints::{ClusterTaint, ClusterTaintEffect, ClusterToleration, DRAIN_TAINT_KEY, TolerationOperator};
 pub use template::{DeploymentTemplate, TemplateMetadata};
 
+/// An annotation of a MultiClusterDeployment: a new value asks the hub to place it again from
+/// scratch now (make-before-break), as Karmada's WorkloadRebalancer does; `nave rebalance` sets
+/// it to the time.
+pub const REBALANCE_ANNOTATION: &str = "nave.dev/rebalance";
+
 /// The API group of every Nave resource.
 pub const GROUP: &str = "nave.dev";
 /// The API version of the resources in this crate.

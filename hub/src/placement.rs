@@ -42,6 +42,8 @@ use crate::cluster_health::HealthSnapshot;
 pub const TRIGGER_SPEC: &str = "spec";
 /// History trigger of a decision made because the fleet changed.
 pub const TRIGGER_FLEET: &str = "fleet";
+/// History trigger of a decision placed again from scratch on request (the rebalance annotation).
+pub const TRIGGER_REBALANCE: &str = "rebalance";
 
 /// Reasons of the Events a plan asks to publish on the MultiClusterDeployment.
 pub mod event_reasons {
@@ -49,6 +51,8 @@ pub mod event_reasons {
     pub const SCHEDULED: &str = "Scheduled";
     /// Some replicas have no cluster.
     pub const FAILED_SCHEDULING: &str = "FailedScheduling";
+    /// Placed again from scratch, as the rebalance annotation asked.
+    pub const REBALANCED: &str = "Rebalanced";
     pub use super::failover::{FAILED_BACK, FAILED_OVER};
     pub use super::moves::{BURST, BURST_RETRACTED, RESCHEDULED};
 }
@@ -200,8 +204,8 @@ pub struct Planned {
     pub decision: Decision,
     /// What the store keeps (with failover's and moves' state).
     pub stored: StoredDecision,
-    /// Why the placement was decided: `spec`, `fleet`, `failover`, `failback`, `reschedule` or
-    /// `burst-retract`.
+    /// Why the placement was decided: `spec`, `fleet`, `failover`, `failback`, `reschedule`,
+    /// `burst-retract` or `rebalance`.
     pub trigger: &'static str,
     /// What failover or a move says of itself, when one of them decided: see [`Planned::reason`].
     departure: Option<String>,
@@ -283,8 +287,21 @@ pub fn plan(inputs: &Inputs<'_>) -> Planned {
     let demand = inputs::demand(&valid.deployment);
     let current = stored.map(|d| d.assignment.clone()).unwrap_or_default();
     let replicas = u32::try_from(spec.replicas).unwrap_or(0);
+    // A new value of the rebalance annotation: placed from scratch, as a new workload would be,
+    // the replicas that move kept running until their successors are ready.
+    let asked_rebalance = mcd
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(nave_api::REBALANCE_ANNOTATION))
+        .cloned();
+    let rebalance = stored.is_some_and(|s| asked_rebalance.is_some() && s.rebalanced != asked_rebalance);
     let request =
-        Request::new(replicas, demand.clone(), inputs::policy(&spec.placement)).with_current(current);
+        Request::new(replicas, demand.clone(), inputs::policy(&spec.placement)).with_current(if rebalance {
+            BTreeMap::new()
+        } else {
+            current.clone()
+        });
 
     let mut failover = failover::Plan::new(
         health,
@@ -307,13 +324,14 @@ pub fn plan(inputs: &Inputs<'_>) -> Planned {
     // there if only the hub lost it, and every other cluster already runs its own), a stuck one
     // waits for room there, and there is no burst to retract.
     let everywhere = spec.placement.policy == PlacementPolicy::Everywhere;
-    // Failover first: a lost cluster's replicas move before stuck or burst ones.
-    let decision = if everywhere {
+    // Failover first: a lost cluster's replicas move before stuck or burst ones. A rebalance
+    // decides from scratch, which already leaves lost clusters out.
+    let decision = if everywhere || rebalance {
         nave_policies::decide(fleet, ledger, &request)
     } else {
         failover.decide(fleet, ledger, &request)
     };
-    let decision = if everywhere || failover.trigger().is_some() {
+    let decision = if everywhere || rebalance || failover.trigger().is_some() {
         decision
     } else {
         adapt.decide(fleet, ledger, &request, decision)
@@ -321,18 +339,18 @@ pub fn plan(inputs: &Inputs<'_>) -> Planned {
     let moving = if everywhere {
         None
     } else {
-        adapt
-            .hold(&request.current, &decision, fleet, reports, workload)
-            .cloned()
+        // What ran before, so that what a rebalance moves is kept until its successors run.
+        adapt.hold(&current, &decision, fleet, reports, workload).cloned()
     };
 
-    let departed = if everywhere {
+    let departed = if everywhere || rebalance {
         None
     } else {
         failover.trigger().or(adapt.trigger())
     };
     let trigger = match departed {
         Some(trigger) => trigger,
+        None if rebalance => TRIGGER_REBALANCE,
         None if previous.is_none_or(|p| p.generation != generation) => TRIGGER_SPEC,
         None => TRIGGER_FLEET,
     };
@@ -342,7 +360,8 @@ pub fn plan(inputs: &Inputs<'_>) -> Planned {
         failover.annotate(&mut stored);
         adapt.annotate(&mut stored);
     }
-    let departure = departed.and_then(|_| failover.reason(&decision).or_else(|| adapt.reason(&decision)));
+    stored.rebalanced = asked_rebalance.clone();
+    let mut departure = departed.and_then(|_| failover.reason(&decision).or_else(|| adapt.reason(&decision)));
 
     let mut events = Vec::new();
     let mut failed_over = false;
@@ -354,6 +373,20 @@ pub fn plan(inputs: &Inputs<'_>) -> Planned {
     if let Some((type_, reason, note)) = departed.and_then(|_| adapt.event(&decision)) {
         moved = adapt.moved();
         events.push(PlannedEvent { type_, reason, note });
+    }
+    if rebalance {
+        let note = format!(
+            "placed again from scratch, as {}={} asked: {}",
+            nave_api::REBALANCE_ANNOTATION,
+            asked_rebalance.as_deref().unwrap_or_default(),
+            moves::added(&decision)
+        );
+        departure = Some(note.clone());
+        events.push(PlannedEvent {
+            type_: EventType::Normal,
+            reason: event_reasons::REBALANCED,
+            note,
+        });
     }
     let in_burst = moves::in_burst_clusters(&decision);
     let burst_before: u32 = in_burst

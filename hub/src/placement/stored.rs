@@ -41,6 +41,9 @@ pub struct StoredDecision {
     /// The move under way, see [`Moving`].
     #[serde(skip_serializing_if = "Option::is_none")]
     pub moving: Option<Moving>,
+    /// The value of the workload's `nave.dev/rebalance` annotation last acted on.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rebalanced: Option<String>,
 }
 
 /// The per-replica resources of a stored decision.
@@ -85,6 +88,7 @@ impl StoredDecision {
             failed_over_from: BTreeSet::new(),
             moved_at: None,
             moving: None,
+            rebalanced: None,
         }
     }
 
@@ -114,6 +118,7 @@ impl StoredDecision {
             failed_over_from,
             moved_at,
             moving,
+            rebalanced,
         } = self;
         *strategy == other.strategy
             && *replicas == other.replicas
@@ -123,6 +128,7 @@ impl StoredDecision {
             && *failed_over_from == other.failed_over_from
             && *moved_at == other.moved_at
             && *moving == other.moving
+            && *rebalanced == other.rebalanced
     }
 
     /// Reads a stored row. A row that does not parse (written by hand, or damaged) reads as an
@@ -216,6 +222,9 @@ mod tests {
             ("failed over from", |d| d.failed_over_from.clear()),
             ("moved at", |d| d.moved_at = None),
             ("moving", |d| d.moving = None),
+            ("rebalanced", |d| {
+                d.rebalanced = Some("2026-01-01T00:00:00Z".into())
+            }),
         ];
         for (what, change) in variants {
             let mut other = base.clone();

@@ -340,3 +340,56 @@ fn everywhere_refuses_the_fields_that_do_not_apply_to_it() {
     }
     assert!(validate(&mcd(1, json!({"policy": "everywhere", "clusters": ["eu-1"]}))).is_ok());
 }
+
+#[test]
+fn a_new_rebalance_annotation_places_from_scratch_keeping_the_old_replicas_until_the_new_run() {
+    // Steady placement keeps all four in eu-1; from scratch, worst-fit picks the roomier us-1.
+    let mut mcd = mcd(4, json!({}));
+    let mut world = World::new(mcd.clone(), fleet(vec![cluster("eu-1", 8), cluster("us-1", 16)]));
+    world.previous = Some(previous(&[("eu-1", 4)]));
+    world.reports = fixtures::reports(&web(), &[("eu-1", 4, 0)]);
+    let steady = world.plan();
+    assert_eq!(
+        steady.decision.assignment.get("eu-1"),
+        Some(&4),
+        "no annotation: steady"
+    );
+
+    mcd.metadata.annotations = Some([(nave_api::REBALANCE_ANNOTATION.to_owned(), "t1".to_owned())].into());
+    world.mcd = mcd;
+    let planned = world.plan();
+    assert_eq!(planned.trigger, TRIGGER_REBALANCE, "{}", planned.reason());
+    assert!(
+        planned.decision.assignment.get("us-1").copied().unwrap_or(0) > 0,
+        "placed from scratch: {}",
+        planned.decision
+    );
+    let moving = planned.moving.as_ref().expect("a move under way");
+    assert_eq!(
+        moving.held.get("eu-1").copied().unwrap_or(0)
+            + planned.decision.assignment.get("eu-1").copied().unwrap_or(0),
+        4,
+        "eu-1 keeps running all four until the new ones run: {moving:?}"
+    );
+    assert_eq!(planned.stored.rebalanced.as_deref(), Some("t1"));
+    assert!(
+        planned
+            .events()
+            .iter()
+            .any(|e| e.reason == event_reasons::REBALANCED),
+        "{:?}",
+        planned.events()
+    );
+
+    // Once acted on, the same value asks nothing more.
+    world.previous = Some(Previous {
+        decision: planned.explained(),
+        generation: 1,
+    });
+    let after = world.plan();
+    assert_ne!(after.trigger, TRIGGER_REBALANCE, "{}", after.reason());
+    assert_eq!(
+        after.decision.assignment, planned.decision.assignment,
+        "steady again"
+    );
+}
