@@ -6,6 +6,7 @@
 //!   │          WorkloadClusters: clusters, cordon, uncordon
 //!   └──────► hub's REST API (--hub-url, --token-file, --ca-file or NAVE_HUB_URL, ...)
 //!              join tokens, placements and their explanations, what-if simulation
+//!   (rebalance: an annotation on the MultiClusterDeployment, which the hub acts on)
 //! ```
 //!
 //! Every command prints a table or text for people and `-o json` / `-o yaml` for scripts, and
@@ -116,6 +117,15 @@ pub enum Command {
         #[arg(short, long)]
         namespace: Option<String>,
     },
+    /// Place a MultiClusterDeployment again from scratch now, as if it were new (replicas that
+    /// move keep running until their successors are ready): the annotation nave.dev/rebalance.
+    Rebalance {
+        /// The MultiClusterDeployment.
+        name: String,
+        /// Its namespace; default: the kubeconfig context's.
+        #[arg(short, long)]
+        namespace: Option<String>,
+    },
     /// What the hub would decide for a MultiClusterDeployment manifest, without applying it (a
     /// change of an existing one starts from its current placement).
     Simulate {
@@ -169,6 +179,9 @@ pub async fn run(cli: &Cli) -> Result<String, CliError> {
         Command::Drain { cluster, wait } => clusters::drain(global, cluster, *wait).await,
         Command::Join { cluster, ttl, region } => join::join(global, cluster, *ttl, region.as_deref()).await,
         Command::Explain { name, namespace } => placements::explain(global, name, namespace.as_deref()).await,
+        Command::Rebalance { name, namespace } => {
+            placements::rebalance(global, name, namespace.as_deref()).await
+        }
         Command::Simulate { filename, namespace } => {
             placements::simulate(global, filename, namespace.as_deref()).await
         }

@@ -56,6 +56,30 @@ pub async fn explain(global: &Global, name: &str, namespace: Option<&str>) -> Re
     })
 }
 
+/// Asks the hub to place `namespace/name` again from scratch: a new value (the time) of its
+/// rebalance annotation.
+pub async fn rebalance(global: &Global, name: &str, namespace: Option<&str>) -> Result<String, CliError> {
+    let namespace = namespace_or_default(global, namespace).await?;
+    let client = crate::kube_client(global).await?;
+    let api: kube::Api<nave_api::MultiClusterDeployment> = kube::Api::namespaced(client, &namespace);
+    let asked = jiff::Timestamp::now().to_string();
+    let patch = json!({"metadata": {"annotations": {nave_api::REBALANCE_ANNOTATION: asked}}});
+    api.patch(
+        name,
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(patch),
+    )
+    .await
+    .map_err(|e| CliError::kube(&format!("MultiClusterDeployment {namespace}/{name}"), e))?;
+    let result = json!({"namespace": namespace, "name": name, "rebalance": asked});
+    render(global.output, &result, |_| {
+        format!(
+            "asked the hub to place {namespace}/{name} again from scratch; replicas that move keep \
+             running until their successors are ready (`nave explain {name} -n {namespace}` shows the result)\n"
+        )
+    })
+}
+
 /// What the hub would decide for the manifest's MultiClusterDeployment.
 pub async fn simulate(global: &Global, file: &Path, namespace: Option<&str>) -> Result<String, CliError> {
     let text = read_manifest(file)?;

@@ -494,3 +494,62 @@ async fn a_workload_tolerating_a_drain_for_a_while_moves_when_the_time_is_up() {
     );
     env.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nave_rebalance_places_a_workload_again_from_scratch() {
+    let env = Env::start(fleet(3), Database::Sqlite).await.expect("environment");
+    let dir = tempfile::tempdir().expect("a directory");
+    let token = write(dir.path(), "admin.token", &env.admin_token);
+    let names = env.cluster_names();
+    // Placed in one cluster by an allow-list; lifting it moves nothing (placement is steady).
+    let only = names[0].clone();
+    let pinned = busiest(
+        &env,
+        Mcd::new("shop")
+            .namespace(NS)
+            .replicas(3)
+            .placement(serde_json::json!({"policy": "spread", "clusters": [only]})),
+        3,
+    )
+    .await;
+    assert_eq!(pinned, only);
+    let mcds: Api<MultiClusterDeployment> = Api::namespaced(env.client.clone(), NS);
+    mcds.patch(
+        "shop",
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(serde_json::json!({"spec": {"placement": {"clusters": null}}})),
+    )
+    .await
+    .expect("the allow-list lifted");
+    let steady = nave_testkit::wait_for("the new generation placed", nave_e2e::DEADLINE, || async {
+        let mcd = mcds.get("shop").await.map_err(|e| e.to_string())?;
+        match &mcd.status {
+            Some(s) if s.observed_generation == mcd.metadata.generation => Ok(nave_e2e::placed(&mcd)),
+            other => Err(format!("status: {other:?}")),
+        }
+    })
+    .await;
+    assert_eq!(steady.len(), 1, "steady: still all in {only}: {steady:?}");
+
+    let said = expect(&env, &token, &["rebalance", "shop", "-n", NS], 0).await;
+    assert!(said.contains("again from scratch"), "{said}");
+    let spread = nave_testkit::wait_for("shop spread over the fleet", nave_e2e::DEADLINE, || async {
+        let running = env.replicas_by_cluster(NS, "shop").await;
+        let used = running.values().filter(|n| **n > 0).count();
+        if used == 3 && running.values().sum::<i32>() == 3 {
+            Ok(running)
+        } else {
+            Err(format!("replicas by cluster: {running:?}"))
+        }
+    })
+    .await;
+    assert_eq!(spread.get(&only).copied(), Some(1), "{spread:?}");
+    let missing = nave(&env, &token, &["rebalance", "nothing-here", "-n", NS]).await;
+    assert_eq!(
+        missing.status.code(),
+        Some(3),
+        "{}",
+        show(&["rebalance"], &missing)
+    );
+    env.shutdown().await;
+}
