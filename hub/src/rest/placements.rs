@@ -275,8 +275,8 @@ pub(super) struct HistoryItem {
     /// The generation the decision was made for.
     generation: i64,
     /// What caused it: `spec` (the spec changed), `fleet` (clusters or their capacity changed),
-    /// `failover`, `failback`, `reschedule` (Pending replicas moved) or `burst-retract` (burst
-    /// replicas came back).
+    /// `failover`, `failback`, `reschedule` (Pending replicas moved), `burst-retract` (burst
+    /// replicas came back) or `rebalance` (placed again from scratch on request).
     trigger: String,
     /// Why, in words: the decision's summary line.
     reason: String,

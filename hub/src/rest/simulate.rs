@@ -94,7 +94,8 @@ pub(super) struct SimulateResponse {
     /// running until the new ones are ready.
     dispatched: BTreeMap<String, u32>,
     /// What the history would record as the cause: `spec` (a new or changed spec), `fleet`,
-    /// `failover`, `failback`, `reschedule` (Pending past `pendingTimeout`) or `burst-retract`.
+    /// `failover`, `failback`, `reschedule` (Pending past `pendingTimeout`), `burst-retract` or
+    /// `rebalance`.
     trigger: String,
     /// The history's one-line reason: what moved from where to where, and why.
     reason: String,
