@@ -83,6 +83,9 @@ pub mod reasons {
     /// name that is not Nave's, a namespace or kind the agent does not allow); the message
     /// names the cluster, the object and what the agent said.
     pub const APPLY_FAILED: &str = "ApplyFailed";
+    /// Degraded: a cluster's Deployment says it cannot progress (`Progressing=False`, such as
+    /// `ProgressDeadlineExceeded`) or cannot create pods (`ReplicaFailure=True`, such as a quota).
+    pub const DEPLOYMENT_FAILING: &str = "DeploymentFailing";
     /// A per-cluster override could not be applied to the Deployment.
     pub const OVERRIDE_FAILED: &str = "OverrideFailed";
     /// A ConfigMap or Secret the pod template references does not exist in the management

@@ -805,3 +805,53 @@ async fn everywhere_runs_the_count_in_every_selected_cluster_and_follows_the_sel
     }
     env.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deployment_that_cannot_progress_in_its_cluster_shows_in_the_workloads_status() {
+    let env = env(2).await;
+    // Pods whose image never pulls (the simulator's fault injection), with a short deadline.
+    let broken: MultiClusterDeployment = serde_json::from_value(json!({
+        "apiVersion": "nave.dev/v1alpha1", "kind": "MultiClusterDeployment",
+        "metadata": {"name": "broken", "namespace": NS},
+        "spec": {
+            "replicas": 1,
+            "placement": {"policy": "worst-fit"},
+            "template": {"spec": {
+                "progressDeadlineSeconds": 2,
+                "selector": {"matchLabels": {"app": "broken"}},
+                "template": {
+                    "metadata": {"labels": {"app": "broken"},
+                                 "annotations": {"sim.nave.dev/fault": "ImagePullBackOff"}},
+                    "spec": {"containers": [{"name": "app", "image": "registry.example/missing:1",
+                             "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}}}]}
+                }
+            }}
+        }
+    }))
+    .expect("an MCD");
+    mcds(&env)
+        .create(&PostParams::default(), &broken)
+        .await
+        .expect("MCD created");
+    let (cluster, message) = wait_for(
+        "Degraded=True DeploymentFailing naming the cluster",
+        DEADLINE,
+        || async {
+            let mcd = mcds(&env).get("broken").await.map_err(|e| e.to_string())?;
+            let status = mcd.status.clone().unwrap_or_default();
+            let degraded = status.condition(types::DEGRADED).cloned();
+            match (&degraded, placed(&mcd).into_keys().next()) {
+                (Some(c), Some(cluster)) if c.reason == reasons::DEPLOYMENT_FAILING => {
+                    Ok((cluster, c.message.clone()))
+                }
+                _ => Err(format!("Degraded: {degraded:?}")),
+            }
+        },
+    )
+    .await;
+    assert!(
+        message.starts_with(&format!("{cluster}: Progressing=False ProgressDeadlineExceeded")),
+        "the cluster and the Deployment's reason: {message}"
+    );
+    env.shutdown().await;
+}

@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use nave_api::wire::{PendingPod, StatusReport, WorkloadRef};
+use nave_api::wire::{ObjectStatus, PendingPod, StatusReport, WorkloadRef};
 
 /// The agents' latest status reports, by cluster.
 pub type Reports = BTreeMap<String, Arc<StatusReport>>;
@@ -38,13 +38,43 @@ pub fn apply_errors(reports: &Reports, workload: &WorkloadRef) -> Vec<String> {
     out
 }
 
-/// `(ready, available, pending)` of the workload's Deployment in one report.
-pub fn deployment_status(report: Option<&StatusReport>, workload: &WorkloadRef) -> Option<(i32, i32, i32)> {
-    let object = report?.objects.iter().find(|o| {
+/// The workload's Deployment in one report.
+fn deployment_of<'a>(report: &'a StatusReport, workload: &WorkloadRef) -> Option<&'a ObjectStatus> {
+    report.objects.iter().find(|o| {
         o.kind == "Deployment"
             && o.name == workload.name
             && o.namespace.as_deref() == Some(&workload.namespace)
-    })?;
+    })
+}
+
+/// What the workload's Deployment in one report says is failing: `Progressing=False` (a
+/// rollout past its deadline) or `ReplicaFailure=True` (pods that cannot be created), as
+/// `Type=Status Reason: message`; `None` when neither.
+pub fn deployment_failure(report: Option<&StatusReport>, workload: &WorkloadRef) -> Option<String> {
+    let object = deployment_of(report?, workload)?;
+    let failing: Vec<String> = object
+        .conditions
+        .iter()
+        .filter(|c| {
+            (c.type_ == "Progressing" && c.status == "False")
+                || (c.type_ == "ReplicaFailure" && c.status == "True")
+        })
+        .map(|c| {
+            format!(
+                "{}={} {}: {}",
+                c.type_,
+                c.status,
+                c.reason.as_deref().unwrap_or("-"),
+                c.message.as_deref().unwrap_or_default()
+            )
+        })
+        .collect();
+    (!failing.is_empty()).then(|| failing.join("; "))
+}
+
+/// `(ready, available, pending)` of the workload's Deployment in one report.
+pub fn deployment_status(report: Option<&StatusReport>, workload: &WorkloadRef) -> Option<(i32, i32, i32)> {
+    let object = deployment_of(report?, workload)?;
     Some((
         object.ready_replicas.unwrap_or(0),
         object.available_replicas.unwrap_or(0),

@@ -69,19 +69,27 @@ pub fn status_of(
         .collect();
     names.sort_unstable();
     names.dedup();
+    let mut failing = Vec::new();
     for name in names {
         let desired = decision.assignment.get(name).copied().unwrap_or(0);
         let (ready, available, pending) =
             deployment_status(reports.get(name).map(Arc::as_ref), workload).unwrap_or((0, 0, 0));
         let burst = decision.cluster(name).is_some_and(|c| c.role == Role::Burst);
         let kept = held.and_then(|h| h.get(name)).copied().unwrap_or(0);
+        let failure =
+            crate::placement::reports::deployment_failure(reports.get(name).map(Arc::as_ref), workload);
+        if let Some(failure) = &failure {
+            failing.push(format!("{name}: {failure}"));
+        }
         let message = decision.cluster(name).map(|c| {
-            let line = c.to_string();
-            let line = if kept > 0 {
-                format!("{line}; {kept} old replica(s) kept running until the new ones are ready")
-            } else {
-                line
-            };
+            let mut line = c.to_string();
+            if kept > 0 {
+                line = format!("{line}; {kept} old replica(s) kept running until the new ones are ready");
+            }
+            // What fails comes first: the message is cut at 256 characters.
+            if let Some(failure) = &failure {
+                line = format!("Deployment failing: {failure}; {line}");
+            }
             truncate(&line, 256)
         });
         clusters.push(ClusterPlacementStatus {
@@ -238,6 +246,14 @@ pub fn status_of(
             conditions::TRUE,
             reasons::APPLY_FAILED,
             truncate(&apply_errors.join("; "), 1024),
+            generation,
+        )
+    } else if !failing.is_empty() {
+        condition(
+            types::DEGRADED,
+            conditions::TRUE,
+            reasons::DEPLOYMENT_FAILING,
+            truncate(&failing.join("; "), 1024),
             generation,
         )
     } else if status.pending_replicas > 0 {

@@ -174,6 +174,53 @@ fn pending_pods_missing_dependencies_and_silent_clusters_degrade_the_workload() 
 }
 
 #[test]
+fn a_deployment_that_cannot_progress_in_a_cluster_degrades_the_workload_and_names_the_cluster() {
+    let mut case = Case::new(2, vec![cluster("eu-1", 8)]);
+    let mut reports = fixtures::reports(&web(), &[("eu-1", 0, 0)]);
+    let mut report = (*reports["eu-1"]).clone();
+    report.objects[0].conditions = vec![
+        nave_api::wire::ConditionSummary {
+            type_: "Progressing".to_owned(),
+            status: "False".to_owned(),
+            reason: Some("ProgressDeadlineExceeded".to_owned()),
+            message: Some("ReplicaSet \"web-1\" has timed out progressing.".to_owned()),
+        },
+        nave_api::wire::ConditionSummary {
+            type_: "Available".to_owned(),
+            status: "False".to_owned(),
+            reason: Some("MinimumReplicasUnavailable".to_owned()),
+            message: None,
+        },
+    ];
+    reports.insert("eu-1".to_owned(), Arc::new(report));
+    case.reports = reports;
+    let status = case.status();
+    assert_eq!(reason(&status, types::DEGRADED), reasons::DEPLOYMENT_FAILING);
+    let message = &conditions::find(&status.conditions, types::DEGRADED)
+        .unwrap()
+        .message;
+    assert!(
+        message.starts_with("eu-1: Progressing=False ProgressDeadlineExceeded: ReplicaSet"),
+        "{message}"
+    );
+    let eu = status.clusters.iter().find(|c| c.name == "eu-1").unwrap();
+    assert!(
+        eu.message
+            .as_deref()
+            .is_some_and(|m| m.starts_with("Deployment failing: Progressing=False")),
+        "{:?}",
+        eu.message
+    );
+    // Available=False alone is a rollout in progress, not a failure.
+    let mut fine = Case::new(2, vec![cluster("eu-1", 8)]);
+    fine.reports = fixtures::reports(&web(), &[("eu-1", 0, 0)]);
+    assert_ne!(
+        reason(&fine.status(), types::DEGRADED),
+        reasons::DEPLOYMENT_FAILING
+    );
+}
+
+#[test]
 fn a_move_under_way_is_progressing_with_moving_replicas() {
     let mut case = Case::new(2, vec![cluster("eu-1", 8)]).all_ready();
     case.moving = Some(Moving {
