@@ -367,25 +367,23 @@ async fn apply(mcd: Arc<MultiClusterDeployment>, ctx: &Context) -> Result<Action
         &missing,
         planned.moving.as_ref(),
     );
-    let failed_apply = |status: Option<&MultiClusterDeploymentStatus>| {
+    // What a workload cluster reports failing (an object not applied, a Deployment that cannot
+    // progress): a Warning Event when it starts or changes, besides the condition.
+    let failing = |status: Option<&MultiClusterDeploymentStatus>| {
         status
             .and_then(|s| conditions::find(&s.conditions, types::DEGRADED))
-            .filter(|c| c.reason == reasons::APPLY_FAILED)
-            .map(|c| c.message.clone())
+            .and_then(|c| {
+                [reasons::APPLY_FAILED, reasons::DEPLOYMENT_FAILING]
+                    .into_iter()
+                    .find(|r| *r == c.reason)
+                    .map(|reason| (reason, c.message.clone()))
+            })
     };
-    let newly_failed =
-        failed_apply(Some(&status)).filter(|now| failed_apply(mcd.status.as_ref()).as_ref() != Some(now));
+    let newly_failing =
+        failing(Some(&status)).filter(|now| failing(mcd.status.as_ref()).as_ref() != Some(now));
     write_status(ctx, &mcd, &status).await?;
-    if let Some(message) = newly_failed {
-        publish(
-            ctx,
-            &mcd,
-            EventType::Warning,
-            reasons::APPLY_FAILED,
-            ACTION_SCHEDULE,
-            &message,
-        )
-        .await;
+    if let Some((reason, message)) = newly_failing {
+        publish(ctx, &mcd, EventType::Warning, reason, ACTION_SCHEDULE, &message).await;
     }
     ctx.sources.index.settle(&workload, planned.settled);
     ctx.metrics.observe_mcd(&workload, &status);
