@@ -39,19 +39,21 @@ pub fn apply_errors(reports: &Reports, workload: &WorkloadRef) -> Vec<String> {
 }
 
 /// The workload's Deployment in one report.
-fn deployment_of<'a>(report: &'a StatusReport, workload: &WorkloadRef) -> Option<&'a ObjectStatus> {
-    report.objects.iter().find(|o| {
+pub fn deployment_of<'a>(
+    report: Option<&'a StatusReport>,
+    workload: &WorkloadRef,
+) -> Option<&'a ObjectStatus> {
+    report?.objects.iter().find(|o| {
         o.kind == "Deployment"
             && o.name == workload.name
             && o.namespace.as_deref() == Some(&workload.namespace)
     })
 }
 
-/// What the workload's Deployment in one report says is failing: `Progressing=False` (a
+/// What a Deployment's status says is failing: `Progressing=False` (a
 /// rollout past its deadline) or `ReplicaFailure=True` (pods that cannot be created), as
 /// `Type=Status Reason: message`; `None` when neither.
-pub fn deployment_failure(report: Option<&StatusReport>, workload: &WorkloadRef) -> Option<String> {
-    let object = deployment_of(report?, workload)?;
+pub fn deployment_failure(object: &ObjectStatus) -> Option<String> {
     let failing: Vec<String> = object
         .conditions
         .iter()
@@ -74,14 +76,18 @@ pub fn deployment_failure(report: Option<&StatusReport>, workload: &WorkloadRef)
 
 /// `(ready, available, pending)` of the workload's Deployment in one report.
 pub fn deployment_status(report: Option<&StatusReport>, workload: &WorkloadRef) -> Option<(i32, i32, i32)> {
-    let object = deployment_of(report?, workload)?;
-    Some((
+    deployment_of(report, workload).map(deployment_counts)
+}
+
+/// `(ready, available, pending)` of a Deployment's status.
+pub fn deployment_counts(object: &ObjectStatus) -> (i32, i32, i32) {
+    (
         object.ready_replicas.unwrap_or(0),
         object.available_replicas.unwrap_or(0),
         object
             .pending_pods
             .map_or(0, |p| i32::try_from(p).unwrap_or(i32::MAX)),
-    ))
+    )
 }
 
 /// How many of the workload's replicas in one cluster its agent's capacity report already counts

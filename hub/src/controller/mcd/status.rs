@@ -10,8 +10,9 @@ use nave_api::wire::{WORKLOAD_LABEL, WorkloadRef};
 use nave_api::{ClusterPlacementStatus, MultiClusterDeployment, MultiClusterDeploymentStatus};
 use nave_policies::{Decision, Fleet, Role};
 
+use crate::placement::Reports;
+use crate::placement::reports::{deployment_counts, deployment_failure, deployment_of};
 use crate::placement::stored::Moving;
-use crate::placement::{Reports, deployment_status};
 
 /// A condition of `type_`, as of now.
 pub(crate) fn condition(
@@ -72,12 +73,12 @@ pub fn status_of(
     let mut failing = Vec::new();
     for name in names {
         let desired = decision.assignment.get(name).copied().unwrap_or(0);
-        let (ready, available, pending) =
-            deployment_status(reports.get(name).map(Arc::as_ref), workload).unwrap_or((0, 0, 0));
+        // One lookup in the report for the counts and what fails.
+        let object = deployment_of(reports.get(name).map(Arc::as_ref), workload);
+        let (ready, available, pending) = object.map_or((0, 0, 0), deployment_counts);
         let burst = decision.cluster(name).is_some_and(|c| c.role == Role::Burst);
         let kept = held.and_then(|h| h.get(name)).copied().unwrap_or(0);
-        let failure =
-            crate::placement::reports::deployment_failure(reports.get(name).map(Arc::as_ref), workload);
+        let failure = object.and_then(deployment_failure);
         if let Some(failure) = &failure {
             failing.push(format!("{name}: {failure}"));
         }
