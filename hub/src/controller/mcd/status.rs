@@ -53,9 +53,16 @@ pub fn status_of(
     let generation = mcd.metadata.generation;
     let mut status = mcd.status.clone().unwrap_or_default();
     let mut clusters = Vec::new();
-    // The clusters given replicas, and those a move keeps old ones running in until the new
-    // ones are ready: what runs there counts, or a move would look like an outage.
+    // The clusters given replicas, those a move keeps old ones running in until the new ones
+    // are ready, and those listed before whose agent still reports replicas (its prune is on its
+    // way): what runs there counts, or a move would look like an outage and a drain would look
+    // finished before it is.
     let held = moving.map(|m| &m.held);
+    let still_running = mcd.status.iter().flat_map(|s| &s.clusters).filter(|c| {
+        deployment_of(reports.get(&c.name).map(Arc::as_ref), workload)
+            .map(deployment_counts)
+            .is_some_and(|(ready, available, _)| ready > 0 || available > 0)
+    });
     let mut names: Vec<&String> = decision
         .assignment
         .iter()
@@ -67,6 +74,7 @@ pub fn status_of(
                 .filter(|(_, n)| **n > 0)
                 .map(|(name, _)| name),
         )
+        .chain(still_running.map(|c| &c.name))
         .collect();
     names.sort_unstable();
     names.dedup();

@@ -257,3 +257,31 @@ fn replicas_in_burst_clusters_burst_by_overflow_or_by_threshold() {
         reasons::THRESHOLD_EXCEEDED
     );
 }
+
+#[test]
+fn replicas_a_move_left_count_until_their_agent_reports_them_gone() {
+    // Placed in eu-1; the last status listed old-1, whose agent still runs two.
+    let mut case = Case::new(2, vec![cluster("eu-1", 8)]);
+    case.reports = fixtures::reports(&web(), &[("eu-1", 2, 0), ("old-1", 2, 0)]);
+    case.mcd.status = Some(MultiClusterDeploymentStatus {
+        clusters: vec![ClusterPlacementStatus {
+            name: "old-1".to_owned(),
+            desired: 2,
+            ..ClusterPlacementStatus::default()
+        }],
+        ..MultiClusterDeploymentStatus::default()
+    });
+    let status = case.status();
+    let listed: Vec<(&str, i32, i32)> = status
+        .clusters
+        .iter()
+        .map(|c| (c.name.as_str(), c.desired, c.ready))
+        .collect();
+    assert_eq!(listed, [("eu-1", 2, 2), ("old-1", 0, 2)]);
+    assert_eq!(status.cluster_count, 1, "only eu-1 is given replicas");
+
+    // Once its agent has removed them, it is no longer listed.
+    case.reports = fixtures::reports(&web(), &[("eu-1", 2, 0)]);
+    let status = case.status();
+    assert_eq!(status.clusters.len(), 1, "{:?}", status.clusters);
+}
