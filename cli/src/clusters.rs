@@ -2,11 +2,14 @@
 //! WorkloadClusters say it is.
 
 use std::collections::BTreeMap;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use futures::StreamExt as _;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::ResourceExt as _;
 use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::runtime::{WatchStreamExt as _, reflector, watcher};
 use nave_api::{
     ClusterTaint, ClusterTaintEffect, ClusterToleration, DRAIN_TAINT_KEY, MultiClusterDeployment,
     TolerationOperator, WorkloadCluster,
@@ -271,23 +274,45 @@ pub async fn drain(global: &Global, cluster: &str, wait: Option<Duration>) -> Re
     let mut remaining = BTreeMap::new();
     let mut tolerating = Vec::new();
     if let Some(limit) = wait {
-        let deadline = Instant::now().checked_add(limit);
+        // Followed by a watch: the workloads' status as it changes, not a list every second.
+        let deadline = tokio::time::Instant::now().checked_add(limit);
         let mcds: Api<MultiClusterDeployment> = Api::all(client);
-        let mut shown = None;
+        let (reader, writer) = reflector::store();
+        let mut events = reflector(writer, watcher(mcds, watcher::Config::default()))
+            .default_backoff()
+            .boxed();
+        let (mut listed, mut shown) = (false, None);
         loop {
-            // A failed list is tried again until the deadline: a wait outlives a blip.
-            match mcds.list(&ListParams::default()).await {
-                Ok(list) => {
-                    tolerating = tolerating_drain(&list.items);
-                    remaining = running_in(&list.items, cluster, &tolerating);
-                    if remaining.is_empty() {
-                        break;
-                    }
+            let next = match deadline {
+                Some(at) => tokio::time::timeout_at(at, events.next()).await.ok(),
+                None => Some(events.next().await),
+            };
+            let event = match next {
+                None => {
+                    return Err(CliError::failed(format!(
+                        "cluster {cluster} not drained after {} s: {}; replicas stay while no \
+                         other cluster has room for them",
+                        limit.as_secs(),
+                        progress(cluster, &remaining)
+                    )));
                 }
-                Err(e) if deadline.is_some_and(|d| Instant::now() >= d) => {
-                    return Err(CliError::kube("listing MultiClusterDeployments", e));
-                }
-                Err(e) => eprintln!("listing MultiClusterDeployments: {e}; trying again"),
+                Some(None) => return Err(CliError::failed("the watch of MultiClusterDeployments ended")),
+                Some(Some(event)) => event,
+            };
+            match event {
+                // A failed watch is started again (with back-off) until the deadline.
+                Err(e) => eprintln!("watching MultiClusterDeployments: {e}; trying again"),
+                Ok(watcher::Event::InitDone) => listed = true,
+                Ok(_) => {}
+            }
+            if !listed {
+                continue;
+            }
+            let items: Vec<MultiClusterDeployment> = reader.state().iter().map(|m| (**m).clone()).collect();
+            tolerating = tolerating_drain(&items);
+            remaining = running_in(&items, cluster, &tolerating);
+            if remaining.is_empty() {
+                break;
             }
             if shown.as_ref() != Some(&remaining) {
                 if global.output == crate::Format::Table {
@@ -295,15 +320,6 @@ pub async fn drain(global: &Global, cluster: &str, wait: Option<Duration>) -> Re
                 }
                 shown = Some(remaining.clone());
             }
-            if deadline.is_some_and(|d| Instant::now() >= d) {
-                return Err(CliError::failed(format!(
-                    "cluster {cluster} not drained after {} s: {}; replicas stay while no other \
-                     cluster has room for them",
-                    limit.as_secs(),
-                    progress(cluster, &remaining)
-                )));
-            }
-            tokio::time::sleep(DRAIN_POLL).await;
         }
     }
     let result = json!({
@@ -337,9 +353,6 @@ pub async fn drain(global: &Global, cluster: &str, wait: Option<Duration>) -> Re
     })
 }
 
-/// How often `drain --wait` looks again.
-const DRAIN_POLL: Duration = Duration::from_secs(1);
-
 /// Replicas each MultiClusterDeployment still has assigned or ready in `cluster`, by
 /// `namespace/name`; those with none left out.
 fn running_in(
@@ -367,26 +380,47 @@ fn key_of(mcd: &MultiClusterDeployment) -> String {
 
 /// The MultiClusterDeployments that tolerate the drain taint for good, by `namespace/name`: a
 /// drain leaves them where they are (as `kubectl drain --ignore-daemonsets` does DaemonSets).
-/// As for pods, the first toleration that matches decides.
+/// Read with the placement engine's own rules ([`nave_policies::taint_verdict`]).
 fn tolerating_drain(mcds: &[MultiClusterDeployment]) -> Vec<String> {
-    let matches = |t: &ClusterToleration| {
-        let exists = t.operator == Some(TolerationOperator::Exists);
-        let key = t.key.as_deref().unwrap_or_default();
-        (key == DRAIN_TAINT_KEY || (key.is_empty() && exists))
-            && (exists || t.value.as_deref().unwrap_or_default().is_empty())
-            && t.effect.is_none_or(|e| e == ClusterTaintEffect::NoExecute)
-    };
+    let drain = [nave_policies::ClusterTaint {
+        taint: nave_policies::Taint::new(DRAIN_TAINT_KEY, "", nave_policies::TaintEffect::NoExecute),
+        age: Duration::ZERO,
+    }];
     mcds.iter()
         .filter(|mcd| {
-            mcd.spec
+            let tolerations: Vec<_> = mcd
+                .spec
                 .placement
                 .tolerations
                 .iter()
-                .find(|t| matches(t))
-                .is_some_and(|t| t.toleration_seconds.is_none())
+                .map(engine_toleration)
+                .collect();
+            nave_policies::taint_verdict(&drain, &tolerations).is_none()
         })
         .map(key_of)
         .collect()
+}
+
+/// A toleration as the placement engine reads it.
+fn engine_toleration(t: &ClusterToleration) -> nave_policies::ClusterToleration {
+    use nave_policies::{TaintEffect, Toleration, TolerationOperator as Operator};
+    nave_policies::ClusterToleration {
+        toleration: Toleration {
+            key: t.key.clone().unwrap_or_default(),
+            operator: match t.operator.unwrap_or_default() {
+                TolerationOperator::Equal => Operator::Equal,
+                TolerationOperator::Exists => Operator::Exists,
+            },
+            value: t.value.clone().unwrap_or_default(),
+            effect: t.effect.map(|e| match e {
+                ClusterTaintEffect::NoSchedule => TaintEffect::NoSchedule,
+                ClusterTaintEffect::NoExecute => TaintEffect::NoExecute,
+            }),
+        },
+        seconds: t
+            .toleration_seconds
+            .map(|s| Duration::from_secs(u64::try_from(s).unwrap_or(0))),
+    }
 }
 
 fn progress(cluster: &str, remaining: &BTreeMap<String, i32>) -> String {
