@@ -42,6 +42,26 @@ fn show(args: &[&str], out: &Output) -> String {
     )
 }
 
+/// `out` exited with `code` and said something containing `says` on standard error.
+fn assert_failed(args: &[&str], out: &Output, code: i32, says: &str) {
+    assert_eq!(
+        out.status.code(),
+        Some(code),
+        "expected exit {code}; {}",
+        show(args, out)
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains(says),
+        "expected {says:?} on standard error; {}",
+        show(args, out)
+    );
+}
+
+/// Runs `args` and expects it to fail with `code`, saying `says`.
+async fn expect_failure(env: &Env, token_file: &Path, args: &[&str], code: i32, says: &str) {
+    assert_failed(args, &nave(env, token_file, args).await, code, says);
+}
+
 /// Runs `args`, expects exit code `code`, answers standard output.
 async fn expect(env: &Env, token_file: &Path, args: &[&str], code: i32) -> String {
     let out = nave(env, token_file, args).await;
@@ -186,13 +206,7 @@ async fn an_operator_lists_cordons_joins_explains_and_simulates_with_nave() {
     expect(&env, &token, &["uncordon", first], 0).await;
     let object = clusters_api.get(first).await.expect("the WorkloadCluster");
     assert!(!object.spec.unschedulable, "uncordon clears spec.unschedulable");
-    let missing = nave(&env, &token, &["cordon", "no-such-cluster"]).await;
-    assert_eq!(
-        missing.status.code(),
-        Some(3),
-        "a missing cluster exits 3: {}",
-        show(&["cordon"], &missing)
-    );
+    expect_failure(&env, &token, &["cordon", "no-such-cluster"], 3, "no-such-cluster").await;
 
     // Explain a placed workload, cluster by cluster.
     Api::<MultiClusterDeployment>::namespaced(env.client.clone(), NS)
@@ -218,18 +232,14 @@ async fn an_operator_lists_cordons_joins_explains_and_simulates_with_nave() {
         assignment, placed,
         "explain's assignment is the MCD's status: {detail}"
     );
-    let absent = nave(&env, &token, &["explain", "nothing-here", "-n", NS]).await;
-    assert_eq!(
-        absent.status.code(),
-        Some(3),
-        "{}",
-        show(&["explain", "nothing-here"], &absent)
-    );
-    assert!(
-        String::from_utf8_lossy(&absent.stderr).contains("default/nothing-here"),
-        "{}",
-        show(&["explain"], &absent)
-    );
+    expect_failure(
+        &env,
+        &token,
+        &["explain", "nothing-here", "-n", NS],
+        3,
+        "default/nothing-here",
+    )
+    .await;
 
     // Join: a single-use token the hub accepts from an agent of that name, and the commands.
     let joining = expect_json(
@@ -279,20 +289,22 @@ async fn an_operator_lists_cordons_joins_explains_and_simulates_with_nave() {
 
     // Failures a script can tell apart.
     let wrong = write(dir.path(), "wrong.token", "not-a-token");
-    let denied = nave(&env, &wrong, &["explain", "shop", "-n", NS]).await;
-    assert_eq!(
-        denied.status.code(),
-        Some(4),
-        "an unknown token exits 4: {}",
-        show(&["explain"], &denied)
-    );
-    let unreadable = nave(&env, &token, &["simulate", "-f", "/nonexistent/mcd.yaml"]).await;
-    assert_eq!(
-        unreadable.status.code(),
-        Some(2),
-        "{}",
-        show(&["simulate"], &unreadable)
-    );
+    expect_failure(
+        &env,
+        &wrong,
+        &["explain", "shop", "-n", NS],
+        4,
+        "unknown API token",
+    )
+    .await;
+    expect_failure(
+        &env,
+        &token,
+        &["simulate", "-f", "/nonexistent/mcd.yaml"],
+        2,
+        "/nonexistent/mcd.yaml",
+    )
+    .await;
     let invalid = write(
         dir.path(),
         "invalid.yaml",
@@ -300,18 +312,15 @@ async fn an_operator_lists_cordons_joins_explains_and_simulates_with_nave() {
             .expect("the manifest")
             .replace("replicas: 6", "replicas: -1"),
     );
-    let refused = nave(&env, &token, &["simulate", "-f", invalid.to_str().unwrap()]).await;
-    assert_eq!(
-        refused.status.code(),
-        Some(2),
-        "a spec the hub refuses exits 2: {}",
-        show(&["simulate"], &refused)
-    );
-    assert!(
-        String::from_utf8_lossy(&refused.stderr).contains("replicas"),
-        "the message names the field: {}",
-        show(&["simulate"], &refused)
-    );
+    // A spec the hub refuses exits 2 and names the field.
+    expect_failure(
+        &env,
+        &token,
+        &["simulate", "-f", invalid.to_str().unwrap()],
+        2,
+        "replicas",
+    )
+    .await;
     let unreachable = tokio::process::Command::new(env!("CARGO_BIN_EXE_nave"))
         .args(["--hub-url", "http://127.0.0.1:9", "--token-file"])
         .arg(&token)
@@ -319,16 +328,11 @@ async fn an_operator_lists_cordons_joins_explains_and_simulates_with_nave() {
         .output()
         .await
         .expect("nave runs");
-    assert_eq!(
-        unreachable.status.code(),
-        Some(1),
-        "{}",
-        show(&["explain"], &unreachable)
-    );
-    assert!(
-        String::from_utf8_lossy(&unreachable.stderr).contains("cannot reach the hub at http://127.0.0.1:9"),
-        "{}",
-        show(&["explain"], &unreachable)
+    assert_failed(
+        &["explain"],
+        &unreachable,
+        1,
+        "cannot reach the hub at http://127.0.0.1:9",
     );
 
     // The same binary as a kubectl plugin, found on PATH by its name.
@@ -394,26 +398,43 @@ async fn nave_drain_moves_every_replica_off_a_cluster_without_lowering_what_is_a
     let mcds: Api<MultiClusterDeployment> = Api::namespaced(env.client.clone(), NS);
     let target = busiest(&env, Mcd::new("shop").namespace(NS).replicas(4), 4).await;
 
-    // What the MCD reports available, sampled while the drain runs.
-    let sampling = tokio_util::sync::CancellationToken::new();
-    let sampler = tokio::spawn({
+    // Every status of the MCD written while the drain runs, as a watch delivers them.
+    let watching = tokio_util::sync::CancellationToken::new();
+    let (started_tx, started) = tokio::sync::oneshot::channel();
+    let lowest_seen = tokio::spawn({
         let mcds = mcds.clone();
-        let stop = sampling.clone();
+        let stop = watching.clone();
         async move {
-            let mut lowest = i32::MAX;
-            while !stop.is_cancelled() {
-                if let Ok(mcd) = mcds.get("shop").await {
-                    let available = mcd.status.map_or(0, |s| s.available_replicas);
-                    lowest = lowest.min(available);
+            use futures::StreamExt as _;
+            let mut events = kube::runtime::watcher(mcds, Default::default()).boxed();
+            let (mut lowest, mut started_tx) = (i32::MAX, Some(started_tx));
+            loop {
+                let event = tokio::select! {
+                    () = stop.cancelled() => return lowest,
+                    event = events.next() => event,
+                };
+                match event {
+                    Some(Ok(kube::runtime::watcher::Event::InitDone)) => {
+                        if let Some(tx) = started_tx.take() {
+                            let _ = tx.send(());
+                        }
+                    }
+                    Some(Ok(
+                        kube::runtime::watcher::Event::Apply(mcd)
+                        | kube::runtime::watcher::Event::InitApply(mcd),
+                    )) if mcd.metadata.name.as_deref() == Some("shop") => {
+                        lowest = lowest.min(mcd.status.map_or(0, |s| s.available_replicas));
+                    }
+                    Some(_) => {}
+                    None => return lowest,
                 }
-                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
             }
-            lowest
         }
     });
+    started.await.expect("the watch lists the MCDs");
     let out = expect(&env, &token, &["drain", &target, "--wait", "60s"], 0).await;
-    sampling.cancel();
-    let lowest = sampler.await.expect("the sampler ends");
+    watching.cancel();
+    let lowest = lowest_seen.await.expect("the watch ends");
     assert!(out.contains("drained"), "{out}");
     assert!(
         lowest >= 4,
@@ -544,12 +565,13 @@ async fn nave_rebalance_places_a_workload_again_from_scratch() {
     })
     .await;
     assert_eq!(spread.get(&only).copied(), Some(1), "{spread:?}");
-    let missing = nave(&env, &token, &["rebalance", "nothing-here", "-n", NS]).await;
-    assert_eq!(
-        missing.status.code(),
-        Some(3),
-        "{}",
-        show(&["rebalance"], &missing)
-    );
+    expect_failure(
+        &env,
+        &token,
+        &["rebalance", "nothing-here", "-n", NS],
+        3,
+        "nothing-here",
+    )
+    .await;
     env.shutdown().await;
 }
