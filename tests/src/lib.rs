@@ -584,6 +584,29 @@ impl Env {
             .collect()
     }
 
+    /// Waits for an Event with `reason` on the object `name` in `namespace` and returns its note.
+    pub async fn event(&self, namespace: &str, name: &str, reason: &str) -> String {
+        let events: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(self.client.clone(), namespace);
+        wait_for(&format!("a {reason} event on {name}"), DEADLINE, || {
+            let events = events.clone();
+            async move {
+                let list = events
+                    .list(&ListParams::default().fields(&format!("involvedObject.name={name}")))
+                    .await
+                    .map_err(|e| e.to_string())?;
+                list.items
+                    .iter()
+                    .find(|e| e.reason.as_deref() == Some(reason))
+                    .map(|e| e.message.clone().unwrap_or_default())
+                    .ok_or_else(|| {
+                        let seen: Vec<_> = list.items.iter().filter_map(|e| e.reason.clone()).collect();
+                        format!("reasons {seen:?}")
+                    })
+            }
+        })
+        .await
+    }
+
     /// Waits until the MCD `name` is fully rolled out: every wanted replica placed and ready,
     /// and each cluster's Deployment holding what status says it was given. Returns the MCD.
     pub async fn wait_rolled_out(
@@ -670,11 +693,13 @@ impl Env {
     }
 }
 
-/// Replicas per cluster as the MCD's status reports them.
+/// Replicas per cluster as the MCD's status gives them (clusters given none left out).
 pub fn placed(mcd: &MultiClusterDeployment) -> BTreeMap<String, i32> {
     mcd.status
         .iter()
         .flat_map(|s| &s.clusters)
+        // Listed with none: old replicas a move keeps, or that their agent has yet to remove.
+        .filter(|c| c.desired > 0)
         .map(|c| (c.name.clone(), c.desired))
         .collect()
 }

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{Event, Pod};
+use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use nave_api::conditions::{self, reasons, types};
 use nave_api::wire::WORKLOAD_LABEL;
@@ -70,29 +70,6 @@ async fn deployment_in(env: &Env, cluster: &str, name: &str) -> (i32, i32) {
         ),
         _ => (0, 0),
     }
-}
-
-/// Waits for an Event with `reason` on the MCD `name` and returns its note.
-async fn event(env: &Env, name: &str, reason: &str) -> String {
-    let events: Api<Event> = Api::namespaced(env.client.clone(), NS);
-    wait_for(&format!("a {reason} event on {name}"), DEADLINE, || {
-        let events = events.clone();
-        async move {
-            let list = events
-                .list(&ListParams::default().fields(&format!("involvedObject.name={name}")))
-                .await
-                .map_err(|e| e.to_string())?;
-            list.items
-                .iter()
-                .find(|e| e.reason.as_deref() == Some(reason))
-                .and_then(|e| e.message.clone())
-                .ok_or_else(|| {
-                    let seen: Vec<_> = list.items.iter().filter_map(|e| e.reason.clone()).collect();
-                    format!("reasons {seen:?}")
-                })
-        }
-    })
-    .await
 }
 
 /// The placement history of `name` from the REST API, newest first.
@@ -194,7 +171,7 @@ async fn replicas_pending_past_the_timeout_move_to_a_cluster_with_room() {
     );
     assert_eq!(deployment_in(&env, "big-1", "web").await, (2, 2));
 
-    let note = event(&env, "web", "Rescheduled").await;
+    let note = env.event(NS, "web", "Rescheduled").await;
     assert!(
         note.contains("moved 2 from small-1 (Pending for") && note.contains("big-1 +2"),
         "the event says what moved, from where, why and to where; saw: {note}"
@@ -281,7 +258,7 @@ async fn burst_and_retract(restart: bool) {
         ("True", reasons::OVERFLOW),
         "{bursting:?}"
     );
-    event(&env, "web", "Burst").await;
+    env.event(NS, "web", "Burst").await;
 
     // The batch job ends: regular-1 has room again and burst-1's replicas come back. While
     // regular-1 starts them, burst-1 keeps its 2.
@@ -345,7 +322,7 @@ async fn burst_and_retract(restart: bool) {
     let status = web.status.clone().unwrap_or_default();
     let bursting = conditions::find(&status.conditions, types::BURSTING).expect("a Bursting condition");
     assert_eq!(bursting.status, "False", "{bursting:?}");
-    let note = event(&env, "web", "BurstRetracted").await;
+    let note = env.event(NS, "web", "BurstRetracted").await;
     assert!(
         note.contains("moved 2 from burst-1 back to regular-1 +2"),
         "the event says what came back; saw: {note}"
