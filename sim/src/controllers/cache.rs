@@ -9,9 +9,11 @@
 //!
 //! Writers put the objects they get back into the cache at once ("write-through"), and the cache
 //! ignores watch events older than what it holds, so a controller never acts twice on a change
-//! it made itself (upstream uses "expectations" for this).
+//! it made itself (upstream uses "expectations" for this). A uid once deleted never comes back
+//! (uids are never reused), so a write-through that lands after the object's DELETED event cannot
+//! resurrect it: such a ghost pod would hold its node's room forever.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::fmt::Debug;
 use std::hash::Hash;
 use std::sync::{Arc, Mutex, RwLock};
@@ -50,8 +52,27 @@ struct Inner<K> {
     by_uid: HashMap<String, Key>,
     by_owner: HashMap<String, BTreeSet<Key>>,
     by_index: HashMap<String, BTreeSet<Key>>,
-    /// Uids deleted by a controller whose DELETED event has not arrived yet.
-    tombstones: HashSet<String>,
+    /// Uids deleted (their DELETED event, or a controller's delete), whose late writes and
+    /// events are ignored; the oldest are forgotten beyond [`GONE_REMEMBERED`].
+    gone: HashSet<String>,
+    gone_order: VecDeque<String>,
+}
+
+/// How many deleted uids a cache remembers. A write-through answer or late event arrives within
+/// moments of the delete; this is far more deletes than happen in that time.
+const GONE_REMEMBERED: usize = 65_536;
+
+impl<K> Inner<K> {
+    fn bury(&mut self, uid: &str) {
+        if self.gone.insert(uid.to_owned()) {
+            self.gone_order.push_back(uid.to_owned());
+            while self.gone_order.len() > GONE_REMEMBERED {
+                if let Some(old) = self.gone_order.pop_front() {
+                    self.gone.remove(&old);
+                }
+            }
+        }
+    }
 }
 
 /// An indexed in-memory copy of one kind of object.
@@ -79,7 +100,8 @@ impl<K: Resource + Clone + Send + Sync + 'static> Cache<K> {
                 by_uid: HashMap::new(),
                 by_owner: HashMap::new(),
                 by_index: HashMap::new(),
-                tombstones: HashSet::new(),
+                gone: HashSet::new(),
+                gone_order: VecDeque::new(),
             }),
             index,
             handlers: RwLock::new(Vec::new()),
@@ -170,12 +192,7 @@ impl<K: Resource + Clone + Send + Sync + 'static> Cache<K> {
         let obj = Arc::new(obj);
         let old = {
             let mut inner = self.write();
-            if obj
-                .meta()
-                .uid
-                .as_ref()
-                .is_some_and(|u| inner.tombstones.contains(u))
-            {
+            if obj.meta().uid.as_ref().is_some_and(|u| inner.gone.contains(u)) {
                 return;
             }
             if let Some(cur) = inner.objects.get(&key) {
@@ -203,7 +220,7 @@ impl<K: Resource + Clone + Send + Sync + 'static> Cache<K> {
         let old = {
             let mut inner = self.write();
             if let Some(uid) = obj.meta().uid.as_ref() {
-                inner.tombstones.remove(uid);
+                inner.bury(uid);
             }
             match inner.objects.get(&key) {
                 Some(cur) if cur.meta().uid == obj.meta().uid || obj.meta().uid.is_none() => {}
@@ -224,7 +241,7 @@ impl<K: Resource + Clone + Send + Sync + 'static> Cache<K> {
     pub fn forget(&self, key: &Key, uid: &str) {
         let old = {
             let mut inner = self.write();
-            inner.tombstones.insert(uid.to_owned());
+            inner.bury(uid);
             match inner.objects.get(key) {
                 Some(cur) if cur.meta().uid.as_deref() == Some(uid) => {}
                 _ => return,
@@ -249,7 +266,10 @@ impl<K: Resource + Clone + Send + Sync + 'static> Cache<K> {
             inner.by_uid.clear();
             inner.by_owner.clear();
             inner.by_index.clear();
-            inner.tombstones.clear();
+            // What the list holds exists, whatever a controller deleted before.
+            let listed: HashSet<&str> = fresh.values().filter_map(|o| o.meta().uid.as_deref()).collect();
+            inner.gone.retain(|u| !listed.contains(u.as_str()));
+            inner.gone_order.retain(|u| !listed.contains(u.as_str()));
             for (k, o) in &fresh {
                 self.link(&mut inner, k, o);
             }
@@ -610,6 +630,26 @@ mod tests {
         cache.remove(&pod("a", "u1", "8", None));
         cache.apply(pod("a", "u2", "9", None));
         assert_eq!(cache.len(), 1, "a new pod with the same name is accepted");
+    }
+
+    #[test]
+    fn a_write_that_lands_after_the_deleted_event_does_not_resurrect_the_object() {
+        let cache = Cache::<Pod>::new(Some(node_of));
+        cache.apply(pod("a", "u1", "5", Some("n1")));
+        // The watch delivers DELETED, then a controller's earlier write returns.
+        cache.remove(&pod("a", "u1", "6", Some("n1")));
+        cache.apply(pod("a", "u1", "5", Some("n1")));
+        assert!(
+            cache.indexed("n1").is_empty(),
+            "expected no pod on n1 after its DELETED event, saw {}",
+            cache.indexed("n1").len()
+        );
+        cache.apply(pod("a", "u2", "7", Some("n1")));
+        assert_eq!(
+            cache.indexed("n1").len(),
+            1,
+            "a new pod with the same name is accepted"
+        );
     }
 
     #[tokio::test]
