@@ -40,6 +40,9 @@ pub mod types {
     /// for the cluster (reason `StoreChanged`, `RevisionWentBack` or `NoWork`); `False` with
     /// reason `FollowingWork` while it follows.
     pub const HUB_STORE_CHANGED: &str = "HubStoreChanged";
+    /// WorkloadCluster: it is being deleted; its workloads move away and the hub waits for its
+    /// agent to apply the empty work set (reason `WithdrawingWork`; the message says what is left).
+    pub const REMOVING: &str = "Removing";
 }
 
 /// Condition reasons (CamelCase, as Kubernetes requires).
@@ -122,6 +125,10 @@ pub mod reasons {
     // HubStoreChanged (WorkloadCluster); the reasons of `True` are `wire::HeldReason`'s.
     /// The agent follows the hub's work set.
     pub const FOLLOWING_WORK: &str = "FollowingWork";
+
+    // Removing (WorkloadCluster)
+    /// Its workloads move away; the message says what is left and whom the hub waits for.
+    pub const WITHDRAWING_WORK: &str = "WithdrawingWork";
 
     // Ready (MultiClusterService)
     /// The Service exists in every cluster that runs the workload.

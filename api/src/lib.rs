@@ -56,13 +56,27 @@ pub use service::{
     ClusterServiceStatus, MultiClusterService, MultiClusterServiceSpec, MultiClusterServiceStatus,
     ServicePlacement, ServicePort, ServiceProtocol, ServiceType, SessionAffinity, TrafficPolicy,
 };
-pub use taints::{ClusterTaint, ClusterTaintEffect, ClusterToleration, DRAIN_TAINT_KEY, TolerationOperator};
+pub use taints::{
+    ClusterTaint, ClusterTaintEffect, ClusterToleration, DRAIN_TAINT_KEY, REMOVING_TAINT_KEY,
+    TolerationOperator,
+};
 pub use template::{DeploymentTemplate, TemplateMetadata};
 
 /// An annotation of a MultiClusterDeployment: a new value asks the hub to place it again from
 /// scratch now (make-before-break), as Karmada's WorkloadRebalancer does; `nave rebalance` sets
 /// it to the time.
 pub const REBALANCE_ANNOTATION: &str = "nave.dev/rebalance";
+
+/// The hub's finalizer on WorkloadClusters: deleting one moves its workloads away
+/// (make-before-break), waits until its agent has applied the empty work set, then forgets the
+/// cluster (credentials revoked, name refused to the fleet's bootstrap token) and lets the
+/// object go.
+pub const CLUSTER_FINALIZER: &str = "nave.dev/withdraw-work";
+
+/// An annotation of a WorkloadCluster being deleted: `"true"` lets the hub forget the cluster
+/// without waiting for its agent (a cluster that is gone for good); `nave unjoin --force` sets
+/// it. Whatever still runs there is left running, unmanaged.
+pub const REMOVE_WITHOUT_AGENT_ANNOTATION: &str = "nave.dev/remove-without-agent";
 
 /// The API group of every Nave resource.
 pub const GROUP: &str = "nave.dev";

@@ -16,6 +16,11 @@ use serde::{Deserialize, Serialize};
 /// away.
 pub const DRAIN_TAINT_KEY: &str = "nave.dev/drain";
 
+/// The taint a WorkloadCluster being deleted carries for placement (NoExecute, since its
+/// deletion): its workloads move away make-before-break before the hub forgets it. It is not
+/// written to the object; placement explanations name it.
+pub const REMOVING_TAINT_KEY: &str = "nave.dev/removing";
+
 /// What a taint does to the workloads that do not tolerate it.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, JsonSchema)]
 pub enum ClusterTaintEffect {

@@ -27,7 +27,7 @@ use nave_api::wire::{
     self, Heartbeat, HeartbeatAnswer, RegisterRequest, RegisterResponse, StatusReport, WorkQuery, WorkSet,
     WorkloadRef,
 };
-use tracing::{info, instrument, warn};
+use tracing::{debug, info, instrument, warn};
 
 use crate::api_error::{ApiError, ErrorBody, Json, Query};
 use crate::index::Index;
@@ -353,6 +353,24 @@ async fn register(
     let existing = state.store.get_cluster(name).await?;
     // Who may claim the name: a name that joined is claimed again only with its credential or
     // a join token an admin issued for it, so the fleet's token cannot take a cluster over.
+    if let Some(objects) = &state.cluster_objects
+        && objects.terminating(name).await.unwrap_or(false)
+    {
+        return Err(ApiError::Conflict(format!(
+            "cluster {name:?} is being removed (its WorkloadCluster is being deleted); \
+             it can join again once the object is gone"
+        )));
+    }
+    // A removed name stays removed for the fleet's token: only an admin brings it back.
+    if matches!(joining, Joining::Fleet)
+        && existing.is_none()
+        && let Some(at) = state.store.removed_at(name).await?
+    {
+        return Err(ApiError::Conflict(format!(
+            "cluster {name:?} was removed by an admin at {at}; it joins again only with a join \
+             token an admin issues for it (nave join {name})"
+        )));
+    }
     let accepted = match &joining {
         Joining::Fleet => match &existing {
             Some(_) => {
@@ -538,7 +556,10 @@ async fn heartbeat(
         };
         if due {
             match objects.heartbeat(&identity.cluster, &beat, now).await {
-                Ok(()) => {
+                Ok(found) => {
+                    if !found {
+                        debug!("no WorkloadCluster for this cluster; only a registration writes one");
+                    }
                     let mut last = state.last_status_write.lock().unwrap_or_else(|e| e.into_inner());
                     last.insert(identity.cluster.clone(), (Instant::now(), summary));
                 }

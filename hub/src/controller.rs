@@ -20,6 +20,7 @@
 mod context;
 pub mod heartbeats;
 pub mod mcd;
+pub mod removal;
 
 pub use self::context::Context;
 

@@ -29,6 +29,7 @@
 //!  operator ──HTTP──► rest (/api/v1, tokens) ──► fleet::Sources + store (clusters, placements)
 //!                        └─ simulate: gather ─► placement::plan (nothing written)
 //!  controller::heartbeats: cluster records ─► cluster_health (pure rules) ─► Ready, failover view
+//!  controller::removal: WorkloadCluster deleted ─► work moves away ─► store forgets ─► finalizer off
 //!  usage (--prometheus-url): PromQL per signal ─► UsageCache (TTL) ─► fleet usage, /metrics
 //! ```
 //!
@@ -38,7 +39,7 @@
 //! |---|---|
 //! | pure core | [`placement`] (with `inputs`, `reports`, `stored`, `failover`, `moves`), [`cluster_health`], [`render`], [`network`] |
 //! | state | [`store`] (SQLite, Postgres), [`index`] (in memory, written through), [`fleet`] (what plans read), [`watch`] (reflectors), [`signals`] |
-//! | edges | [`controller`] (MultiClusterDeployments, heartbeats), [`agent_api`], [`rest`], [`api_error`], [`tokens`], [`metrics`], [`readiness`], [`usage`], [`workload_clusters`] |
+//! | edges | [`controller`] (MultiClusterDeployments, heartbeats, cluster removal), [`agent_api`], [`rest`], [`api_error`], [`tokens`], [`metrics`], [`readiness`], [`usage`], [`workload_clusters`] |
 //! | start-up | [`cli`], [`settings`], `run` |
 //!
 //! The controller and the REST API gather the plan's inputs with the same code ([`fleet`]) and
@@ -492,8 +493,17 @@ async fn run_term(leading: &mut Leading, term: u64, term_over: &CancellationToke
         rules: rules.clone(),
         failback_settle: timings.failback_settle,
     };
+    let remover = controller::removal::Remover {
+        watched: watched.clone(),
+        store: store.clone(),
+        index: index.clone(),
+        objects: ClusterObjects::new(client.clone()),
+        recorder: ctx.recorder.clone(),
+        trigger: trigger.clone(),
+    };
     tokio::join!(
         controller::flush_work(ctx.clone(), term_over.clone()),
+        controller::removal::run(remover, term_over.clone()),
         controller::run(ctx, triggered, term_over.clone()),
         controller::heartbeats::run(monitor, term_over.clone()),
         async {

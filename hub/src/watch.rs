@@ -179,19 +179,27 @@ struct ClusterEdits {
     seen: HashMap<String, Seen>,
 }
 
-/// What placement reads of a WorkloadCluster: its spec (by generation) and its labels.
-type Seen = (Option<i64>, Option<BTreeMap<String, String>>);
+/// What placement reads of a WorkloadCluster: its spec (by generation), its labels, and whether
+/// it is being deleted.
+type Seen = (Option<i64>, Option<BTreeMap<String, String>>, bool);
+
+fn seen(wcl: &WorkloadCluster) -> Seen {
+    (
+        wcl.metadata.generation,
+        wcl.metadata.labels.clone(),
+        wcl.metadata.deletion_timestamp.is_some(),
+    )
+}
 
 impl ClusterEdits {
     fn changed(&mut self, event: &Event<WorkloadCluster>) -> bool {
         match event {
             Event::InitApply(wcl) => {
-                let key = (wcl.metadata.generation, wcl.metadata.labels.clone());
-                self.seen.insert(wcl.name_any(), key);
+                self.seen.insert(wcl.name_any(), seen(wcl));
                 false
             }
             Event::Apply(wcl) => {
-                let key = (wcl.metadata.generation, wcl.metadata.labels.clone());
+                let key = seen(wcl);
                 self.seen.insert(wcl.name_any(), key.clone()) != Some(key)
             }
             Event::Delete(wcl) => self.seen.remove(&wcl.name_any()).is_some(),
@@ -202,6 +210,7 @@ impl ClusterEdits {
 
 #[cfg(test)]
 mod tests {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
     use nave_api::WorkloadClusterSpec;
 
     use super::*;
@@ -255,6 +264,12 @@ mod tests {
         );
         assert!(edits.changed(&Event::Apply(wcl("eu-1", 2, "a"))), "a spec edit");
         assert!(edits.changed(&Event::Apply(wcl("eu-1", 2, "b"))), "a label edit");
+        let mut deleting = wcl("eu-1", 2, "b");
+        deleting.metadata.deletion_timestamp = Some(Time(jiff::Timestamp::now()));
+        assert!(
+            edits.changed(&Event::Apply(deleting)),
+            "a deletion (the generation may stay)"
+        );
         assert!(edits.changed(&Event::Apply(wcl("us-1", 1, "a"))), "a new cluster");
         assert!(
             edits.changed(&Event::Delete(wcl("us-1", 1, "a"))),

@@ -1,5 +1,6 @@
-//! Writes of WorkloadCluster objects on behalf of agents: created on registration, status from
-//! heartbeats.
+//! Writes of WorkloadCluster objects on behalf of agents: created on registration (with the
+//! hub's finalizer), status from heartbeats. A heartbeat never creates one: a deleted
+//! WorkloadCluster stays deleted (see [`crate::controller::removal`]).
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::api::{Api, Patch, PatchParams, PostParams};
@@ -31,25 +32,23 @@ impl ClusterObjects {
         }
     }
 
-    async fn ensure(
-        &self,
-        name: &str,
-        request: Option<&RegisterRequest>,
-    ) -> Result<WorkloadCluster, kube::Error> {
+    /// The WorkloadCluster of a registration: the existing one, or a new one with the
+    /// registration's labels and location and the hub's finalizer.
+    async fn ensure(&self, request: &RegisterRequest) -> Result<WorkloadCluster, kube::Error> {
+        let name = request.cluster_name.as_str();
         if let Some(existing) = self.api.get_opt(name).await? {
             return Ok(existing);
         }
         let mut object = WorkloadCluster::new(name, WorkloadClusterSpec::default());
-        if let Some(request) = request {
-            object.metadata = ObjectMeta {
-                name: Some(name.to_owned()),
-                labels: (!request.labels.is_empty()).then(|| request.labels.clone()),
-                ..ObjectMeta::default()
-            };
-            object.spec.region = request.region.clone();
-            object.spec.zone = request.zone.clone();
-            object.spec.coordinates = request.coordinates;
-        }
+        object.metadata = ObjectMeta {
+            name: Some(name.to_owned()),
+            labels: (!request.labels.is_empty()).then(|| request.labels.clone()),
+            finalizers: Some(vec![nave_api::CLUSTER_FINALIZER.to_owned()]),
+            ..ObjectMeta::default()
+        };
+        object.spec.region = request.region.clone();
+        object.spec.zone = request.zone.clone();
+        object.spec.coordinates = request.coordinates;
         match self.api.create(&PostParams::default(), &object).await {
             Ok(created) => Ok(created),
             // Created meanwhile (an admin, or a concurrent request): use that one.
@@ -97,9 +96,61 @@ impl ClusterObjects {
         self.patch_status(name, json!({"conditions": conds})).await
     }
 
+    /// Whether the WorkloadCluster `name` exists and is being deleted.
+    pub async fn terminating(&self, name: &str) -> Result<bool, kube::Error> {
+        Ok(self
+            .api
+            .get_opt(name)
+            .await?
+            .is_some_and(|o| o.metadata.deletion_timestamp.is_some()))
+    }
+
+    /// Sets the object's finalizers to `finalizers`, if it still is at the resourceVersion it was
+    /// read at (a conflict is retried by the caller with what it reads next).
+    pub async fn set_finalizers(
+        &self,
+        object: &WorkloadCluster,
+        finalizers: Vec<String>,
+    ) -> Result<(), kube::Error> {
+        let patch = json!({"metadata": {
+            "finalizers": finalizers,
+            "resourceVersion": object.metadata.resource_version,
+        }});
+        self.api
+            .patch(
+                &object.metadata.name.clone().unwrap_or_default(),
+                &PatchParams::default(),
+                &Patch::Merge(&patch),
+            )
+            .await?;
+        Ok(())
+    }
+
+    /// Sets the `Removing` condition of an object being deleted; writes only when it differs.
+    pub async fn set_removing(&self, object: &WorkloadCluster, message: &str) -> Result<(), kube::Error> {
+        let mut conds = object.status.clone().map(|s| s.conditions).unwrap_or_default();
+        if conditions::find(&conds, types::REMOVING).is_some_and(|c| c.message == message) {
+            return Ok(());
+        }
+        conditions::upsert(
+            &mut conds,
+            condition(
+                types::REMOVING,
+                conditions::TRUE,
+                reasons::WITHDRAWING_WORK,
+                message,
+            ),
+        );
+        self.patch_status(
+            &object.metadata.name.clone().unwrap_or_default(),
+            json!({"conditions": conds}),
+        )
+        .await
+    }
+
     /// Creates the WorkloadCluster when missing and sets `Joined=True` and `Accepted`.
     pub async fn joined(&self, request: &RegisterRequest, accepted: bool) -> Result<(), kube::Error> {
-        let object = self.ensure(&request.cluster_name, Some(request)).await?;
+        let object = self.ensure(request).await?;
         let mut conds = object.status.map(|s| s.conditions).unwrap_or_default();
         conditions::upsert(&mut conds, acceptance(accepted));
         conditions::upsert(
@@ -118,14 +169,18 @@ impl ClusterObjects {
         self.patch_status(&request.cluster_name, status).await
     }
 
-    /// Writes the heartbeat's capacity summary, time and versions, and `Ready=True`.
+    /// Writes the heartbeat's capacity summary, time and versions, and `Ready=True`, to an
+    /// existing WorkloadCluster; answers whether there was one. A missing object is left
+    /// missing: it was deleted, and only a registration writes it again.
     pub async fn heartbeat(
         &self,
         name: &str,
         beat: &Heartbeat,
         at: jiff::Timestamp,
-    ) -> Result<(), kube::Error> {
-        let object = self.ensure(name, None).await?;
+    ) -> Result<bool, kube::Error> {
+        let Some(object) = self.api.get_opt(name).await? else {
+            return Ok(false);
+        };
         let mut conds = object.status.map(|s| s.conditions).unwrap_or_default();
         conditions::upsert(
             &mut conds,
@@ -158,7 +213,8 @@ impl ClusterObjects {
         if let Some(v) = &beat.kubernetes_version {
             status["kubernetesVersion"] = json!(v);
         }
-        self.patch_status(name, status).await
+        self.patch_status(name, status).await?;
+        Ok(true)
     }
 }
 

@@ -755,8 +755,23 @@ mod cases {
             !store.delete_cluster("eu-1").await.expect("again"),
             "gone already"
         );
-        // The name can join again from scratch.
+        let removed = store.removed_at("eu-1").await.expect("removed_at");
+        assert!(
+            removed.is_some_and(|at| at.as_second().abs_diff(Timestamp::now().as_second()) < 60),
+            "expected the removal remembered with its time, saw {removed:?}"
+        );
+        assert_eq!(
+            store.removed_at("eu-2").await.expect("removed_at"),
+            None,
+            "a name never removed"
+        );
+        // The name can join again from scratch, and is no longer a removed name.
         register(&*store, &["eu-1"]).await;
+        assert_eq!(
+            store.removed_at("eu-1").await.expect("removed_at"),
+            None,
+            "registered again"
+        );
     }
 
     pub async fn identity_is_created_with_the_store_and_kept(db: TestDb) {

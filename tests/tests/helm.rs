@@ -1401,7 +1401,7 @@ const HUB_UNEXERCISED: &[(&str, &str, &str, &str)] = &[
         "create",
         "nave.dev",
         "workloadclusters",
-        "hub/src/agent_api/cluster_object.rs (ClusterObjects::ensure): an agent registering under a name \
+        "hub/src/workload_clusters.rs (ClusterObjects::ensure): an agent registering under a name \
          no WorkloadCluster has yet; the test fleet is declared before the agents start",
     ),
     (

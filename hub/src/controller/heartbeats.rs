@@ -20,7 +20,8 @@ use crate::index::Index;
 use crate::signals::ReconcileTrigger;
 use crate::workload_clusters::ClusterObjects;
 
-fn reference(name: &str) -> ObjectReference {
+/// The reference of the WorkloadCluster `name`, for its Events.
+pub(crate) fn reference(name: &str) -> ObjectReference {
     ObjectReference {
         api_version: Some(nave_api::API_VERSION.to_owned()),
         kind: Some("WorkloadCluster".to_owned()),

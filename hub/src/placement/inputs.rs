@@ -98,6 +98,27 @@ pub fn cluster_taints(
     let Some(object) = object else {
         return Vec::new();
     };
+    let age = |added: jiff::Timestamp| {
+        // A time in the future (a clock ahead) counts as just added.
+        if added > now {
+            Duration::ZERO
+        } else {
+            now.duration_since(added).unsigned_abs()
+        }
+    };
+    // Being deleted: everything moves away, as from a drain, since the deletion.
+    let removing = object
+        .metadata
+        .deletion_timestamp
+        .as_ref()
+        .map(|at| ClusterTaint {
+            taint: Taint::new(
+                nave_api::REMOVING_TAINT_KEY.to_owned(),
+                String::new(),
+                TaintEffect::NoExecute,
+            ),
+            age: age(at.0),
+        });
     object
         .spec
         .taints
@@ -116,14 +137,10 @@ pub fn cluster_taints(
                     t.value.clone().unwrap_or_default(),
                     taint_effect(t.effect),
                 ),
-                // A time in the future (a clock ahead) counts as just added.
-                age: if added > now {
-                    Duration::ZERO
-                } else {
-                    now.duration_since(added).unsigned_abs()
-                },
+                age: age(added),
             }
         })
+        .chain(removing)
         .collect()
 }
 

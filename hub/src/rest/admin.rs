@@ -486,22 +486,12 @@ pub(super) async fn remove_cluster(
              {{\"accepted\": false}}, then remove it once its agent has applied the empty work set"
         )));
     }
-    let work = state.store.get_work(&name).await?;
-    let status = state.store.get_work_status(&name).await?;
-    let objects = work.as_ref().map_or(0, |w| w.objects.len());
-    // Runs nothing: never had a set, or its set is empty and either was empty from the start
-    // (revision 1) or its agent has applied it.
-    let applied_empty = match &work {
-        None => true,
-        Some(w) => {
-            w.objects.is_empty()
-                && (w.revision == 1 || status.as_ref().is_some_and(|s| s.applied_revision >= w.revision))
-        }
-    };
-    if !applied_empty {
+    let left = crate::controller::removal::Withdrawal::read(state.store.as_ref(), &name).await?;
+    if !left.done() {
         return Err(ApiError::Conflict(format!(
-            "cluster {name:?} still runs work ({objects} object(s) in its set, or its agent has not \
-             applied the empty set yet); retry once it has"
+            "cluster {name:?} still runs work ({} object(s) in its set, or its agent has not \
+             applied the empty set yet); retry once it has",
+            left.objects
         )));
     }
     state.store.delete_cluster(&name).await?;

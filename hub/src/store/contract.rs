@@ -107,9 +107,13 @@ pub trait Store: Send + Sync + fmt::Debug {
     fn confirm_prune<'a>(&'a self, cluster: &'a str, revision: u64)
     -> StoreFuture<'a, Option<ClusterRecord>>;
 
-    /// Forgets a cluster: its row, credentials, heartbeats, work set and status. `false` if
-    /// unknown.
+    /// Forgets a cluster: its row, credentials, heartbeats, work set and status, and remembers
+    /// that it was removed ([`Store::removed_at`]). `false` if unknown.
     fn delete_cluster<'a>(&'a self, cluster: &'a str) -> StoreFuture<'a, bool>;
+
+    /// When an admin removed `cluster`, if it was removed and has not been registered again
+    /// since ([`Store::upsert_cluster`] forgets the removal).
+    fn removed_at<'a>(&'a self, cluster: &'a str) -> StoreFuture<'a, Option<Timestamp>>;
 
     /// Issues a join token for `cluster`, usable once until `expires_at`.
     fn create_join_token<'a>(
@@ -246,6 +250,7 @@ pub enum StoreOp {
     SetAccepted,
     ConfirmPrune,
     DeleteCluster,
+    RemovedAt,
     CreateJoinToken,
     FindJoinToken,
     RedeemJoinToken,
@@ -287,6 +292,7 @@ impl StoreOp {
             StoreOp::SetAccepted => "set_accepted",
             StoreOp::ConfirmPrune => "confirm_prune",
             StoreOp::DeleteCluster => "delete_cluster",
+            StoreOp::RemovedAt => "removed_at",
             StoreOp::CreateJoinToken => "create_join_token",
             StoreOp::FindJoinToken => "find_join_token",
             StoreOp::RedeemJoinToken => "redeem_join_token",

@@ -652,6 +652,12 @@ where
             .fetch_one(&mut *tx)
             .await
             .map_err(query_error(OP))?;
+            // Registered again: no longer a removed name.
+            sqlx::query("DELETE FROM removed_clusters WHERE name = $1")
+                .bind(cluster.name.as_str())
+                .execute(&mut *tx)
+                .await
+                .map_err(query_error(OP))?;
             announce!(self, &mut *tx, OP, StoreChange::Cluster(cluster.name.clone()));
             tx.commit().await.map_err(query_error(OP))?;
             row.into_record(OP)
@@ -841,9 +847,34 @@ where
                 .execute(&mut *tx)
                 .await
                 .map_err(query_error(OP))?;
+            let removed = DB::rows_affected(&done) == 1;
+            if removed {
+                sqlx::query(
+                    "INSERT INTO removed_clusters (name, removed_at_ms) VALUES ($1, $2) \
+                     ON CONFLICT (name) DO UPDATE SET removed_at_ms = excluded.removed_at_ms",
+                )
+                .bind(cluster)
+                .bind(millis(Timestamp::now()))
+                .execute(&mut *tx)
+                .await
+                .map_err(query_error(OP))?;
+            }
             announce!(self, &mut *tx, OP, StoreChange::Cluster(cluster.to_owned()));
             tx.commit().await.map_err(query_error(OP))?;
-            Ok(DB::rows_affected(&done) == 1)
+            Ok(removed)
+        })
+    }
+
+    fn removed_at<'a>(&'a self, cluster: &'a str) -> StoreFuture<'a, Option<Timestamp>> {
+        Box::pin(async move {
+            const OP: StoreOp = StoreOp::RemovedAt;
+            let ms: Option<i64> =
+                sqlx::query_scalar("SELECT removed_at_ms FROM removed_clusters WHERE name = $1")
+                    .bind(cluster)
+                    .fetch_optional(&self.pool)
+                    .await
+                    .map_err(query_error(OP))?;
+            opt_timestamp(OP, "removed_at", ms)
         })
     }
 
