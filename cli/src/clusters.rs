@@ -36,6 +36,8 @@ pub struct ClusterSummary {
     cordoned: bool,
     /// Drained: the `nave.dev/drain` taint moves away what does not tolerate it.
     draining: bool,
+    /// Being deleted (`nave unjoin`): its work moves away, then the hub forgets it.
+    removing: bool,
     /// Its taints, as `key=value:Effect`.
     taints: Vec<String>,
     burst_only: bool,
@@ -69,6 +71,7 @@ impl ClusterSummary {
                 .to_owned(),
             cordoned: cluster.spec.unschedulable,
             draining: cluster.spec.taints.iter().any(is_drain),
+            removing: cluster.metadata.deletion_timestamp.is_some(),
             taints: cluster
                 .spec
                 .taints
@@ -138,7 +141,9 @@ fn row(c: &ClusterSummary) -> Vec<String> {
         (Some(a), None) => format!("? of {a}"),
         _ => "-".to_owned(),
     };
-    let mut scheduling = if c.draining {
+    let mut scheduling = if c.removing {
+        "Removing"
+    } else if c.draining {
         "Draining"
     } else if c.cordoned {
         "Cordoned"

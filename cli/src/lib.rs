@@ -3,7 +3,7 @@
 //!
 //! ```text
 //!   nave ──► management cluster (kubeconfig: --kubeconfig, $KUBECONFIG, ~/.kube/config; --context)
-//!   │          WorkloadClusters: clusters, cordon, uncordon
+//!   │          WorkloadClusters: clusters, cordon, uncordon, drain, unjoin
 //!   └──────► hub's REST API (--hub-url, --token-file, --ca-file or NAVE_HUB_URL, ...)
 //!              join tokens, placements and their explanations, what-if simulation
 //!   (rebalance: an annotation on the MultiClusterDeployment, which the hub acts on)
@@ -20,6 +20,7 @@ mod hub;
 mod join;
 mod output;
 mod placements;
+mod unjoin;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -89,6 +90,20 @@ pub enum Command {
         /// The cluster.
         cluster: String,
         /// Wait until no workload runs replicas there, at most this long (e.g. `10m`).
+        #[arg(long, value_parser = nave_runtime::positive_duration)]
+        wait: Option<Duration>,
+    },
+    /// Take a cluster out of the fleet: delete its WorkloadCluster. The hub moves its workloads
+    /// away (make-before-break), waits until its agent has applied the empty work set, revokes
+    /// its credentials and forgets it; only a join token brings it back.
+    Unjoin {
+        /// The cluster.
+        cluster: String,
+        /// Do not wait for the agent to confirm (a cluster gone for good): the hub forgets the
+        /// cluster at once, and whatever still runs there is left running, unmanaged.
+        #[arg(long)]
+        force: bool,
+        /// Wait until the cluster is removed, at most this long (e.g. `10m`).
         #[arg(long, value_parser = nave_runtime::positive_duration)]
         wait: Option<Duration>,
     },
@@ -177,6 +192,7 @@ pub async fn run(cli: &Cli) -> Result<String, CliError> {
         Command::Cordon { cluster } => clusters::cordon(global, cluster, true).await,
         Command::Uncordon { cluster } => clusters::cordon(global, cluster, false).await,
         Command::Drain { cluster, wait } => clusters::drain(global, cluster, *wait).await,
+        Command::Unjoin { cluster, force, wait } => unjoin::unjoin(global, cluster, *force, *wait).await,
         Command::Join { cluster, ttl, region } => join::join(global, cluster, *ttl, region.as_deref()).await,
         Command::Explain { name, namespace } => placements::explain(global, name, namespace.as_deref()).await,
         Command::Rebalance { name, namespace } => {

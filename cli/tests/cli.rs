@@ -121,6 +121,81 @@ async fn simulated(env: &Env, token: &Path, file: &Path) -> Vec<(String, u64, Op
         .collect()
 }
 
+/// The fewest available replicas of one MCD in every status written while it watches.
+struct LowestAvailable {
+    stop: tokio_util::sync::CancellationToken,
+    task: tokio::task::JoinHandle<i32>,
+}
+
+impl LowestAvailable {
+    /// Starts watching `name`; answers once the watch has listed.
+    async fn watch(mcds: &Api<MultiClusterDeployment>, name: &str) -> LowestAvailable {
+        use futures::StreamExt as _;
+        use kube::runtime::watcher::Event;
+        let stop = tokio_util::sync::CancellationToken::new();
+        let (started_tx, started) = tokio::sync::oneshot::channel();
+        let task = tokio::spawn({
+            let (mcds, stop, name) = (mcds.clone(), stop.clone(), name.to_owned());
+            async move {
+                let mut events = kube::runtime::watcher(mcds, Default::default()).boxed();
+                let (mut lowest, mut started_tx) = (i32::MAX, Some(started_tx));
+                loop {
+                    let event = tokio::select! {
+                        () = stop.cancelled() => return lowest,
+                        event = events.next() => event,
+                    };
+                    match event {
+                        Some(Ok(Event::InitDone)) => {
+                            if let Some(tx) = started_tx.take() {
+                                let _ = tx.send(());
+                            }
+                        }
+                        Some(Ok(Event::Apply(mcd) | Event::InitApply(mcd)))
+                            if mcd.metadata.name.as_deref() == Some(name.as_str()) =>
+                        {
+                            lowest = lowest.min(mcd.status.map_or(0, |s| s.available_replicas));
+                        }
+                        Some(_) => {}
+                        None => return lowest,
+                    }
+                }
+            }
+        });
+        started.await.expect("the watch lists the MCDs");
+        LowestAvailable { stop, task }
+    }
+
+    /// Stops watching; the fewest available replicas seen.
+    async fn stop(self) -> i32 {
+        self.stop.cancel();
+        self.task.await.expect("the watch ends")
+    }
+}
+
+/// Runs `args` (a command that moves shop's 4 replicas off `target`) while watching shop's
+/// status, and checks that 4 replicas stayed available throughout and none is left in `target`.
+async fn moves_shop_off(env: &Env, token: &Path, target: &str, args: &[&str], says: &str) {
+    let mcds: Api<MultiClusterDeployment> = Api::namespaced(env.client.clone(), NS);
+    // Every status of the MCD written while the command runs, as a watch delivers them.
+    let lowest_seen = LowestAvailable::watch(&mcds, "shop").await;
+    let out = expect(env, token, args, 0).await;
+    let lowest = lowest_seen.stop().await;
+    assert!(out.contains(says), "expected {says:?} in: {out}");
+    assert!(
+        lowest >= 4,
+        "make-before-break: 4 replicas available throughout, saw {lowest}"
+    );
+    let running = env.replicas_by_cluster(NS, "shop").await;
+    assert_eq!(
+        (
+            running.get(target).copied().unwrap_or(0),
+            running.values().sum::<i32>()
+        ),
+        (0, 4),
+        "all 4 replicas elsewhere, none left in {target}: {running:?}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_operator_lists_cordons_joins_explains_and_simulates_with_nave() {
     let env = Env::start(fleet(3), Database::Sqlite).await.expect("environment");
@@ -395,59 +470,16 @@ async fn nave_drain_moves_every_replica_off_a_cluster_without_lowering_what_is_a
     let env = Env::start(fleet(3), Database::Sqlite).await.expect("environment");
     let dir = tempfile::tempdir().expect("a directory");
     let token = write(dir.path(), "admin.token", &env.admin_token);
-    let mcds: Api<MultiClusterDeployment> = Api::namespaced(env.client.clone(), NS);
     let target = busiest(&env, Mcd::new("shop").namespace(NS).replicas(4), 4).await;
 
-    // Every status of the MCD written while the drain runs, as a watch delivers them.
-    let watching = tokio_util::sync::CancellationToken::new();
-    let (started_tx, started) = tokio::sync::oneshot::channel();
-    let lowest_seen = tokio::spawn({
-        let mcds = mcds.clone();
-        let stop = watching.clone();
-        async move {
-            use futures::StreamExt as _;
-            let mut events = kube::runtime::watcher(mcds, Default::default()).boxed();
-            let (mut lowest, mut started_tx) = (i32::MAX, Some(started_tx));
-            loop {
-                let event = tokio::select! {
-                    () = stop.cancelled() => return lowest,
-                    event = events.next() => event,
-                };
-                match event {
-                    Some(Ok(kube::runtime::watcher::Event::InitDone)) => {
-                        if let Some(tx) = started_tx.take() {
-                            let _ = tx.send(());
-                        }
-                    }
-                    Some(Ok(
-                        kube::runtime::watcher::Event::Apply(mcd)
-                        | kube::runtime::watcher::Event::InitApply(mcd),
-                    )) if mcd.metadata.name.as_deref() == Some("shop") => {
-                        lowest = lowest.min(mcd.status.map_or(0, |s| s.available_replicas));
-                    }
-                    Some(_) => {}
-                    None => return lowest,
-                }
-            }
-        }
-    });
-    started.await.expect("the watch lists the MCDs");
-    let out = expect(&env, &token, &["drain", &target, "--wait", "60s"], 0).await;
-    watching.cancel();
-    let lowest = lowest_seen.await.expect("the watch ends");
-    assert!(out.contains("drained"), "{out}");
-    assert!(
-        lowest >= 4,
-        "make-before-break: 4 replicas available throughout, saw {lowest}"
-    );
-
-    let running = env.replicas_by_cluster(NS, "shop").await;
-    assert_eq!(
-        running.get(&target).copied().unwrap_or(0),
-        0,
-        "none left in {target}: {running:?}"
-    );
-    assert_eq!(running.values().sum::<i32>(), 4, "all 4 elsewhere: {running:?}");
+    moves_shop_off(
+        &env,
+        &token,
+        &target,
+        &["drain", &target, "--wait", "60s"],
+        "drained",
+    )
+    .await;
     let text = expect(&env, &token, &["explain", "shop", "-n", NS], 0).await;
     assert!(
         text.contains(&format!(
@@ -573,5 +605,53 @@ async fn nave_rebalance_places_a_workload_again_from_scratch() {
         "nothing-here",
     )
     .await;
+    env.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nave_unjoin_moves_the_work_away_then_the_hub_forgets_the_cluster_for_good() {
+    let env = Env::start(fleet(3), Database::Sqlite).await.expect("environment");
+    let dir = tempfile::tempdir().expect("a directory");
+    let token = write(dir.path(), "admin.token", &env.admin_token);
+    let target = busiest(&env, Mcd::new("shop").namespace(NS).replicas(4), 4).await;
+    // The playground wrote the WorkloadClusters before the agents joined; the hub puts its
+    // finalizer on them.
+    let clusters = Api::<WorkloadCluster>::all(env.client.clone());
+    nave_testkit::wait_for(
+        &format!("the hub's finalizer on {target}"),
+        nave_e2e::DEADLINE,
+        || async {
+            let object = clusters.get(&target).await.map_err(|e| e.to_string())?;
+            let finalizers = object.metadata.finalizers.unwrap_or_default();
+            if finalizers.iter().any(|f| f == nave_api::CLUSTER_FINALIZER) {
+                Ok(())
+            } else {
+                Err(format!("finalizers {finalizers:?}"))
+            }
+        },
+    )
+    .await;
+
+    moves_shop_off(
+        &env,
+        &token,
+        &target,
+        &["unjoin", &target, "--wait", "90s"],
+        "removed",
+    )
+    .await;
+    let object = clusters
+        .get_opt(&target)
+        .await
+        .expect("reading the WorkloadCluster");
+    assert!(object.is_none(), "the object is gone: {object:?}");
+    let listed = expect_json(&env, &token, &["clusters"]).await;
+    assert!(
+        !listed.to_string().contains(&format!("\"{target}\"")),
+        "clusters no longer lists {target}: {listed}"
+    );
+    let gone = env.rest(&format!("/clusters/{target}")).await;
+    assert!(gone.is_err(), "the hub forgot {target}: {gone:?}");
+    expect_failure(&env, &token, &["unjoin", &target], 3, "not found").await;
     env.shutdown().await;
 }
