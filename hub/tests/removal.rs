@@ -2,8 +2,9 @@
 //! socket: its workloads move away make-before-break, the object stays (Removing=True, saying
 //! what is left) until the agent has applied the empty work set, then the cluster is forgotten
 //! and stays so: its credential is revoked, heartbeats do not write the object again, and the
-//! fleet's bootstrap token cannot register the name; a join token can. A cluster gone for good
-//! is removed at once with `nave.dev/remove-without-agent`.
+//! fleet's bootstrap token cannot register the name; a join token can. A workload with no room
+//! elsewhere stays; a cluster gone for good is removed at once with
+//! `nave.dev/remove-without-agent`.
 
 mod support;
 
@@ -217,6 +218,25 @@ async fn a_deleted_workload_cluster_moves_its_work_away_is_forgotten_and_stays_d
     .await
     .expect("MCD created");
     wait_replicas(&eu3, "db", Some(1)).await;
+    // Deleted while db may run nowhere else: db stays, and the removal says it waits for it.
+    objects
+        .delete("eu-3", &DeleteParams::default())
+        .await
+        .expect("eu-3 deleted");
+    wait_for("eu-3's Removing condition to name db", DEADLINE, || async {
+        let message = removing(&objects, "eu-3").await?;
+        if message.contains("default/db") {
+            Ok(())
+        } else {
+            Err(message)
+        }
+    })
+    .await;
+    assert_eq!(
+        eu3.replicas("db").await,
+        Some(1),
+        "db has no room elsewhere: it stays in eu-3"
+    );
     objects
         .patch(
             "eu-3",
@@ -225,10 +245,6 @@ async fn a_deleted_workload_cluster_moves_its_work_away_is_forgotten_and_stays_d
         )
         .await
         .expect("annotated");
-    objects
-        .delete("eu-3", &DeleteParams::default())
-        .await
-        .expect("eu-3 deleted");
     wait_gone(&objects, "eu-3").await;
     assert_eq!(eu3.work_status().await, 401, "eu-3's credential is revoked");
 

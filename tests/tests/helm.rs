@@ -1679,6 +1679,36 @@ async fn the_charts_grant_exactly_what_the_hub_and_the_agents_use() {
     .expect("the environment starts");
     assert_eq!(nave_e2e::HUB_NAMESPACE, NS);
     place_and_delete_a_workload(&env).await;
+    // The fleet was declared before the agents joined: the hub puts its finalizer on each.
+    let clusters: kube::Api<nave_api::WorkloadCluster> = kube::Api::all(env.client.clone());
+    nave_testkit::wait_for(
+        "the hub's finalizer on every WorkloadCluster",
+        nave_e2e::DEADLINE,
+        || async {
+            let list = clusters
+                .list(&Default::default())
+                .await
+                .map_err(|e| e.to_string())?;
+            let without: Vec<String> = list
+                .items
+                .iter()
+                .filter(|o| {
+                    !o.metadata
+                        .finalizers
+                        .iter()
+                        .flatten()
+                        .any(|f| f == nave_api::CLUSTER_FINALIZER)
+                })
+                .filter_map(|o| o.metadata.name.clone())
+                .collect();
+            if without.is_empty() {
+                Ok(())
+            } else {
+                Err(format!("without it: {without:?}"))
+            }
+        },
+    )
+    .await;
     let hub_used = requests_of(&env.management, nave_hub::USER_AGENT);
     let mut agent_used = BTreeSet::new();
     for cluster in &env.fleet.clusters {
