@@ -89,6 +89,9 @@ pub mod reasons {
     /// Degraded: a cluster's Deployment says it cannot progress (`Progressing=False`, such as
     /// `ProgressDeadlineExceeded`) or cannot create pods (`ReplicaFailure=True`, such as a quota).
     pub const DEPLOYMENT_FAILING: &str = "DeploymentFailing";
+    /// A rollout in waves halted: a cluster of a started wave failed with the new template, or
+    /// the wave missed `spec.rollout.progressDeadline` (`status.rollout.message` says which).
+    pub const ROLLOUT_HALTED: &str = "RolloutHalted";
     /// A per-cluster override could not be applied to the Deployment.
     pub const OVERRIDE_FAILED: &str = "OverrideFailed";
     /// A ConfigMap or Secret the pod template references does not exist in the management

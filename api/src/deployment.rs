@@ -121,6 +121,12 @@ pub struct MultiClusterDeploymentSpec {
     /// that runs replicas. Enabled by default.
     #[serde(default)]
     pub dependencies: Dependencies,
+
+    /// How a change of `template` reaches the clusters: in waves (a canary cluster first, then
+    /// a region, then the rest), each waiting until the one before has rolled out, and halting
+    /// when one fails. Default: every cluster at once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout: Option<crate::RolloutStrategy>,
 }
 
 /// JSON patches for the Deployment in some clusters.
@@ -342,6 +348,10 @@ pub struct MultiClusterDeploymentStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,
+
+    /// How far the current template has got through `spec.rollout.waves` (absent without waves).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout: Option<crate::RolloutStatus>,
 }
 
 /// The replicas of a MultiClusterDeployment in one cluster.

@@ -34,6 +34,7 @@ pub mod conditions;
 pub mod deployment;
 mod error;
 pub mod placement;
+pub mod rollout;
 pub mod service;
 pub mod taints;
 pub mod template;
@@ -52,6 +53,7 @@ pub use error::Error;
 pub use placement::{
     Bursting, Coordinates, Failback, Placement, PlacementPolicy, Proximity, ProximityOrigin, Rescheduling,
 };
+pub use rollout::{RolloutPhase, RolloutStatus, RolloutStrategy, RolloutWave, Waves};
 pub use service::{
     ClusterServiceStatus, MultiClusterService, MultiClusterServiceSpec, MultiClusterServiceStatus,
     ServicePlacement, ServicePort, ServiceProtocol, ServiceType, SessionAffinity, TrafficPolicy,
@@ -66,6 +68,15 @@ pub use template::{DeploymentTemplate, TemplateMetadata};
 /// scratch now (make-before-break), as Karmada's WorkloadRebalancer does; `nave rebalance` sets
 /// it to the time.
 pub const REBALANCE_ANNOTATION: &str = "nave.dev/rebalance";
+
+/// An annotation the hub puts on each cluster's Deployment: a digest of the
+/// MultiClusterDeployment's `spec.template` it was rendered from, which the agent reports back,
+/// so a rollout knows which clusters run which template.
+pub const TEMPLATE_HASH_ANNOTATION: &str = "nave.dev/template-hash";
+
+/// An annotation the hub keeps on a MultiClusterDeployment with rollout waves: its last
+/// `spec.template` (JSON) that every cluster ran, which `nave rollout undo` puts back.
+pub const STABLE_TEMPLATE_ANNOTATION: &str = "nave.dev/stable-template";
 
 /// The hub's finalizer on WorkloadClusters: deleting one moves its workloads away
 /// (make-before-break), waits until its agent has applied the empty work set, then forgets the

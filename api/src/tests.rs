@@ -81,6 +81,7 @@ impl McdBuilder {
                 placement: self.placement,
                 overrides: Vec::new(),
                 dependencies: Dependencies::default(),
+                rollout: None,
             },
         );
         mcd.metadata.namespace = Some("default".to_owned());

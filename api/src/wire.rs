@@ -828,6 +828,17 @@ pub struct ObjectStatus {
     /// The object's conditions, without timestamps.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<ConditionSummary>,
+    /// Deployments: `status.replicas`, the pods of its old and new ReplicaSets (more than
+    /// `replicas` while a rollout replaces pods).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub all_replicas: Option<i32>,
+    /// Deployments: its `nave.dev/template-hash` annotation as applied (which template it runs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub template_hash: Option<String>,
+    /// Deployments: whether its controller has seen its latest spec (`status.observedGeneration`
+    /// at least `metadata.generation`), so the replica counts are of that spec.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_current: Option<bool>,
     /// Why the object could not be applied, if it could not.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,

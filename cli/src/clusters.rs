@@ -288,10 +288,7 @@ pub async fn drain(global: &Global, cluster: &str, wait: Option<Duration>) -> Re
             .boxed();
         let (mut listed, mut shown) = (false, None);
         loop {
-            let next = match deadline {
-                Some(at) => tokio::time::timeout_at(at, events.next()).await.ok(),
-                None => Some(events.next().await),
-            };
+            let next = crate::next_until(&mut events, deadline).await;
             let event = match next {
                 None => {
                     return Err(CliError::failed(format!(

@@ -6,7 +6,8 @@
 //!   │          WorkloadClusters: clusters, cordon, uncordon, drain, unjoin
 //!   └──────► hub's REST API (--hub-url, --token-file, --ca-file or NAVE_HUB_URL, ...)
 //!              join tokens, placements and their explanations, what-if simulation
-//!   (rebalance: an annotation on the MultiClusterDeployment, which the hub acts on)
+//!   (rebalance: an annotation on the MultiClusterDeployment, which the hub acts on;
+//!    rollout: its spec.rollout and status.rollout)
 //! ```
 //!
 //! Every command prints a table or text for people and `-o json` / `-o yaml` for scripts, and
@@ -20,6 +21,7 @@ mod hub;
 mod join;
 mod output;
 mod placements;
+mod rollout;
 mod unjoin;
 
 use std::path::PathBuf;
@@ -141,6 +143,22 @@ pub enum Command {
         #[arg(short, long)]
         namespace: Option<String>,
     },
+    /// A MultiClusterDeployment's rollout in waves (spec.rollout): where it stands, pause,
+    /// resume, undo.
+    Rollout {
+        /// What to do.
+        #[arg(value_enum)]
+        action: rollout::Action,
+        /// The MultiClusterDeployment.
+        name: String,
+        /// Its namespace; default: the kubeconfig context's.
+        #[arg(short, long)]
+        namespace: Option<String>,
+        /// With `status`: follow it until it completes (exit 0) or halts (exit 1), at most this
+        /// long (e.g. `10m`).
+        #[arg(long, value_parser = nave_runtime::positive_duration)]
+        wait: Option<Duration>,
+    },
     /// What the hub would decide for a MultiClusterDeployment manifest, without applying it (a
     /// change of an existing one starts from its current placement).
     Simulate {
@@ -198,9 +216,28 @@ pub async fn run(cli: &Cli) -> Result<String, CliError> {
         Command::Rebalance { name, namespace } => {
             placements::rebalance(global, name, namespace.as_deref()).await
         }
+        Command::Rollout {
+            action,
+            name,
+            namespace,
+            wait,
+        } => rollout::rollout(global, *action, name, namespace.as_deref(), *wait).await,
         Command::Simulate { filename, namespace } => {
             placements::simulate(global, filename, namespace.as_deref()).await
         }
+    }
+}
+
+/// The next item of a watch, or `None` once `deadline` passes (never, without one); the inner
+/// `None` is the end of the stream.
+async fn next_until<S: futures::Stream + Unpin>(
+    events: &mut S,
+    deadline: Option<tokio::time::Instant>,
+) -> Option<Option<S::Item>> {
+    use futures::StreamExt as _;
+    match deadline {
+        Some(at) => tokio::time::timeout_at(at, events.next()).await.ok(),
+        None => Some(events.next().await),
     }
 }
 

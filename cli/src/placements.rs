@@ -15,7 +15,10 @@ const MAX_MANIFEST_BYTES: u64 = 4 << 20;
 /// The namespace of a command that takes `-n`: the flag, else the kubeconfig context's, else
 /// `default` when there is no kubeconfig at all, as kubectl does. A kubeconfig or context named
 /// on the command line must be readable.
-async fn namespace_or_default(global: &Global, namespace: Option<&str>) -> Result<String, CliError> {
+pub(crate) async fn namespace_or_default(
+    global: &Global,
+    namespace: Option<&str>,
+) -> Result<String, CliError> {
     if let Some(namespace) = namespace {
         return Ok(namespace.to_owned());
     }

@@ -59,10 +59,7 @@ pub async fn unjoin(
             .boxed();
         let ours = |o: &WorkloadCluster| o.metadata.name.as_deref() == Some(cluster);
         loop {
-            let next = match deadline {
-                Some(at) => tokio::time::timeout_at(at, events.next()).await.ok(),
-                None => Some(events.next().await),
-            };
+            let next = crate::next_until(&mut events, deadline).await;
             let event = match next {
                 None => {
                     return Err(CliError::failed(format!(

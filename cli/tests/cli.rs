@@ -1,9 +1,11 @@
 //! `nave` and `kubectl nave` end to end: the built binaries against the real hub and agents on
 //! simulated clusters, as an operator runs them.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Output;
 
+use k8s_openapi::api::apps::v1::Deployment;
 use kube::api::{Api, PostParams};
 use nave_api::wire::{REGISTER_PATH, RegisterRequest};
 use nave_api::{MultiClusterDeployment, WorkloadCluster};
@@ -653,5 +655,183 @@ async fn nave_unjoin_moves_the_work_away_then_the_hub_forgets_the_cluster_for_go
     let gone = env.rest(&format!("/clusters/{target}")).await;
     assert!(gone.is_err(), "the hub forgot {target}: {gone:?}");
     expect_failure(&env, &token, &["unjoin", &target], 3, "not found").await;
+    env.shutdown().await;
+}
+
+/// The `nave.dev/template-hash` of the Deployment `name` in each cluster (`None`: none there).
+async fn template_hashes(env: &Env, name: &str) -> BTreeMap<String, Option<String>> {
+    let mut out = BTreeMap::new();
+    for cluster in env.cluster_names() {
+        let deployments: Api<Deployment> = Api::namespaced(env.cluster_client(&cluster), NS);
+        let hash = deployments
+            .get_opt(name)
+            .await
+            .ok()
+            .flatten()
+            .and_then(|d| d.metadata.annotations)
+            .and_then(|a| a.get(nave_api::TEMPLATE_HASH_ANNOTATION).cloned());
+        out.insert(cluster, hash);
+    }
+    out
+}
+
+/// The clusters in the order their Deployment `name` took another template than `from`, as
+/// watches of every cluster deliver it; stopped with the token.
+fn order_of_change(
+    env: &Env,
+    name: &str,
+    from: String,
+    stop: tokio_util::sync::CancellationToken,
+) -> tokio::task::JoinHandle<Vec<String>> {
+    use futures::StreamExt as _;
+    use kube::runtime::watcher::Event;
+    let streams = env.cluster_names().into_iter().map(|cluster| {
+        let api: Api<Deployment> = Api::namespaced(env.cluster_client(&cluster), NS);
+        kube::runtime::watcher(api, Default::default())
+            .map(move |event| (cluster.clone(), event))
+            .boxed()
+    });
+    let mut events = futures::stream::select_all(streams);
+    let name = name.to_owned();
+    tokio::spawn(async move {
+        let mut order: Vec<String> = Vec::new();
+        loop {
+            let (cluster, event) = tokio::select! {
+                () = stop.cancelled() => return order,
+                next = events.next() => match next {
+                    Some(next) => next,
+                    None => return order,
+                },
+            };
+            let Ok(Event::Apply(d) | Event::InitApply(d)) = event else {
+                continue;
+            };
+            let hash = d
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(nave_api::TEMPLATE_HASH_ANNOTATION));
+            if d.metadata.name.as_deref() == Some(name.as_str())
+                && hash.is_some_and(|h| *h != from)
+                && !order.contains(&cluster)
+            {
+                order.push(cluster);
+            }
+        }
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rollout_in_three_waves_goes_cluster_by_cluster_and_halts_where_the_new_template_fails() {
+    let env = Env::start(fleet(3), Database::Sqlite).await.expect("environment");
+    let dir = tempfile::tempdir().expect("a directory");
+    let token = write(dir.path(), "admin.token", &env.admin_token);
+    let names = env.cluster_names();
+    let (canary, second) = (names[0].clone(), names[1].clone());
+    let template = |image: &str, fault: Option<&str>| {
+        let mut pod_metadata = serde_json::json!({"labels": {"app": "shop"}});
+        if let Some(fault) = fault {
+            pod_metadata["annotations"] = serde_json::json!({"sim.nave.dev/fault": fault});
+        }
+        serde_json::json!({"spec": {
+            "progressDeadlineSeconds": 3,
+            "selector": {"matchLabels": {"app": "shop"}},
+            "template": {
+                "metadata": pod_metadata,
+                "spec": {"containers": [{"name": "app", "image": image,
+                         "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}}}]}
+            }
+        }})
+    };
+    let mcd: MultiClusterDeployment = serde_json::from_value(serde_json::json!({
+        "apiVersion": "nave.dev/v1alpha1", "kind": "MultiClusterDeployment",
+        "metadata": {"name": "shop", "namespace": NS},
+        "spec": {
+            "replicas": 3,
+            "placement": {"policy": "spread"},
+            "rollout": {
+                "waves": [{"name": "canary", "clusters": [canary]}, {"clusters": [second]}],
+                "pauseBetweenWaves": "1s",
+                "progressDeadline": "2m"
+            },
+            "template": template("registry.example/shop:1", None)
+        }
+    }))
+    .expect("an MCD");
+    let mcds: Api<MultiClusterDeployment> = Api::namespaced(env.client.clone(), NS);
+    mcds.create(&PostParams::default(), &mcd)
+        .await
+        .expect("MCD created");
+    let placed = nave_e2e::placed(&env.wait_rolled_out(NS, "shop", 3).await);
+    assert_eq!(placed.len(), 3, "one replica in each cluster: {placed:?}");
+    let first = template_hashes(&env, "shop").await;
+    let h1 = first[&canary].clone().expect("a template hash on the Deployment");
+    assert!(first.values().all(|h| h.as_ref() == Some(&h1)), "{first:?}");
+
+    // A new template goes to the canary, then the second wave, then the rest.
+    let stop = tokio_util::sync::CancellationToken::new();
+    let order = order_of_change(&env, "shop", h1.clone(), stop.clone());
+    let replace = |template: serde_json::Value| {
+        let mcds = mcds.clone();
+        async move {
+            mcds.patch(
+                "shop",
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Merge(serde_json::json!({"spec": {"template": template}})),
+            )
+            .await
+            .expect("the template changed")
+        }
+    };
+    replace(template("registry.example/shop:2", None)).await;
+    let out = expect(&env, &token, &["rollout", "status", "shop", "--wait", "120s"], 0).await;
+    assert!(out.contains("Complete"), "{out}");
+    stop.cancel();
+    let order = order.await.expect("the watches end");
+    assert_eq!(order, names, "the clusters took the new template wave by wave");
+    let second_hashes = template_hashes(&env, "shop").await;
+    let h2 = second_hashes[&canary].clone().expect("a hash");
+    assert!(
+        h2 != h1 && second_hashes.values().all(|h| h.as_ref() == Some(&h2)),
+        "every cluster on the second template: {second_hashes:?}"
+    );
+
+    // A template whose image never pulls: the canary fails and the rollout halts there; the
+    // other clusters keep the second template and serve.
+    replace(template("registry.example/shop:3", Some("ImagePullBackOff"))).await;
+    let args = ["rollout", "status", "shop", "--wait", "120s"];
+    let out = nave(&env, &token, &args).await;
+    assert_failed(&args, &out, 1, "Halted");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains(&format!("cluster {canary}")),
+        "the halt names the canary; {}",
+        show(&args, &out)
+    );
+    let halted = template_hashes(&env, "shop").await;
+    for cluster in &names[1..] {
+        assert_eq!(
+            halted[cluster].as_ref(),
+            Some(&h2),
+            "{cluster} keeps the second template: {halted:?}"
+        );
+    }
+    assert_ne!(halted[&canary].as_ref(), Some(&h2), "the canary got the third");
+    let shop = mcds.get("shop").await.expect("the MCD");
+    let status = shop.status.clone().unwrap_or_default();
+    assert!(
+        status.available_replicas >= 2,
+        "the clusters on the second template serve: {status:?}"
+    );
+
+    // Undo puts the second template back; it reaches the canary, the others keep theirs.
+    let said = expect(&env, &token, &["rollout", "undo", "shop"], 0).await;
+    assert!(said.contains("stable template put back"), "{said}");
+    let out = expect(&env, &token, &["rollout", "status", "shop", "--wait", "120s"], 0).await;
+    assert!(out.contains("Complete"), "{out}");
+    let undone = template_hashes(&env, "shop").await;
+    assert!(
+        undone.values().all(|h| h.as_ref() == Some(&h2)),
+        "every cluster on the second template again: {undone:?}"
+    );
     env.shutdown().await;
 }

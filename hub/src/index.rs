@@ -733,6 +733,15 @@ impl WorkSets {
         Ok(self.load(cluster).await?.to_objects())
     }
 
+    /// The Deployment `workload` has in `cluster`'s set, as last rendered.
+    pub async fn deployment(
+        &mut self,
+        cluster: &str,
+        workload: &WorkloadRef,
+    ) -> Result<Option<Value>, Error> {
+        Ok(self.load(cluster).await?.deployment(workload).cloned())
+    }
+
     /// The clusters among `clusters` (sorted) whose sets hold objects `workload` contributes;
     /// reads the sets of `clusters` not read yet first.
     pub async fn holding(

@@ -70,6 +70,7 @@ pub mod placement;
 pub mod readiness;
 pub mod render;
 pub mod rest;
+pub mod rollout;
 pub mod serve;
 pub mod settings;
 pub mod signals;

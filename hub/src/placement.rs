@@ -66,6 +66,8 @@ pub struct Valid {
     pub pending_timeout: Duration,
     /// `rescheduling.cooldown`.
     pub cooldown: Duration,
+    /// `spec.rollout`, checked (no waves when absent).
+    pub rollout: nave_api::Waves,
 }
 
 /// Why the spec cannot be acted on, with the field path; the parts placement reads when it can.
@@ -113,10 +115,24 @@ pub fn validate(mcd: &MultiClusterDeployment) -> Result<Valid, String> {
             .map_err(|e| e.to_string())?;
     }
     crate::render::check_override_paths(&mcd.spec.overrides)?;
+    let rollout = mcd
+        .spec
+        .rollout
+        .clone()
+        .unwrap_or_default()
+        .waves()
+        .map_err(|e| e.to_string())?;
+    for (i, wave) in mcd.spec.rollout.iter().flat_map(|r| r.waves.iter()).enumerate() {
+        check_selector(
+            &format!("spec.rollout.waves[{i}].clusterSelector"),
+            wave.cluster_selector.as_ref(),
+        )?;
+    }
     Ok(Valid {
         deployment,
         pending_timeout,
         cooldown,
+        rollout,
     })
 }
 

@@ -145,9 +145,9 @@ pub fn render_deployment(
         "namespace": workload.namespace,
         "labels": labels,
     });
-    if !template.metadata.annotations.is_empty() {
-        metadata["annotations"] = json!(template.metadata.annotations);
-    }
+    let mut annotations = template.metadata.annotations.clone();
+    annotations.insert(nave_api::TEMPLATE_HASH_ANNOTATION.to_owned(), template_hash(mcd));
+    metadata["annotations"] = json!(annotations);
     let mut spec = template.spec.clone();
     if !spec.is_object() {
         spec = Value::Object(Map::new());
@@ -203,6 +203,16 @@ pub fn render_deployment(
         });
     }
     Ok(deployment)
+}
+
+/// A digest of `spec.template` (16 hex digits): which template a cluster's Deployment was
+/// rendered from, whatever its replicas and overrides.
+pub fn template_hash(mcd: &MultiClusterDeployment) -> String {
+    use sha2::Digest as _;
+    let bytes = serde_json::to_vec(&mcd.spec.template).unwrap_or_default();
+    let mut hex = crate::store::hex(&sha2::Sha256::digest(&bytes));
+    hex.truncate(16);
+    hex
 }
 
 /// The object at `path` under `root`, created as an empty object (and made one) where missing.
@@ -627,6 +637,16 @@ impl ClusterWork {
         self.unwritten.clear();
         self.unwritten_namespaces.clear();
         self.stale.clear();
+    }
+
+    /// The Deployment `workload` contributes to the set, as last rendered.
+    pub fn deployment(&self, workload: &WorkloadRef) -> Option<&Value> {
+        let key = (
+            "Deployment".to_owned(),
+            workload.namespace.clone(),
+            workload.name.clone(),
+        );
+        self.objects.get(&key).map(|(object, _)| object)
     }
 
     /// The object of `key` as it is sent: labelled with its contributors.

@@ -33,6 +33,7 @@ pub mod types;
 
 use std::sync::Arc;
 
+pub(crate) use self::contract::hex;
 pub use self::contract::{
     Backend, ChangeFeed, JOIN_TOKEN_PREFIX, Store, StoreError, StoreErrorKind, StoreFuture, StoreOp,
     TOMBSTONE_REVISIONS, same_but_prose,

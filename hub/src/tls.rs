@@ -152,7 +152,7 @@ fn read(cert_file: &Path, key_file: &Path, provider: &CryptoProvider) -> Result<
             "no CERTIFICATE block".to_owned(),
         ));
     };
-    let ca_sha256 = hex(&Sha256::digest(last.as_ref()));
+    let ca_sha256 = crate::store::hex(&Sha256::digest(last.as_ref()));
     let key = PrivateKeyDer::from_pem_file(key_file)
         .map_err(|e| failed("the private key", key_file, e.to_string()))?;
     let key = CertifiedKey::from_der(chain, key, provider)?;
@@ -161,8 +161,4 @@ fn read(cert_file: &Path, key_file: &Path, provider: &CryptoProvider) -> Result<
         ca_sha256,
         modified,
     })
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }

@@ -53,6 +53,15 @@ pub fn build_report(
                     status.ready_replicas = Some(s.ready_replicas.unwrap_or(0));
                     status.available_replicas = Some(s.available_replicas.unwrap_or(0));
                     status.updated_replicas = Some(s.updated_replicas.unwrap_or(0));
+                    status.all_replicas = Some(s.replicas.unwrap_or(0));
+                    status.template_hash = d
+                        .metadata
+                        .annotations
+                        .as_ref()
+                        .and_then(|a| a.get(nave_api::TEMPLATE_HASH_ANNOTATION))
+                        .cloned();
+                    status.observed_current =
+                        Some(s.observed_generation.unwrap_or(0) >= d.metadata.generation.unwrap_or(0));
                     status.conditions = s
                         .conditions
                         .unwrap_or_default()

@@ -229,6 +229,11 @@ fn all_ready(object: &serde_json::Value) -> ObjectStatus {
         ready_replicas: replicas,
         available_replicas: replicas,
         updated_replicas: replicas,
+        all_replicas: replicas,
+        template_hash: object["metadata"]["annotations"][nave_api::TEMPLATE_HASH_ANNOTATION]
+            .as_str()
+            .map(str::to_owned),
+        observed_current: replicas.map(|_| true),
         ..ObjectStatus::default()
     }
 }

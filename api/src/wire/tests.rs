@@ -255,6 +255,9 @@ fn status_report_round_trips() {
                 reason: Some("MinimumReplicasUnavailable".into()),
                 message: None,
             }],
+            all_replicas: Some(3),
+            template_hash: Some("0123456789abcdef".into()),
+            observed_current: Some(true),
             error: None,
         }],
         apply_errors: vec![ApplyError {

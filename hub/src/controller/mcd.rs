@@ -25,6 +25,7 @@ use kube::runtime::events::{Event as KubeEvent, EventType};
 use kube::runtime::finalizer::{Event, finalizer};
 use kube::{Resource, ResourceExt};
 use nave_api::conditions::{self, reasons, types};
+use nave_api::wire::WorkloadRef;
 use nave_api::{DependencyKind, MultiClusterDeployment, MultiClusterDeploymentStatus, MultiClusterService};
 use nave_policies::Decision;
 use serde_json::{Value, json};
@@ -36,6 +37,7 @@ use super::context::Context;
 use crate::error::Error;
 use crate::placement::{self, Previous, Reports};
 use crate::render;
+use crate::rollout;
 use crate::settings::HUB_NAME;
 use crate::store::PlacementUpdate;
 
@@ -136,11 +138,15 @@ async fn write_status(
     }
     let namespace = mcd.namespace().unwrap_or_default();
     let api: Api<MultiClusterDeployment> = Api::namespaced(ctx.client.clone(), &namespace);
-    let patch = json!({
+    let mut patch = json!({
         "apiVersion": nave_api::API_VERSION,
         "kind": "MultiClusterDeployment",
         "status": status,
     });
+    // A merge patch leaves out what is absent: a rollout status without waves is cleared.
+    if status.rollout.is_none() && mcd.status.as_ref().is_some_and(|s| s.rollout.is_some()) {
+        patch["status"]["rollout"] = Value::Null;
+    }
     api.patch_status(
         &mcd.name_any(),
         &PatchParams::apply(HUB_NAME),
@@ -323,16 +329,61 @@ async fn apply(mcd: Arc<MultiClusterDeployment>, ctx: &Context) -> Result<Action
             })?,
         );
     }
-    for (cluster, &n) in dispatched.iter().filter(|(_, n)| **n > 0) {
-        let labels = gathered
+    // Which clusters get the template now (all of them, without rollout waves); the others keep
+    // the Deployment they hold, with their new share of replicas.
+    let hash = render::template_hash(&mcd);
+    let labels_of = |cluster: &str| {
+        gathered
             .view
             .fleet
             .get(cluster)
             .map(|c| c.labels.clone())
-            .unwrap_or_default();
-        let deployment = match render::render_deployment(&mcd, cluster, &labels, n) {
-            Ok(d) => d,
-            Err(e) => return invalid(&mcd, ctx, reasons::OVERRIDE_FAILED, e.to_string()).await,
+            .unwrap_or_default()
+    };
+    let mut held: BTreeMap<String, Value> = BTreeMap::new();
+    if valid.rollout.staged() {
+        let mut work = ctx.sources.index.work().await;
+        for cluster in dispatched.iter().filter(|(_, n)| **n > 0).map(|(c, _)| c) {
+            if let Some(deployment) = work.deployment(cluster, &workload).await? {
+                held.insert(cluster.clone(), deployment);
+            }
+        }
+    }
+    let rollout = {
+        let clusters: Vec<rollout::Cluster> = dispatched
+            .iter()
+            .filter(|(_, n)| **n > 0)
+            .map(|(cluster, _)| {
+                rollout_view(
+                    cluster,
+                    &valid.rollout,
+                    &labels_of(cluster),
+                    &held,
+                    &gathered.reports,
+                    &workload,
+                    &hash,
+                )
+            })
+            .collect();
+        rollout::plan(
+            &valid.rollout,
+            &hash,
+            mcd.status.as_ref().and_then(|s| s.rollout.as_ref()),
+            &clusters,
+            gathered.now,
+        )
+    };
+    for (cluster, &n) in dispatched.iter().filter(|(_, n)| **n > 0) {
+        let kept = held.remove(cluster).filter(|_| !rollout.update.contains(cluster));
+        let deployment = match kept {
+            Some(mut deployment) => {
+                deployment["spec"]["replicas"] = json!(n);
+                deployment
+            }
+            None => match render::render_deployment(&mcd, cluster, &labels_of(cluster), n) {
+                Ok(d) => d,
+                Err(e) => return invalid(&mcd, ctx, reasons::OVERRIDE_FAILED, e.to_string()).await,
+            },
         };
         let mut objects = vec![deployment];
         objects.extend(shared.iter().cloned());
@@ -358,7 +409,7 @@ async fn apply(mcd: Arc<MultiClusterDeployment>, ctx: &Context) -> Result<Action
     }
 
     // Status from the decision and the agents' reports.
-    let status = status_of(
+    let mut status = status_of(
         &mcd,
         decision,
         &gathered.view.fleet,
@@ -379,6 +430,25 @@ async fn apply(mcd: Arc<MultiClusterDeployment>, ctx: &Context) -> Result<Action
                     .map(|reason| (reason, c.message.clone()))
             })
     };
+    status.rollout = rollout.status.clone();
+    if let Some(halted) = rollout
+        .status
+        .as_ref()
+        .filter(|r| r.phase == nave_api::RolloutPhase::Halted)
+        && conditions::find(&status.conditions, types::DEGRADED).is_none_or(|c| c.status != conditions::TRUE)
+    {
+        let message = halted.message.clone().unwrap_or_default();
+        conditions::upsert(
+            &mut status.conditions,
+            condition(
+                types::DEGRADED,
+                conditions::TRUE,
+                reasons::ROLLOUT_HALTED,
+                message,
+                Some(generation),
+            ),
+        );
+    }
     let newly_failing =
         failing(Some(&status)).filter(|now| failing(mcd.status.as_ref()).as_ref() != Some(now));
     write_status(ctx, &mcd, &status).await?;
@@ -406,8 +476,27 @@ async fn apply(mcd: Arc<MultiClusterDeployment>, ctx: &Context) -> Result<Action
             publish(ctx, &mcd, event.type_, event.reason, ACTION_SCHEDULE, &event.note).await;
         }
     }
-    // Come back when a Pending pod passes the timeout, the cooldown ends, or a move's deadline.
-    let next = planned.next.map_or(ctx.resync, |n| n.min(ctx.resync));
+    if rollout
+        .status
+        .as_ref()
+        .is_some_and(|r| r.phase == nave_api::RolloutPhase::Complete)
+    {
+        record_stable_template(ctx, &mcd).await;
+    }
+    for note in &rollout.notes {
+        let type_ = if note.warning {
+            EventType::Warning
+        } else {
+            EventType::Normal
+        };
+        publish(ctx, &mcd, type_, note.reason, ACTION_SCHEDULE, &note.text).await;
+    }
+    // Come back when a Pending pod passes the timeout, the cooldown ends, a move's deadline, or
+    // a rollout's deadline or pause.
+    let next = [planned.next, rollout.next]
+        .into_iter()
+        .flatten()
+        .fold(ctx.resync, Duration::min);
     Ok(Action::requeue(next + Duration::from_secs(1)))
 }
 
@@ -507,4 +596,75 @@ async fn cleanup(mcd: Arc<MultiClusterDeployment>, ctx: &Context) -> Result<Acti
     ctx.metrics.forget_mcd(&workload);
     info!(workload = %workload, "removed from every cluster");
     Ok(Action::await_change())
+}
+
+/// A cluster as the rollout sees it: its wave, the template of the Deployment it holds, and what
+/// its agent reports of that Deployment.
+fn rollout_view(
+    cluster: &str,
+    waves: &nave_api::Waves,
+    labels: &BTreeMap<String, String>,
+    held: &BTreeMap<String, Value>,
+    reports: &crate::placement::reports::Reports,
+    workload: &WorkloadRef,
+    hash: &str,
+) -> rollout::Cluster {
+    use crate::placement::reports::{deployment_failure, deployment_of};
+    let held = held.get(cluster).map(|d| {
+        d["metadata"]["annotations"][nave_api::TEMPLATE_HASH_ANNOTATION]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned()
+    });
+    let reported = deployment_of(reports.get(cluster).map(AsRef::as_ref), workload);
+    let rolled_out = reported
+        .filter(|d| {
+            let replicas = d.replicas.unwrap_or(0);
+            // As `kubectl rollout status`: every pod of the new ReplicaSet, none of the old, all
+            // available.
+            d.observed_current == Some(true)
+                && d.updated_replicas == Some(replicas)
+                && d.all_replicas == Some(replicas)
+                && d.available_replicas == Some(replicas)
+        })
+        .and_then(|d| d.template_hash.clone());
+    // Only failures of this template count, once its Deployment controller has seen it: a fix
+    // must not be halted by what it fixes.
+    let failing = reported.and_then(|d| {
+        let applied = d.template_hash.as_deref() == Some(hash) && d.observed_current == Some(true);
+        let holding = held.as_deref() == Some(hash);
+        match (&d.error, applied) {
+            (Some(error), _) if holding => Some(format!("not applied: {error}")),
+            (_, true) => deployment_failure(d),
+            _ => None,
+        }
+    });
+    rollout::Cluster {
+        name: cluster.to_owned(),
+        wave: waves.wave_of(cluster, labels),
+        held,
+        rolled_out,
+        failing,
+    }
+}
+
+/// Keeps the template every cluster runs in the annotation `nave.dev/stable-template`, which
+/// `nave rollout undo` puts back; written when a rollout completes with another template.
+async fn record_stable_template(ctx: &Context, mcd: &MultiClusterDeployment) {
+    let Ok(template) = serde_json::to_string(&mcd.spec.template) else {
+        return;
+    };
+    if mcd.annotations().get(nave_api::STABLE_TEMPLATE_ANNOTATION) == Some(&template) {
+        return;
+    }
+    let api: Api<MultiClusterDeployment> =
+        Api::namespaced(ctx.client.clone(), &mcd.namespace().unwrap_or_default());
+    let patch = json!({"metadata": {"annotations": {nave_api::STABLE_TEMPLATE_ANNOTATION: template}}});
+    let params = PatchParams {
+        field_manager: Some(HUB_NAME.to_owned()),
+        ..PatchParams::default()
+    };
+    if let Err(error) = api.patch(&mcd.name_any(), &params, &Patch::Merge(&patch)).await {
+        warn!(error = %error, "recording the stable template failed; retried on the next reconcile");
+    }
 }
