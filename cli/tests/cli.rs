@@ -734,7 +734,7 @@ async fn a_rollout_in_three_waves_goes_cluster_by_cluster_and_halts_where_the_ne
             pod_metadata["annotations"] = serde_json::json!({"sim.nave.dev/fault": fault});
         }
         serde_json::json!({"spec": {
-            "progressDeadlineSeconds": 3,
+            "progressDeadlineSeconds": 5,
             "selector": {"matchLabels": {"app": "shop"}},
             "template": {
                 "metadata": pod_metadata,

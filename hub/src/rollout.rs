@@ -48,8 +48,12 @@ pub struct Cluster {
     /// The template its agent reports fully rolled out there (every replica updated and
     /// available, the Deployment's latest spec observed).
     pub rolled_out: Option<String>,
-    /// What its agent reports failing about the Deployment, if anything.
-    pub failing: Option<String>,
+    /// What its agent reports failing about the Deployment, if anything, and how long after its
+    /// wave started a report of it counts: a Deployment keeps a `ProgressDeadlineExceeded` of
+    /// the template before until it makes progress with the new one (up to its
+    /// `progressDeadlineSeconds`), and an apply error stays in the reports until the agent has
+    /// applied the new set.
+    pub failing: Option<(String, Duration)>,
 }
 
 /// An Event to publish on the MultiClusterDeployment.
@@ -169,8 +173,13 @@ pub fn plan(
             break;
         }
         let started: Vec<&Cluster> = clusters.iter().filter(|c| c.wave <= k).collect();
-        if let Some(c) = started.iter().find(|c| c.failing.is_some()) {
-            let why = format!("cluster {}: {}", c.name, c.failing.as_deref().unwrap_or_default());
+        let age = elapsed(status.wave_started_at.as_ref(), now);
+        let failed = started.iter().find_map(|c| {
+            let (why, grace) = c.failing.as_ref()?;
+            (c.wave < k || age >= *grace).then_some((c, why))
+        });
+        if let Some((c, why)) = failed {
+            let why = format!("cluster {}: {why}", c.name);
             halt(&mut status, &mut notes, &waves.name(c.wave), &why);
             break;
         }
@@ -365,7 +374,16 @@ mod tests {
         let w = waves("0s", false);
         let mut fleet = vec![cluster("c1", 0, "new", "old"), cluster("c2", 1, "old", "old")];
         let started = plan(&w, "new", None, &fleet, at(0)).status.unwrap();
-        fleet[0].failing = Some("Deployment web: ProgressDeadlineExceeded".to_owned());
+        fleet[0].failing = Some((
+            "Deployment web: ProgressDeadlineExceeded".to_owned(),
+            Duration::from_secs(3),
+        ));
+        let early = plan(&w, "new", Some(&started), &fleet, at(2));
+        assert_eq!(
+            early.status.unwrap().phase,
+            RolloutPhase::Progressing,
+            "a failure reported before the Deployment's deadline may be the template before's"
+        );
         let halted = plan(&w, "new", Some(&started), &fleet, at(5));
         assert_eq!(update(&halted), ["c1"], "c2 keeps the old template");
         let status = halted.status.unwrap();

@@ -17,6 +17,10 @@ use nave_e2e::{Database, Env, fleet};
 use nave_testkit::{Mcd, wait_for};
 use serde_json::json;
 
+mod support;
+
+use support::available;
+
 const NS: &str = "default";
 const REPLICAS: i32 = 4;
 
@@ -25,11 +29,7 @@ static ALLOCATOR: nave_runtime::Allocator = nave_runtime::Allocator;
 
 fn main() -> anyhow::Result<()> {
     nave_sim::install_crypto_provider();
-    let sizes: Vec<usize> = std::env::var("NAVE_BENCH_DRAINS")
-        .unwrap_or_else(|_| "10,50,100".to_owned())
-        .split(',')
-        .filter_map(|n| n.trim().parse().ok())
-        .collect();
+    let sizes = support::sizes("NAVE_BENCH_DRAINS", "10,50,100");
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     println!("| workloads | replicas on the drained cluster | drained in | fewest available (of all) |");
     println!("|---|---|---|---|");
@@ -104,14 +104,6 @@ async fn drain(workloads: usize) -> anyhow::Result<String> {
         "| {workloads} | {before} | {:.1} s | {fewest} ({total}) |",
         took.as_secs_f64()
     ))
-}
-
-/// Replicas available, summed over the workloads.
-fn available(mcds: &[MultiClusterDeployment]) -> i32 {
-    mcds.iter()
-        .filter_map(|m| m.status.as_ref())
-        .map(|s| s.available_replicas)
-        .sum()
 }
 
 /// Replicas given to or still ready in `cluster`, summed over the workloads.

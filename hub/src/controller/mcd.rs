@@ -340,6 +340,14 @@ async fn apply(mcd: Arc<MultiClusterDeployment>, ctx: &Context) -> Result<Action
             .map(|c| c.labels.clone())
             .unwrap_or_default()
     };
+    // The Deployment's own deadline (its default, 600 s, when unset).
+    let progress_deadline = Duration::from_secs(
+        valid
+            .deployment
+            .progress_deadline_seconds
+            .and_then(|s| u64::try_from(s).ok())
+            .unwrap_or(600),
+    );
     let mut held: BTreeMap<String, Value> = BTreeMap::new();
     if valid.rollout.staged() {
         let mut work = ctx.sources.index.work().await;
@@ -354,15 +362,15 @@ async fn apply(mcd: Arc<MultiClusterDeployment>, ctx: &Context) -> Result<Action
             .iter()
             .filter(|(_, n)| **n > 0)
             .map(|(cluster, _)| {
-                rollout_view(
-                    cluster,
-                    &valid.rollout,
-                    &labels_of(cluster),
-                    &held,
-                    &gathered.reports,
-                    &workload,
-                    &hash,
-                )
+                RolloutView {
+                    waves: &valid.rollout,
+                    held: &held,
+                    reports: &gathered.reports,
+                    workload: &workload,
+                    hash: &hash,
+                    progress_deadline,
+                }
+                .cluster(cluster, &labels_of(cluster))
             })
             .collect();
         rollout::plan(
@@ -598,53 +606,64 @@ async fn cleanup(mcd: Arc<MultiClusterDeployment>, ctx: &Context) -> Result<Acti
     Ok(Action::await_change())
 }
 
-/// A cluster as the rollout sees it: its wave, the template of the Deployment it holds, and what
-/// its agent reports of that Deployment.
-fn rollout_view(
-    cluster: &str,
-    waves: &nave_api::Waves,
-    labels: &BTreeMap<String, String>,
-    held: &BTreeMap<String, Value>,
-    reports: &crate::placement::reports::Reports,
-    workload: &WorkloadRef,
-    hash: &str,
-) -> rollout::Cluster {
-    use crate::placement::reports::{deployment_failure, deployment_of};
-    let held = held.get(cluster).map(|d| {
-        d["metadata"]["annotations"][nave_api::TEMPLATE_HASH_ANNOTATION]
-            .as_str()
-            .unwrap_or_default()
-            .to_owned()
-    });
-    let reported = deployment_of(reports.get(cluster).map(AsRef::as_ref), workload);
-    let rolled_out = reported
-        .filter(|d| {
-            let replicas = d.replicas.unwrap_or(0);
-            // As `kubectl rollout status`: every pod of the new ReplicaSet, none of the old, all
-            // available.
-            d.observed_current == Some(true)
-                && d.updated_replicas == Some(replicas)
-                && d.all_replicas == Some(replicas)
-                && d.available_replicas == Some(replicas)
-        })
-        .and_then(|d| d.template_hash.clone());
-    // Only failures of this template count, once its Deployment controller has seen it: a fix
-    // must not be halted by what it fixes.
-    let failing = reported.and_then(|d| {
-        let applied = d.template_hash.as_deref() == Some(hash) && d.observed_current == Some(true);
-        let holding = held.as_deref() == Some(hash);
-        match (&d.error, applied) {
-            (Some(error), _) if holding => Some(format!("not applied: {error}")),
-            (_, true) => deployment_failure(d),
-            _ => None,
+/// How long after its wave started an apply error of a cluster counts against a rollout: the
+/// agent applies a new set within seconds, and reports the errors of the set before until then.
+const APPLY_ERROR_GRACE: Duration = Duration::from_secs(30);
+
+/// What the rollout reads of each cluster.
+struct RolloutView<'a> {
+    waves: &'a nave_api::Waves,
+    /// The Deployments the clusters' work sets hold.
+    held: &'a BTreeMap<String, Value>,
+    reports: &'a crate::placement::reports::Reports,
+    workload: &'a WorkloadRef,
+    /// The template being rolled out.
+    hash: &'a str,
+    /// The Deployment's `progressDeadlineSeconds`.
+    progress_deadline: Duration,
+}
+
+impl RolloutView<'_> {
+    /// A cluster as the rollout sees it: its wave, the template of the Deployment it holds, and
+    /// what its agent reports of that Deployment.
+    fn cluster(&self, cluster: &str, labels: &BTreeMap<String, String>) -> rollout::Cluster {
+        use crate::placement::reports::{deployment_failure, deployment_of};
+        let held = self.held.get(cluster).map(|d| {
+            d["metadata"]["annotations"][nave_api::TEMPLATE_HASH_ANNOTATION]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned()
+        });
+        let reported = deployment_of(self.reports.get(cluster).map(AsRef::as_ref), self.workload);
+        let rolled_out = reported
+            .filter(|d| {
+                let replicas = d.replicas.unwrap_or(0);
+                // As `kubectl rollout status`: every pod of the new ReplicaSet, none of the old, all
+                // available.
+                d.observed_current == Some(true)
+                    && d.updated_replicas == Some(replicas)
+                    && d.all_replicas == Some(replicas)
+                    && d.available_replicas == Some(replicas)
+            })
+            .and_then(|d| d.template_hash.clone());
+        // Only failures of this template count, once its Deployment controller has seen it: a fix
+        // must not be halted by what it fixes.
+        let failing = reported.and_then(|d| {
+            let applied = d.template_hash.as_deref() == Some(self.hash) && d.observed_current == Some(true);
+            let holding = held.as_deref() == Some(self.hash);
+            match (&d.error, applied) {
+                (Some(error), _) if holding => Some((format!("not applied: {error}"), APPLY_ERROR_GRACE)),
+                (_, true) => deployment_failure(d).map(|why| (why, self.progress_deadline)),
+                _ => None,
+            }
+        });
+        rollout::Cluster {
+            name: cluster.to_owned(),
+            wave: self.waves.wave_of(cluster, labels),
+            held,
+            rolled_out,
+            failing,
         }
-    });
-    rollout::Cluster {
-        name: cluster.to_owned(),
-        wave: waves.wave_of(cluster, labels),
-        held,
-        rolled_out,
-        failing,
     }
 }
 
