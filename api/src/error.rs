@@ -56,4 +56,15 @@ pub enum Error {
         #[source]
         source: kube::core::ParseExpressionError,
     },
+
+    /// A number out of its range (only possible when the schema was bypassed).
+    #[error("{path}: Invalid value: {value}: {message}")]
+    OutOfRange {
+        /// Path of the offending field, e.g. `spec.rollout.maxConcurrency`.
+        path: &'static str,
+        /// The value as written.
+        value: i64,
+        /// The range, e.g. `must be at least 1`.
+        message: &'static str,
+    },
 }

@@ -46,6 +46,16 @@ pub struct RolloutStrategy {
     #[schemars(pattern(DURATION_PATTERN))]
     pub progress_deadline: Option<String>,
 
+    /// At most this many clusters replace their pods at the same time, across the fleet (OCM's
+    /// `maxConcurrency`): a wave's clusters get the new template a few at a time, the next as
+    /// one has rolled out. Each cluster's Deployment bounds its own unavailable pods (its
+    /// `strategy.rollingUpdate.maxUnavailable`), so the fleet never has more than this many
+    /// clusters short of replicas because of a rollout. Default: a whole wave at once. Without
+    /// waves, the fleet is one wave.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub max_concurrency: Option<i32>,
+
     /// `true`: no new wave starts (the clusters already given the new template carry on);
     /// `nave rollout pause` and `resume` set it.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
@@ -88,6 +98,8 @@ pub struct Waves {
     pub deadline: Duration,
     /// `paused`.
     pub paused: bool,
+    /// `maxConcurrency`.
+    pub max_concurrency: Option<usize>,
 }
 
 impl RolloutStrategy {
@@ -121,19 +133,32 @@ impl RolloutStrategy {
                 .as_deref()
                 .unwrap_or(DEFAULT_PROGRESS_DEADLINE),
         )?;
+        let max_concurrency = match self.max_concurrency {
+            None => None,
+            Some(n) if n >= 1 => usize::try_from(n).ok(),
+            Some(n) => {
+                return Err(Error::OutOfRange {
+                    path: "spec.rollout.maxConcurrency",
+                    value: i64::from(n),
+                    message: "must be at least 1",
+                });
+            }
+        };
         Ok(Waves {
             waves,
             pause,
             deadline,
             paused: self.paused,
+            max_concurrency,
         })
     }
 }
 
 impl Waves {
-    /// Whether there are waves at all (otherwise every cluster gets a new template at once).
+    /// Whether a new template is rolled out at all (otherwise every cluster gets it at once):
+    /// there are waves, or a bound on the clusters at a time.
     pub fn staged(&self) -> bool {
-        !self.waves.is_empty()
+        !self.waves.is_empty() || self.max_concurrency.is_some()
     }
 
     /// The wave (from 0) of the cluster with this name and these labels: the first that names

@@ -259,11 +259,31 @@ pub fn plan(
         });
     }
     let k = usize::try_from(status.wave).unwrap_or(usize::MAX);
-    let update: BTreeSet<String> = clusters
+    // The waves before, and the clusters that have the template already (or nothing older).
+    let mut update: BTreeSet<String> = clusters
         .iter()
-        .filter(|c| c.wave <= k || c.held.as_deref().is_none_or(|h| h == hash))
+        .filter(|c| c.wave < k || c.held.as_deref().is_none_or(|h| h == hash))
         .map(|c| c.name.clone())
         .collect();
+    // The current wave's others, as many at a time as `maxConcurrency` lets replace their pods
+    // (in name order); a halted wave takes no more.
+    let in_flight = clusters
+        .iter()
+        .filter(|c| c.wave == k && c.held.as_deref() == Some(hash) && c.rolled_out.as_deref() != Some(hash))
+        .count();
+    let mut slots = match (status.phase, waves.max_concurrency) {
+        (RolloutPhase::Halted, _) => 0,
+        (_, Some(max)) => max.saturating_sub(in_flight),
+        (_, None) => usize::MAX,
+    };
+    for c in clusters.iter().filter(|c| c.wave == k) {
+        if slots == 0 {
+            break;
+        }
+        if update.insert(c.name.clone()) {
+            slots -= 1;
+        }
+    }
     status.updated_clusters = i32::try_from(update.len()).unwrap_or(i32::MAX);
     status.clusters = i32::try_from(clusters.len()).unwrap_or(i32::MAX);
     Plan {
@@ -295,6 +315,7 @@ mod tests {
             ],
             pause_between_waves: Some(pause.to_owned()),
             progress_deadline: Some("60s".to_owned()),
+            max_concurrency: None,
             paused,
         }
         .waves()
@@ -439,6 +460,31 @@ mod tests {
     }
 
     #[test]
+    fn max_concurrency_gives_the_template_to_that_many_clusters_at_a_time() {
+        let mut one_at_a_time = waves("0s", false);
+        one_at_a_time.waves.clear();
+        one_at_a_time.max_concurrency = Some(1);
+        let mut fleet = vec![
+            cluster("c1", 0, "old", "old"),
+            cluster("c2", 0, "old", "old"),
+            cluster("c3", 0, "old", "old"),
+        ];
+        let first = plan(&one_at_a_time, "new", None, &fleet, at(0));
+        assert_eq!(update(&first), ["c1"]);
+        let status = first.status.unwrap();
+        fleet[0].held = Some("new".to_owned());
+        assert_eq!(
+            update(&plan(&one_at_a_time, "new", Some(&status), &fleet, at(5))),
+            ["c1"],
+            "c1 is replacing its pods: no other starts"
+        );
+        fleet[0].rolled_out = Some("new".to_owned());
+        let next = plan(&one_at_a_time, "new", Some(&status), &fleet, at(10));
+        assert_eq!(update(&next), ["c1", "c2"], "the next once c1 has rolled out");
+        assert_eq!(next.status.unwrap().phase, RolloutPhase::Progressing);
+    }
+
+    #[test]
     fn without_waves_or_without_an_older_template_everything_updates_at_once() {
         let fleet = vec![cluster("c1", 0, "old", "old"), cluster("c2", 0, "old", "old")];
         let none = Waves {
@@ -446,6 +492,7 @@ mod tests {
             pause: Duration::ZERO,
             deadline: Duration::from_secs(60),
             paused: false,
+            max_concurrency: None,
         };
         let all = plan(&none, "new", None, &fleet, at(0));
         assert_eq!(update(&all), ["c1", "c2"]);
