@@ -110,6 +110,7 @@ pub struct HubMetrics {
     term: Gauge,
     mcd_desired: Family<McdLabels, Gauge>,
     mcd_ready: Family<McdLabels, Gauge>,
+    mcd_failing: Family<McdLabels, Gauge>,
     prometheus_queries: Family<SignalLabels, Counter>,
     prometheus_errors: Family<SignalLabels, Counter>,
     /// The clusters each MCD has series for, so that clusters it left and deleted MCDs lose
@@ -203,6 +204,12 @@ impl HubMetrics {
             "Ready replicas of a MultiClusterDeployment in a cluster, as its agent reported",
             mcd_ready.clone(),
         );
+        let mcd_failing = Family::<McdLabels, Gauge>::default();
+        registry.register(
+            "nave_mcd_failing",
+            "1 while a cluster's agent reports a MultiClusterDeployment's objects not applied or its Deployment unable to progress, else 0",
+            mcd_failing.clone(),
+        );
         let prometheus_queries = Family::<SignalLabels, Counter>::default();
         registry.register(
             "nave_prometheus_queries",
@@ -230,6 +237,7 @@ impl HubMetrics {
             term,
             mcd_desired,
             mcd_ready,
+            mcd_failing,
             prometheus_queries,
             prometheus_errors,
             mcd_clusters: Mutex::default(),
@@ -303,7 +311,12 @@ impl HubMetrics {
 
     /// Sets an MCD's desired and ready replicas per cluster from the status the controller
     /// writes; clusters no longer in it lose their series.
-    pub fn observe_mcd(&self, workload: &WorkloadRef, status: &MultiClusterDeploymentStatus) {
+    pub fn observe_mcd(
+        &self,
+        workload: &WorkloadRef,
+        status: &MultiClusterDeploymentStatus,
+        failing: &BTreeSet<String>,
+    ) {
         let mut known = self.mcd_clusters.lock().unwrap_or_else(|e| e.into_inner());
         let now: BTreeSet<String> = status.clusters.iter().map(|c| c.name.clone()).collect();
         let before = known.remove(workload).unwrap_or_default();
@@ -318,6 +331,9 @@ impl HubMetrics {
             self.mcd_ready
                 .get_or_create(&labels)
                 .set(i64::from(cluster.ready));
+            self.mcd_failing
+                .get_or_create(&labels)
+                .set(i64::from(failing.contains(&cluster.name)));
         }
         if !now.is_empty() {
             known.insert(workload.clone(), now);
@@ -336,6 +352,7 @@ impl HubMetrics {
         let labels = mcd_labels(workload, cluster);
         self.mcd_desired.remove(&labels);
         self.mcd_ready.remove(&labels);
+        self.mcd_failing.remove(&labels);
     }
 
     /// The OpenMetrics text of every hub metric, with the per-cluster families computed from

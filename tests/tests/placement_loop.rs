@@ -855,5 +855,38 @@ async fn a_deployment_that_cannot_progress_in_its_cluster_shows_in_the_workloads
     );
     let note = env.event(NS, "broken", reasons::DEPLOYMENT_FAILING).await;
     assert!(note.contains(&cluster), "the Event names the cluster: {note}");
+
+    // The REST API and the metrics say it too, per cluster.
+    let placement = env
+        .rest(&format!("/placements/{NS}/broken"))
+        .await
+        .expect("the placement");
+    let failing = placement["clusters"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|c| c["name"] == cluster.as_str())
+        .and_then(|c| c["failing"].as_str())
+        .unwrap_or_default()
+        .to_owned();
+    assert!(
+        failing.contains("ProgressDeadlineExceeded"),
+        "expected {cluster}'s failure in the placement, saw {placement}"
+    );
+    let series = format!("nave_mcd_failing{{namespace=\"{NS}\",name=\"broken\",cluster=\"{cluster}\"}} 1");
+    let metrics = reqwest::get(format!("{}/metrics", env.hub_metrics_url))
+        .await
+        .expect("the hub's metrics")
+        .text()
+        .await
+        .expect("their text");
+    assert!(
+        metrics.lines().any(|l| l == series),
+        "expected {series} in the hub's metrics, saw {:?}",
+        metrics
+            .lines()
+            .filter(|l| l.starts_with("nave_mcd_failing"))
+            .collect::<Vec<_>>()
+    );
     env.shutdown().await;
 }

@@ -464,7 +464,13 @@ async fn apply(mcd: Arc<MultiClusterDeployment>, ctx: &Context) -> Result<Action
         publish(ctx, &mcd, EventType::Warning, reason, ACTION_SCHEDULE, &message).await;
     }
     ctx.sources.index.settle(&workload, planned.settled);
-    ctx.metrics.observe_mcd(&workload, &status);
+    let failing_in: std::collections::BTreeSet<String> = gathered
+        .reports
+        .iter()
+        .filter(|(_, report)| crate::placement::reports::cluster_failure(Some(report), &workload).is_some())
+        .map(|(cluster, _)| cluster.clone())
+        .collect();
+    ctx.metrics.observe_mcd(&workload, &status, &failing_in);
     if !services.is_empty() {
         write_service_status(ctx, &services, decision, &gathered.reports).await;
     }

@@ -210,9 +210,22 @@ fn mcd_series_follow_the_status_and_go_with_the_mcd() {
     let metrics = HubMetrics::new();
     let web = WorkloadRef::new("shop", "web");
     let api = WorkloadRef::new("shop", "api");
-    metrics.observe_mcd(&web, &status(vec![placed("eu-1", 3, 1), placed("us-1", 2, 2)]));
-    metrics.observe_mcd(&api, &status(vec![placed("eu-1", 1, 0)]));
+    let failing = BTreeSet::from(["eu-1".to_owned()]);
+    metrics.observe_mcd(
+        &web,
+        &status(vec![placed("eu-1", 3, 1), placed("us-1", 2, 2)]),
+        &failing,
+    );
+    metrics.observe_mcd(&api, &status(vec![placed("eu-1", 1, 0)]), &BTreeSet::new());
     let text = metrics.encode(Some(&[]), now(), GRACE).unwrap();
+    assert_line(
+        &text,
+        "nave_mcd_failing{namespace=\"shop\",name=\"web\",cluster=\"eu-1\"} 1",
+    );
+    assert_line(
+        &text,
+        "nave_mcd_failing{namespace=\"shop\",name=\"web\",cluster=\"us-1\"} 0",
+    );
     assert_line(
         &text,
         "nave_mcd_desired_replicas{namespace=\"shop\",name=\"web\",cluster=\"eu-1\"} 3",
@@ -227,7 +240,7 @@ fn mcd_series_follow_the_status_and_go_with_the_mcd() {
     );
 
     // web leaves us-1: its us-1 series go, the rest stay.
-    metrics.observe_mcd(&web, &status(vec![placed("eu-1", 5, 5)]));
+    metrics.observe_mcd(&web, &status(vec![placed("eu-1", 5, 5)]), &BTreeSet::new());
     let text = metrics.encode(Some(&[]), now(), GRACE).unwrap();
     assert_line(
         &text,
@@ -240,6 +253,10 @@ fn mcd_series_follow_the_status_and_go_with_the_mcd() {
     assert_no_series(
         &text,
         "nave_mcd_ready_replicas{namespace=\"shop\",name=\"web\",cluster=\"us-1\"",
+    );
+    assert_no_series(
+        &text,
+        "nave_mcd_failing{namespace=\"shop\",name=\"web\",cluster=\"us-1\"",
     );
 
     // web is deleted: none of its series stay; api's do.

@@ -38,6 +38,28 @@ pub fn apply_errors(reports: &Reports, workload: &WorkloadRef) -> Vec<String> {
     out
 }
 
+/// What one cluster's agent reports failing of the workload: its objects that could not be
+/// applied, and its Deployment unable to progress, as one line; `None` when nothing fails.
+pub fn cluster_failure(report: Option<&StatusReport>, workload: &WorkloadRef) -> Option<String> {
+    let report = report?;
+    let mut failing: Vec<String> = report
+        .apply_errors
+        .iter()
+        .filter(|error| {
+            error.workload.as_ref() == Some(workload)
+                || (error.workload.is_none()
+                    && error.kind == "Deployment"
+                    && error.name == workload.name
+                    && error.namespace.as_deref() == Some(&workload.namespace))
+        })
+        .map(|error| format!("{} {} not applied: {}", error.kind, error.name, error.message))
+        .collect();
+    if let Some(why) = deployment_of(Some(report), workload).and_then(deployment_failure) {
+        failing.push(format!("Deployment {}: {why}", workload.name));
+    }
+    (!failing.is_empty()).then(|| failing.join("; "))
+}
+
 /// The workload's Deployment in one report.
 pub fn deployment_of<'a>(
     report: Option<&'a StatusReport>,

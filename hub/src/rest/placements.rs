@@ -82,6 +82,10 @@ pub(super) struct ClusterExplanation {
     replicas: u32,
     /// Why: filtered out by what, its rank and room, what changed.
     explanation: String,
+    /// What the cluster's agent reports failing of the workload (objects not applied, a
+    /// Deployment unable to progress); absent when nothing fails.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    failing: Option<String>,
 }
 
 /// A placement with the reasons for it.
@@ -248,6 +252,8 @@ pub(super) async fn get(
         .await?
         .ok_or_else(|| ApiError::NotFound(format!("no placement for {namespace}/{name}")))?;
     let decision = StoredDecision::from_json(&record.decision);
+    let reports = state.sources.index.reports();
+    let workload = nave_api::wire::WorkloadRef::new(&namespace, &name);
     let clusters = decision
         .clusters
         .iter()
@@ -255,6 +261,10 @@ pub(super) async fn get(
             name: cluster.clone(),
             replicas: decision.assignment.get(cluster).copied().unwrap_or(0),
             explanation: explanation.clone(),
+            failing: crate::placement::reports::cluster_failure(
+                reports.get(cluster).map(AsRef::as_ref),
+                &workload,
+            ),
         })
         .collect();
     Ok(Json(PlacementDetail {
