@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use nave_api::wire::{ObjectStatus, PendingPod, StatusReport, WorkloadRef};
+use nave_api::wire::{ApplyError, ObjectStatus, PendingPod, StatusReport, WorkloadRef};
 
 /// The agents' latest status reports, by cluster.
 pub type Reports = BTreeMap<String, Arc<StatusReport>>;
@@ -17,12 +17,7 @@ pub fn apply_errors(reports: &Reports, workload: &WorkloadRef) -> Vec<String> {
     let mut out = Vec::new();
     for (cluster, report) in reports {
         for error in &report.apply_errors {
-            let ours = error.workload.as_ref() == Some(workload)
-                || (error.workload.is_none()
-                    && error.kind == "Deployment"
-                    && error.name == workload.name
-                    && error.namespace.as_deref() == Some(&workload.namespace));
-            if ours {
+            if concerns(error, workload) {
                 let namespace = error
                     .namespace
                     .as_deref()
@@ -38,6 +33,16 @@ pub fn apply_errors(reports: &Reports, workload: &WorkloadRef) -> Vec<String> {
     out
 }
 
+/// Whether an apply error is about the workload's objects: it names the workload, or (from an
+/// agent that names none) it is the workload's Deployment.
+fn concerns(error: &ApplyError, workload: &WorkloadRef) -> bool {
+    error.workload.as_ref() == Some(workload)
+        || (error.workload.is_none()
+            && error.kind == "Deployment"
+            && error.name == workload.name
+            && error.namespace.as_deref() == Some(&workload.namespace))
+}
+
 /// What one cluster's agent reports failing of the workload: its objects that could not be
 /// applied, and its Deployment unable to progress, as one line; `None` when nothing fails.
 pub fn cluster_failure(report: Option<&StatusReport>, workload: &WorkloadRef) -> Option<String> {
@@ -45,13 +50,7 @@ pub fn cluster_failure(report: Option<&StatusReport>, workload: &WorkloadRef) ->
     let mut failing: Vec<String> = report
         .apply_errors
         .iter()
-        .filter(|error| {
-            error.workload.as_ref() == Some(workload)
-                || (error.workload.is_none()
-                    && error.kind == "Deployment"
-                    && error.name == workload.name
-                    && error.namespace.as_deref() == Some(&workload.namespace))
-        })
+        .filter(|error| concerns(error, workload))
         .map(|error| format!("{} {} not applied: {}", error.kind, error.name, error.message))
         .collect();
     if let Some(why) = deployment_of(Some(report), workload).and_then(deployment_failure) {
