@@ -174,9 +174,11 @@ pub fn plan(
         }
         let started: Vec<&Cluster> = clusters.iter().filter(|c| c.wave <= k).collect();
         let age = elapsed(status.wave_started_at.as_ref(), now);
+        // A failure counts once it has had its grace since the current wave started, in that
+        // wave or before (a report can still show a pod the rollout is replacing).
         let failed = started.iter().find_map(|c| {
             let (why, grace) = c.failing.as_ref()?;
-            (c.wave < k || age >= *grace).then_some((c, why))
+            (age >= *grace).then_some((c, why))
         });
         if let Some((c, why)) = failed {
             let why = format!("cluster {}: {why}", c.name);

@@ -248,6 +248,54 @@ pub struct PodSummary {
     pub workload: Option<WorkloadRef>,
     /// Why the scheduler could not place it, when it could not ([`pending_pod`]).
     pub pending: Option<PendingPod>,
+    /// Why one of its containers cannot run, when it is one of [`WAITING_PROBLEMS`].
+    pub waiting: Option<&'static str>,
+}
+
+/// The reasons a container waits that say it cannot start or keeps failing (as `kubectl get
+/// pods` shows them), reported per workload; the others (`ContainerCreating`,
+/// `PodInitializing`) are part of starting.
+pub const WAITING_PROBLEMS: [&str; 7] = [
+    "CrashLoopBackOff",
+    "ImagePullBackOff",
+    "ErrImagePull",
+    "InvalidImageName",
+    "CreateContainerConfigError",
+    "CreateContainerError",
+    "RunContainerError",
+];
+
+/// The first problem reason (of [`WAITING_PROBLEMS`]) a container of `pod` waits for; none for
+/// a pod on its way out (a rollout replacing it), whose problem is over.
+pub fn waiting_problem(pod: &Pod) -> Option<&'static str> {
+    if pod.metadata.deletion_timestamp.is_some() {
+        return None;
+    }
+    let status = pod.status.as_ref()?;
+    status
+        .init_container_statuses
+        .iter()
+        .chain(status.container_statuses.iter())
+        .flatten()
+        .filter_map(|c| c.state.as_ref()?.waiting.as_ref()?.reason.as_deref())
+        .find_map(|reason| WAITING_PROBLEMS.iter().find(|p| **p == reason).copied())
+}
+
+/// Pods per workload and problem reason (see [`PodSummary::waiting`]), for status reports.
+pub fn waiting_by_workload<'a>(
+    pods: impl IntoIterator<Item = &'a PodSummary>,
+) -> BTreeMap<WorkloadRef, BTreeMap<String, u32>> {
+    let mut counts: BTreeMap<WorkloadRef, BTreeMap<String, u32>> = BTreeMap::new();
+    for p in pods {
+        if let (Some(workload), Some(reason), false) = (&p.workload, p.waiting, p.terminal) {
+            *counts
+                .entry(workload.clone())
+                .or_default()
+                .entry(reason.to_owned())
+                .or_default() += 1;
+        }
+    }
+    counts
 }
 
 impl PodSummary {
@@ -263,6 +311,7 @@ impl PodSummary {
             terminal: is_terminal(pod),
             workload: workload_of(pod.metadata.labels.as_ref()),
             pending: pending_pod(pod),
+            waiting: waiting_problem(pod),
         }
     }
 }

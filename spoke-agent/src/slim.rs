@@ -12,8 +12,8 @@ use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
-    Container, Node, NodeCondition, NodeSpec, NodeStatus, Pod, PodCondition, PodSpec, PodStatus,
-    ResourceRequirements, Taint,
+    Container, ContainerState, ContainerStateWaiting, ContainerStatus, Node, NodeCondition, NodeSpec,
+    NodeStatus, Pod, PodCondition, PodSpec, PodStatus, ResourceRequirements, Taint,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
@@ -97,6 +97,41 @@ impl From<ContainerParts> for Container {
 struct PodStatusParts {
     phase: Option<String>,
     conditions: Option<Vec<ConditionParts>>,
+    container_statuses: Option<Vec<ContainerStatusParts>>,
+    init_container_statuses: Option<Vec<ContainerStatusParts>>,
+}
+
+/// Of a container's status, only why it waits.
+#[derive(Deserialize)]
+struct ContainerStatusParts {
+    state: Option<StateParts>,
+}
+
+#[derive(Deserialize)]
+struct StateParts {
+    waiting: Option<WaitingParts>,
+}
+
+#[derive(Deserialize)]
+struct WaitingParts {
+    reason: Option<String>,
+}
+
+fn container_statuses(list: Option<Vec<ContainerStatusParts>>) -> Option<Vec<ContainerStatus>> {
+    list.map(|list| {
+        list.into_iter()
+            .map(|c| ContainerStatus {
+                state: c.state.map(|s| ContainerState {
+                    waiting: s.waiting.map(|w| ContainerStateWaiting {
+                        reason: w.reason,
+                        message: None,
+                    }),
+                    ..ContainerState::default()
+                }),
+                ..ContainerStatus::default()
+            })
+            .collect()
+    })
 }
 
 #[derive(Deserialize)]
@@ -139,6 +174,8 @@ impl<'de> Deserialize<'de> for SlimPod {
                         })
                         .collect()
                 }),
+                container_statuses: container_statuses(s.container_statuses),
+                init_container_statuses: container_statuses(s.init_container_statuses),
                 ..PodStatus::default()
             }),
         }))

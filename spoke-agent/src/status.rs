@@ -11,7 +11,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, instrument, warn};
 
 use crate::backoff::Backoff;
-use crate::capacity::{PodSummary, pending_by_workload};
+use crate::capacity::{PodSummary, pending_by_workload, waiting_by_workload};
 use crate::error::Result;
 use crate::{Agent, WorkState};
 
@@ -23,6 +23,7 @@ pub fn build_report(
     pods: &[Arc<PodSummary>],
 ) -> StatusReport {
     let pending = pending_by_workload(pods.iter().map(|p| p.as_ref()));
+    let waiting = waiting_by_workload(pods.iter().map(|p| p.as_ref()));
     let objects = work
         .objects
         .iter()
@@ -74,6 +75,11 @@ pub fn build_report(
                         })
                         .collect();
                 }
+                status.waiting_pods = workload
+                    .as_ref()
+                    .and_then(|w| waiting.get(w))
+                    .cloned()
+                    .unwrap_or_default();
                 status.pending_pods = Some(
                     workload
                         .as_ref()

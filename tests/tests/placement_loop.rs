@@ -841,7 +841,10 @@ async fn a_deployment_that_cannot_progress_in_its_cluster_shows_in_the_workloads
             let status = mcd.status.clone().unwrap_or_default();
             let degraded = status.condition(types::DEGRADED).cloned();
             match (&degraded, placed(&mcd).into_keys().next()) {
-                (Some(c), Some(cluster)) if c.reason == reasons::DEPLOYMENT_FAILING => {
+                (Some(c), Some(cluster))
+                    if c.reason == reasons::DEPLOYMENT_FAILING
+                        && c.message.contains("ProgressDeadlineExceeded") =>
+                {
                     Ok((cluster, c.message.clone()))
                 }
                 _ => Err(format!("Degraded: {degraded:?}")),
@@ -850,8 +853,9 @@ async fn a_deployment_that_cannot_progress_in_its_cluster_shows_in_the_workloads
     )
     .await;
     assert!(
-        message.starts_with(&format!("{cluster}: Progressing=False ProgressDeadlineExceeded")),
-        "the cluster and the Deployment's reason: {message}"
+        message.starts_with(&format!("{cluster}: Progressing=False ProgressDeadlineExceeded"))
+            && message.contains("1 pod(s) ImagePullBackOff"),
+        "the cluster, the Deployment's reason and its pod's: {message}"
     );
     let note = env.event(NS, "broken", reasons::DEPLOYMENT_FAILING).await;
     assert!(note.contains(&cluster), "the Event names the cluster: {note}");

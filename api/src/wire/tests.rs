@@ -255,6 +255,7 @@ fn status_report_round_trips() {
                 reason: Some("MinimumReplicasUnavailable".into()),
                 message: None,
             }],
+            waiting_pods: [("ImagePullBackOff".to_owned(), 1)].into(),
             all_replicas: Some(3),
             template_hash: Some("0123456789abcdef".into()),
             observed_current: Some(true),

@@ -73,9 +73,10 @@ pub fn deployment_of<'a>(
 
 /// What a Deployment's status says is failing: `Progressing=False` (a
 /// rollout past its deadline) or `ReplicaFailure=True` (pods that cannot be created), as
-/// `Type=Status Reason: message`; `None` when neither.
+/// `Type=Status Reason: message`, and pods whose containers cannot run (`2 pod(s)
+/// ImagePullBackOff`); `None` when none of these.
 pub fn deployment_failure(object: &ObjectStatus) -> Option<String> {
-    let failing: Vec<String> = object
+    let mut failing: Vec<String> = object
         .conditions
         .iter()
         .filter(|c| {
@@ -92,6 +93,12 @@ pub fn deployment_failure(object: &ObjectStatus) -> Option<String> {
             )
         })
         .collect();
+    failing.extend(
+        object
+            .waiting_pods
+            .iter()
+            .map(|(reason, pods)| format!("{pods} pod(s) {reason}")),
+    );
     (!failing.is_empty()).then(|| failing.join("; "))
 }
 
@@ -119,4 +126,61 @@ pub fn deployment_counts(object: &ObjectStatus) -> (i32, i32, i32) {
 /// of room.
 pub fn counted_replicas(report: Option<&StatusReport>, workload: &WorkloadRef) -> u32 {
     deployment_status(report, workload).map_or(0, |(ready, _, _)| u32::try_from(ready).unwrap_or(0))
+}
+
+#[cfg(test)]
+mod tests {
+    use nave_api::wire::{ApplyError, ConditionSummary};
+
+    use super::*;
+
+    #[test]
+    fn a_cluster_fails_a_workload_by_objects_not_applied_a_stuck_deployment_or_pods_that_cannot_run() {
+        let workload = WorkloadRef::new("shop", "web");
+        let deployment = ObjectStatus {
+            kind: "Deployment".to_owned(),
+            namespace: Some("shop".to_owned()),
+            name: "web".to_owned(),
+            ..ObjectStatus::default()
+        };
+        let report = |objects: Vec<ObjectStatus>, apply_errors: Vec<ApplyError>| StatusReport {
+            objects,
+            apply_errors,
+            ..StatusReport::default()
+        };
+        assert_eq!(
+            cluster_failure(Some(&report(vec![deployment.clone()], Vec::new())), &workload),
+            None
+        );
+        let waiting = ObjectStatus {
+            waiting_pods: [("ImagePullBackOff".to_owned(), 2)].into(),
+            conditions: vec![ConditionSummary {
+                type_: "Progressing".to_owned(),
+                status: "False".to_owned(),
+                reason: Some("ProgressDeadlineExceeded".to_owned()),
+                message: Some("timed out".to_owned()),
+            }],
+            ..deployment.clone()
+        };
+        assert_eq!(
+            deployment_failure(&waiting).as_deref(),
+            Some("Progressing=False ProgressDeadlineExceeded: timed out; 2 pod(s) ImagePullBackOff")
+        );
+        let refused = ApplyError {
+            kind: "Deployment".to_owned(),
+            namespace: Some("shop".to_owned()),
+            name: "web".to_owned(),
+            message: "exceeded quota".to_owned(),
+            ..ApplyError::default()
+        };
+        let other = ApplyError {
+            name: "api".to_owned(),
+            ..refused.clone()
+        };
+        assert_eq!(
+            cluster_failure(Some(&report(vec![deployment], vec![refused, other])), &workload).as_deref(),
+            Some("Deployment web not applied: exceeded quota"),
+            "another workload's error is not this one's"
+        );
+    }
 }

@@ -62,8 +62,36 @@ fn a_slim_pod_summarizes_as_the_whole_one() {
             "spec": {"nodeName": "n2", "containers": [{"name": "c"}]},
             "status": {"phase": "Succeeded"}
         })),
+        pod(json!({
+            "metadata": {"name": "web-3", "namespace": "shop",
+                         "labels": {"nave.dev/workload": "shop.web"}},
+            "spec": {"nodeName": "n1", "containers": [{"name": "web"}, {"name": "proxy"}]},
+            "status": {"phase": "Pending", "containerStatuses": [
+                {"name": "proxy", "ready": false, "restartCount": 0, "image": "p", "imageID": "",
+                 "state": {"waiting": {"reason": "ContainerCreating"}}},
+                {"name": "web", "ready": false, "restartCount": 0, "image": "w", "imageID": "",
+                 "state": {"waiting": {"reason": "ImagePullBackOff",
+                                       "message": "Back-off pulling image \"w\""}}}]}
+        })),
+        pod(json!({
+            "metadata": {"name": "web-4", "namespace": "shop", "deletionTimestamp": "2026-11-26T10:01:00Z",
+                         "labels": {"nave.dev/workload": "shop.web"}},
+            "spec": {"nodeName": "n1", "containers": [{"name": "web"}]},
+            "status": {"phase": "Pending", "containerStatuses": [
+                {"name": "web", "ready": false, "restartCount": 0, "image": "w", "imageID": "",
+                 "state": {"waiting": {"reason": "CrashLoopBackOff"}}}]}
+        })),
         pod(json!({"metadata": {"name": "bare"}})),
     ];
+    let waiting: Vec<Option<&str>> = pods
+        .iter()
+        .map(|p| PodSummary::of(&slim_pod(p).0).waiting)
+        .collect();
+    assert_eq!(
+        waiting,
+        [None, None, None, Some("ImagePullBackOff"), None, None],
+        "a container that cannot start is kept; one that is starting, or a pod on its way out, is not"
+    );
     for whole in &pods {
         let slim = slim_pod(whole);
         assert_eq!(
