@@ -195,6 +195,8 @@ pub enum RolloutPhase {
 }
 
 /// How far the current template has got (written by the hub, with `spec.rollout.waves` set).
+/// Its optional fields are written as `null` when unset, so a merge patch of the status clears
+/// them rather than keeping an earlier wave's.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RolloutStatus {
@@ -206,18 +208,19 @@ pub struct RolloutStatus {
     pub wave: i32,
 
     /// Its name.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub wave_name: Option<String>,
 
     /// `Progressing`, `Paused`, `Halted` or `Complete`.
     pub phase: RolloutPhase,
 
-    /// When the current wave started.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// When the current wave started (with `maxConcurrency`, when its latest clusters got the
+    /// template: the deadline and a failure's grace count from then).
+    #[serde(default)]
     pub wave_started_at: Option<Time>,
 
     /// When the current wave finished rolling out (the next starts `pauseBetweenWaves` later).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub wave_finished_at: Option<Time>,
 
     /// Clusters given the template so far, of all the clusters with replicas.
@@ -227,6 +230,6 @@ pub struct RolloutStatus {
     pub clusters: i32,
 
     /// What happens now, or why the rollout halted (naming the cluster).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub message: Option<String>,
 }

@@ -831,7 +831,7 @@ pub struct ObjectStatus {
     /// Deployments: the workload's pods whose containers cannot run, by reason as `kubectl get
     /// pods` shows it (`ImagePullBackOff`, `CrashLoopBackOff`, `CreateContainerConfigError`, ...).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub waiting_pods: BTreeMap<String, u32>,
+    pub waiting_pods: BTreeMap<String, i32>,
     /// Deployments: `status.replicas`, the pods of its old and new ReplicaSets (more than
     /// `replicas` while a rollout replaces pods).
     #[serde(default, skip_serializing_if = "Option::is_none")]

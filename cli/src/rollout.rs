@@ -63,10 +63,15 @@ pub async fn rollout(
     let api: Api<MultiClusterDeployment> = Api::namespaced(kube_client(global).await?, &namespace);
     let what = format!("MultiClusterDeployment {namespace}/{name}");
     let mcd = api.get(name).await.map_err(|e| CliError::kube(&what, e))?;
-    let staged = mcd.spec.rollout.as_ref().is_some_and(|r| !r.waves.is_empty());
+    let staged = mcd
+        .spec
+        .rollout
+        .as_ref()
+        .is_some_and(|r| !r.waves.is_empty() || r.max_concurrency.is_some());
     if !staged && action != Action::Status {
         return Err(CliError::invalid(format!(
-            "{what} has no spec.rollout.waves: a new template reaches every cluster at once"
+            "{what} has neither spec.rollout.waves nor maxConcurrency: a new template reaches \
+             every cluster at once"
         )));
     }
     let mut current = mcd;

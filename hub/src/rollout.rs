@@ -92,6 +92,8 @@ fn names<'a>(clusters: impl Iterator<Item = &'a Cluster>) -> String {
 
 /// Halts the rollout in wave `wave` for the reason `why`.
 fn halt(status: &mut RolloutStatus, notes: &mut Vec<Note>, wave: &str, why: &str) {
+    // What an agent reported is in `why`: bounded, as every status message is.
+    let why = why.char_indices().nth(512).map_or(why, |(i, _)| &why[..i]);
     let text = format!(
         "halted in wave {wave}: {why}; later waves keep their template until it changes (a fix, \
          or nave rollout undo)"
@@ -275,16 +277,31 @@ pub fn plan(
         .count();
     let mut slots = match (status.phase, waves.max_concurrency) {
         (RolloutPhase::Halted, _) => 0,
+        // Paused: no more clusters of a wave that has started.
+        (_, Some(_))
+            if waves.paused
+                && clusters
+                    .iter()
+                    .any(|c| c.wave == k && c.held.as_deref() == Some(hash)) =>
+        {
+            0
+        }
         (_, Some(max)) => max.saturating_sub(in_flight),
         (_, None) => usize::MAX,
     };
+    let mut added = false;
     for c in clusters.iter().filter(|c| c.wave == k) {
         if slots == 0 {
             break;
         }
         if update.insert(c.name.clone()) {
             slots -= 1;
+            added = true;
         }
+    }
+    // A few clusters at a time: the deadline and the grace count from the latest ones' start.
+    if added && waves.max_concurrency.is_some() && status.phase == RolloutPhase::Progressing {
+        status.wave_started_at = Some(Time(now));
     }
     status.updated_clusters = i32::try_from(update.len()).unwrap_or(i32::MAX);
     status.clusters = i32::try_from(clusters.len()).unwrap_or(i32::MAX);

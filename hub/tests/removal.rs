@@ -248,6 +248,26 @@ async fn a_deleted_workload_cluster_moves_its_work_away_is_forgotten_and_stays_d
     wait_gone(&objects, "eu-3").await;
     assert_eq!(eu3.work_status().await, 401, "eu-3's credential is revoked");
 
+    // Every cluster deleted at once (the CRD deleted, say): none is removed.
+    for name in ["eu-1", "eu-2"] {
+        objects
+            .delete(name, &DeleteParams::default())
+            .await
+            .expect("deleted");
+    }
+    for name in ["eu-1", "eu-2"] {
+        wait_for(&format!("{name}'s removal held"), DEADLINE, || async {
+            let message = removing(&objects, name).await?;
+            if message.starts_with("held: 2 of 2") {
+                Ok(())
+            } else {
+                Err(message)
+            }
+        })
+        .await;
+    }
+    assert_eq!(eu1.work_status().await, 200, "eu-1 keeps its credential");
+
     hub.shutdown.cancel();
     let _ = hub.task.await;
 }

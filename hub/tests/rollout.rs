@@ -1,9 +1,10 @@
 //! A rollout with `maxConcurrency` against the hub on a real socket: a new template goes to one
 //! cluster at a time, the next once the one before reports it rolled out, while the others keep
-//! the Deployment they hold and follow scaling.
+//! the Deployment they hold, with the ConfigMap it refers to, and follow scaling.
 
 mod support;
 
+use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use nave_api::{MultiClusterDeployment, RolloutPhase, TEMPLATE_HASH_ANNOTATION};
 use nave_testkit::{DEADLINE, FakeAgent, Mcd, idle_capacity, wait_for};
@@ -54,11 +55,24 @@ async fn with_max_concurrency_one_cluster_at_a_time_takes_the_new_template() {
     for name in ["eu-1", "eu-2", "eu-3"] {
         agents.push(FakeAgent::join(&hub.base, name, idle_capacity(name, 2, 4000)).await);
     }
+    let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    for name in ["config-1", "config-2"] {
+        let object: ConfigMap = serde_json::from_value(json!({
+            "metadata": {"name": name}, "data": {"VERSION": name}
+        }))
+        .expect("a ConfigMap");
+        config_maps
+            .create(&PostParams::default(), &object)
+            .await
+            .expect("ConfigMap created");
+    }
     let mcds: Api<MultiClusterDeployment> = Api::namespaced(client.clone(), "default");
     let mcd = |image: &str, replicas: i64| {
+        let config = if image == "app:1" { "config-1" } else { "config-2" };
         Mcd::new("web")
             .replicas(replicas)
             .image(image)
+            .env_from_config_map(config)
             .placement(json!({"policy": "spread"}))
             .extra_spec(json!({"rollout": {"maxConcurrency": 1}}))
             .build()
@@ -101,6 +115,29 @@ async fn with_max_concurrency_one_cluster_at_a_time_takes_the_new_template() {
     })
     .await;
     wait_hashes(&agents, &[&new, &old, &old]).await;
+    let config_maps_in = |agent: &FakeAgent| {
+        let agent = agent.clone();
+        async move {
+            agent
+                .work()
+                .await
+                .objects
+                .iter()
+                .filter(|o| o["kind"] == "ConfigMap")
+                .map(|o| o["metadata"]["name"].as_str().unwrap_or_default().to_owned())
+                .collect::<Vec<_>>()
+        }
+    };
+    assert_eq!(
+        config_maps_in(&agents[0]).await,
+        ["config-2"],
+        "the new template's"
+    );
+    assert_eq!(
+        config_maps_in(&agents[1]).await,
+        ["config-1"],
+        "a cluster the rollout has not reached keeps what its Deployment refers to"
+    );
 
     // Scaling during the rollout: the clusters not reached yet keep their template and follow.
     change("app:2", 6).await;

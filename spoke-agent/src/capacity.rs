@@ -284,8 +284,8 @@ pub fn waiting_problem(pod: &Pod) -> Option<&'static str> {
 /// Pods per workload and problem reason (see [`PodSummary::waiting`]), for status reports.
 pub fn waiting_by_workload<'a>(
     pods: impl IntoIterator<Item = &'a PodSummary>,
-) -> BTreeMap<WorkloadRef, BTreeMap<String, u32>> {
-    let mut counts: BTreeMap<WorkloadRef, BTreeMap<String, u32>> = BTreeMap::new();
+) -> BTreeMap<WorkloadRef, BTreeMap<String, i32>> {
+    let mut counts: BTreeMap<WorkloadRef, BTreeMap<String, i32>> = BTreeMap::new();
     for p in pods {
         if let (Some(workload), Some(reason), false) = (&p.workload, p.waiting, p.terminal) {
             *counts

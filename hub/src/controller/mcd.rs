@@ -294,27 +294,13 @@ async fn apply(mcd: Arc<MultiClusterDeployment>, ctx: &Context) -> Result<Action
     let mut rendered: BTreeMap<String, Vec<Value>> = BTreeMap::new();
     let mut shared = Vec::new();
     let mut missing = Vec::new();
+    // The ConfigMaps and Secrets each cluster's Deployment refers to, copied: the template's,
+    // and (below) those of a Deployment a cluster keeps while a rollout has not reached it.
+    let mut copies: BTreeMap<(DependencyKind, String), Value> = BTreeMap::new();
     for (kind, name) in render::dependencies(&mcd.spec.template.spec, &mcd.spec.dependencies) {
-        let object = match kind {
-            DependencyKind::ConfigMap => {
-                Api::<ConfigMap>::namespaced(ctx.client.clone(), &workload.namespace)
-                    .get_opt(&name)
-                    .await
-                    .map(|o| o.map(|o| serde_json::to_value(o).unwrap_or_default()))
-            }
-            DependencyKind::Secret => Api::<Secret>::namespaced(ctx.client.clone(), &workload.namespace)
-                .get_opt(&name)
-                .await
-                .map(|o| o.map(|o| serde_json::to_value(o).unwrap_or_default())),
-        }
-        .map_err(Error::kube("reading a dependency"))?;
-        match object {
-            Some(mut object) => {
-                object["kind"] = json!(match kind {
-                    DependencyKind::ConfigMap => "ConfigMap",
-                    DependencyKind::Secret => "Secret",
-                });
-                shared.push(render::copy_dependency(&object, &workload));
+        match fetch_dependency(ctx, &workload, kind, &name).await? {
+            Some(copy) => {
+                copies.insert((kind, name), copy);
             }
             None => missing.push(format!("{kind:?} {name}")),
         }
@@ -393,7 +379,16 @@ async fn apply(mcd: Arc<MultiClusterDeployment>, ctx: &Context) -> Result<Action
                 Err(e) => return invalid(&mcd, ctx, reasons::OVERRIDE_FAILED, e.to_string()).await,
             },
         };
-        let mut objects = vec![deployment];
+        let mut objects = Vec::new();
+        for key in render::dependencies(&deployment["spec"], &mcd.spec.dependencies) {
+            if !copies.contains_key(&key)
+                && let Some(copy) = fetch_dependency(ctx, &workload, key.0, &key.1).await?
+            {
+                copies.insert(key.clone(), copy);
+            }
+            objects.extend(copies.get(&key).cloned());
+        }
+        objects.push(deployment);
         objects.extend(shared.iter().cloned());
         rendered.insert(cluster.clone(), objects);
     }
@@ -446,16 +441,23 @@ async fn apply(mcd: Arc<MultiClusterDeployment>, ctx: &Context) -> Result<Action
         && conditions::find(&status.conditions, types::DEGRADED).is_none_or(|c| c.status != conditions::TRUE)
     {
         let message = halted.message.clone().unwrap_or_default();
-        conditions::upsert(
-            &mut status.conditions,
-            condition(
-                types::DEGRADED,
-                conditions::TRUE,
-                reasons::ROLLOUT_HALTED,
-                message,
-                Some(generation),
-            ),
+        let mut degraded = condition(
+            types::DEGRADED,
+            conditions::TRUE,
+            reasons::ROLLOUT_HALTED,
+            message,
+            Some(generation),
         );
+        // Halted since before: since then, or every reconcile would write a new time.
+        if let Some(before) = mcd
+            .status
+            .as_ref()
+            .and_then(|s| conditions::find(&s.conditions, types::DEGRADED))
+            .filter(|c| c.status == conditions::TRUE && c.reason == reasons::ROLLOUT_HALTED)
+        {
+            degraded.last_transition_time = before.last_transition_time.clone();
+        }
+        conditions::upsert(&mut status.conditions, degraded);
     }
     let newly_failing =
         failing(Some(&status)).filter(|now| failing(mcd.status.as_ref()).as_ref() != Some(now));
@@ -692,4 +694,32 @@ async fn record_stable_template(ctx: &Context, mcd: &MultiClusterDeployment) {
     if let Err(error) = api.patch(&mcd.name_any(), &params, &Patch::Merge(&patch)).await {
         warn!(error = %error, "recording the stable template failed; retried on the next reconcile");
     }
+}
+
+/// A copy of the ConfigMap or Secret `name` of the workload's namespace for its clusters; `None`
+/// when it does not exist.
+async fn fetch_dependency(
+    ctx: &Context,
+    workload: &WorkloadRef,
+    kind: DependencyKind,
+    name: &str,
+) -> Result<Option<Value>, Error> {
+    let object = match kind {
+        DependencyKind::ConfigMap => Api::<ConfigMap>::namespaced(ctx.client.clone(), &workload.namespace)
+            .get_opt(name)
+            .await
+            .map(|o| o.map(|o| serde_json::to_value(o).unwrap_or_default())),
+        DependencyKind::Secret => Api::<Secret>::namespaced(ctx.client.clone(), &workload.namespace)
+            .get_opt(name)
+            .await
+            .map(|o| o.map(|o| serde_json::to_value(o).unwrap_or_default())),
+    }
+    .map_err(Error::kube("reading a dependency"))?;
+    Ok(object.map(|mut object| {
+        object["kind"] = json!(match kind {
+            DependencyKind::ConfigMap => "ConfigMap",
+            DependencyKind::Secret => "Secret",
+        });
+        render::copy_dependency(&object, workload)
+    }))
 }

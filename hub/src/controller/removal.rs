@@ -12,6 +12,10 @@
 //!       └► finalizer removed: the object goes, and stays gone
 //! ```
 //!
+//! When most of the fleet's WorkloadClusters are being deleted at once (the CRD deleted, a wrong
+//! selector), none is removed but those annotated to go without their agent; the `Removing`
+//! condition says so.
+//!
 //! A removed name comes back only through a join token an admin issues for it: the fleet's
 //! bootstrap token is refused for it, and a heartbeat never writes a WorkloadCluster. The loop
 //! also puts the finalizer on registered clusters' objects that lack it (created before the
@@ -168,7 +172,7 @@ impl Remover {
     }
 
     /// One look at every WorkloadCluster.
-    async fn pass(&self, missing_reported: &mut BTreeSet<String>) {
+    async fn pass(&self, missing_reported: &mut BTreeSet<String>, was_mass: &mut bool) {
         let objects = self.watched.clusters.state();
         let names: BTreeSet<String> = objects.iter().map(|o| o.name_any()).collect();
         for name in self.index.clusters().keys() {
@@ -182,13 +186,42 @@ impl Remover {
             }
         }
         missing_reported.retain(|n| !names.contains(n));
+        // Most of the fleet deleted at once is a surprise (the CRD deleted, a wrong selector),
+        // not a plan: none is removed then but those marked to go without their agent.
+        let deleting = objects
+            .iter()
+            .filter(|o| o.metadata.deletion_timestamp.is_some() && has_finalizer(o))
+            .count();
+        let mass = deleting > 1 && deleting * 2 > objects.len();
+        match (mass, std::mem::replace(was_mass, mass)) {
+            (true, false) => warn!(
+                deleting,
+                clusters = objects.len(),
+                "most WorkloadClusters are being deleted at once; removing none of them (the CRD deleted?)"
+            ),
+            (false, true) => {
+                info!("fewer than half of the WorkloadClusters are being deleted now; removals go on")
+            }
+            _ => {}
+        }
         for object in objects {
             let name = object.name_any();
             let result = if object.metadata.deletion_timestamp.is_some() {
-                if has_finalizer(&object) {
-                    self.remove(&object).await
-                } else {
+                if !has_finalizer(&object) {
                     Ok(())
+                } else if mass && !without_agent(&object) {
+                    let message = format!(
+                        "held: {deleting} of {} WorkloadClusters are being deleted at once (was the \
+                         CRD deleted?); the hub removes none until fewer than half are, or one is \
+                         annotated {REMOVE_WITHOUT_AGENT_ANNOTATION}=true",
+                        names.len()
+                    );
+                    self.objects
+                        .set_removing(&object, &message)
+                        .await
+                        .map_err(|e| e.to_string())
+                } else {
+                    self.remove(&object).await
                 }
             } else if !has_finalizer(&object) && self.index.cluster(&name).is_some() {
                 let mut finalizers = object.finalizers().to_vec();
@@ -289,12 +322,13 @@ pub async fn run(remover: Remover, shutdown: CancellationToken) {
     let mut ticks = tokio::time::interval(INTERVAL);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut missing_reported = BTreeSet::new();
+    let mut mass = false;
     loop {
         tokio::select! {
             () = shutdown.cancelled() => return,
             _ = ticks.tick() => {}
         }
-        remover.pass(&mut missing_reported).await;
+        remover.pass(&mut missing_reported, &mut mass).await;
     }
 }
 

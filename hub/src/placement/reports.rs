@@ -33,6 +33,11 @@ pub fn apply_errors(reports: &Reports, workload: &WorkloadRef) -> Vec<String> {
     out
 }
 
+/// `text` cut to `max` characters.
+fn truncate_chars(text: &str, max: usize) -> &str {
+    text.char_indices().nth(max).map_or(text, |(i, _)| &text[..i])
+}
+
 /// Whether an apply error is about the workload's objects: it names the workload, or (from an
 /// agent that names none) it is the workload's Deployment.
 fn concerns(error: &ApplyError, workload: &WorkloadRef) -> bool {
@@ -93,11 +98,14 @@ pub fn deployment_failure(object: &ObjectStatus) -> Option<String> {
             )
         })
         .collect();
+    // As the agent reports them, bounded: a few reasons, each a short word.
     failing.extend(
         object
             .waiting_pods
             .iter()
-            .map(|(reason, pods)| format!("{pods} pod(s) {reason}")),
+            .filter(|(_, pods)| **pods > 0)
+            .take(8)
+            .map(|(reason, pods)| format!("{pods} pod(s) {}", truncate_chars(reason, 64))),
     );
     (!failing.is_empty()).then(|| failing.join("; "))
 }
