@@ -611,8 +611,8 @@ async fn nave_rebalance_places_a_workload_again_from_scratch() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn nave_unjoin_moves_the_work_away_then_the_hub_forgets_the_cluster_for_good() {
-    let env = Env::start(fleet(3), Database::Sqlite).await.expect("environment");
+async fn nave_unjoin_moves_the_work_away_the_hub_forgets_the_cluster_and_nave_join_brings_it_back() {
+    let mut env = Env::start(fleet(3), Database::Sqlite).await.expect("environment");
     let dir = tempfile::tempdir().expect("a directory");
     let token = write(dir.path(), "admin.token", &env.admin_token);
     let target = busiest(&env, Mcd::new("shop").namespace(NS).replicas(4), 4).await;
@@ -655,6 +655,38 @@ async fn nave_unjoin_moves_the_work_away_then_the_hub_forgets_the_cluster_for_go
     let gone = env.rest(&format!("/clusters/{target}")).await;
     assert!(gone.is_err(), "the hub forgot {target}: {gone:?}");
     expect_failure(&env, &token, &["unjoin", &target], 3, "not found").await;
+
+    // `nave join` brings it back: its agent, restarted with the join token, registers again.
+    let joining = expect_json(&env, &token, &["join", &target]).await;
+    let join_token = write(
+        dir.path(),
+        "join.token",
+        joining["token"].as_str().expect("a join token"),
+    );
+    env.stop_agent(&target).await;
+    env.start_agent_with(&target, join_token)
+        .expect("the agent starts with the join token");
+    nave_testkit::wait_for(
+        &format!("{target} to join again and report capacity"),
+        nave_e2e::DEADLINE,
+        || async {
+            let object = clusters.get_opt(&target).await.map_err(|e| e.to_string())?;
+            match object.and_then(|o| o.status).and_then(|s| s.capacity) {
+                Some(capacity) if capacity.nodes > 0 => Ok(()),
+                other => Err(format!("capacity {other:?}")),
+            }
+        },
+    )
+    .await;
+    let pinned = busiest(
+        &env,
+        Mcd::new("again")
+            .namespace(NS)
+            .placement(serde_json::json!({"clusters": [target.clone()]})),
+        1,
+    )
+    .await;
+    assert_eq!(pinned, target, "work goes to the cluster that joined again");
     env.shutdown().await;
 }
 

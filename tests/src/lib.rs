@@ -428,6 +428,13 @@ impl Env {
 
     /// Starts the agent of cluster `name`, with the same configuration every time.
     pub fn start_agent(&mut self, name: &str) -> anyhow::Result<()> {
+        let token = self.hub_args.bootstrap_token_file.clone();
+        self.start_agent_with(name, token)
+    }
+
+    /// As [`Env::start_agent`], registering (when it has no valid credential) with the token in
+    /// `token_file` (a join token) instead of the fleet's bootstrap token.
+    pub fn start_agent_with(&mut self, name: &str, token_file: PathBuf) -> anyhow::Result<()> {
         if self.agents.contains_key(name) {
             return Err(anyhow!("the agent of {name} is already running"));
         }
@@ -437,11 +444,7 @@ impl Env {
             .iter()
             .find(|c| c.name == name)
             .ok_or_else(|| anyhow!("no workload cluster named {name}"))?;
-        let mut config = nave_agent::Config::new(
-            self.hub_url.clone(),
-            name,
-            self.hub_args.bootstrap_token_file.clone(),
-        );
+        let mut config = nave_agent::Config::new(self.hub_url.clone(), name, token_file);
         config.region = cluster.region.clone();
         config.zone = cluster.zone.clone();
         config.labels = cluster.labels.clone();
