@@ -128,13 +128,15 @@ pub fn workload_labels(workload: &WorkloadRef) -> BTreeMap<String, String> {
 }
 
 /// The Deployment for one cluster: the template's metadata and spec, `replicas` set to the
-/// cluster's share, the workload labels on the Deployment and its pod template, then every
-/// override that applies to `cluster` (by name or by its `labels`), in order.
+/// cluster's share, the workload labels on the Deployment and its pod template, the template's
+/// digest (`template_hash`, [`template_hash`] of `mcd`, computed once for every cluster), then
+/// every override that applies to `cluster` (by name or by its `labels`), in order.
 pub fn render_deployment(
     mcd: &MultiClusterDeployment,
     cluster: &str,
     cluster_labels: &BTreeMap<String, String>,
     replicas: u32,
+    template_hash: &str,
 ) -> Result<Value, RenderError> {
     let workload = workload_ref(mcd);
     let template = &mcd.spec.template;
@@ -146,7 +148,10 @@ pub fn render_deployment(
         "labels": labels,
     });
     let mut annotations = template.metadata.annotations.clone();
-    annotations.insert(nave_api::TEMPLATE_HASH_ANNOTATION.to_owned(), template_hash(mcd));
+    annotations.insert(
+        nave_api::TEMPLATE_HASH_ANNOTATION.to_owned(),
+        template_hash.to_owned(),
+    );
     metadata["annotations"] = json!(annotations);
     let mut spec = template.spec.clone();
     if !spec.is_object() {

@@ -59,6 +59,23 @@ async fn removing(objects: &Api<WorkloadCluster>, name: &str) -> Result<String, 
         .ok_or_else(|| format!("no Removing=True in {conds:?}"))
 }
 
+/// Waits until `name`'s Removing condition says something containing `says`.
+async fn wait_removing(objects: &Api<WorkloadCluster>, name: &str, says: &str) {
+    wait_for(
+        &format!("{name}'s Removing condition to say {says:?}"),
+        DEADLINE,
+        || async {
+            let message = removing(objects, name).await?;
+            if message.contains(says) {
+                Ok(())
+            } else {
+                Err(message)
+            }
+        },
+    )
+    .await;
+}
+
 async fn wait_gone(objects: &Api<WorkloadCluster>, name: &str) {
     wait_for(
         &format!("the WorkloadCluster {name} to be gone"),
@@ -131,15 +148,7 @@ async fn a_deleted_workload_cluster_moves_its_work_away_is_forgotten_and_stays_d
         .await
         .expect("eu-2 deleted");
     wait_replicas(&eu1, "web", Some(4)).await;
-    wait_for("eu-2's Removing condition to name web", DEADLINE, || async {
-        let message = removing(&objects, "eu-2").await?;
-        if message.contains("default/web") {
-            Ok(())
-        } else {
-            Err(message)
-        }
-    })
-    .await;
+    wait_removing(&objects, "eu-2", "default/web").await;
     assert_eq!(
         eu2.replicas("web").await,
         Some(2),
@@ -156,19 +165,7 @@ async fn a_deleted_workload_cluster_moves_its_work_away_is_forgotten_and_stays_d
     );
     eu1.report_all_ready().await;
     wait_replicas(&eu2, "web", None).await;
-    wait_for(
-        "eu-2 to wait for its agent to apply the empty set",
-        DEADLINE,
-        || async {
-            let message = removing(&objects, "eu-2").await?;
-            if message.contains("apply the empty work set") {
-                Ok(())
-            } else {
-                Err(message)
-            }
-        },
-    )
-    .await;
+    wait_removing(&objects, "eu-2", "apply the empty work set").await;
 
     // Once the agent applied the empty set, the cluster is forgotten and its object goes.
     eu2.report_all_ready().await;
@@ -223,15 +220,7 @@ async fn a_deleted_workload_cluster_moves_its_work_away_is_forgotten_and_stays_d
         .delete("eu-3", &DeleteParams::default())
         .await
         .expect("eu-3 deleted");
-    wait_for("eu-3's Removing condition to name db", DEADLINE, || async {
-        let message = removing(&objects, "eu-3").await?;
-        if message.contains("default/db") {
-            Ok(())
-        } else {
-            Err(message)
-        }
-    })
-    .await;
+    wait_removing(&objects, "eu-3", "default/db").await;
     assert_eq!(
         eu3.replicas("db").await,
         Some(1),
@@ -256,15 +245,7 @@ async fn a_deleted_workload_cluster_moves_its_work_away_is_forgotten_and_stays_d
             .expect("deleted");
     }
     for name in ["eu-1", "eu-2"] {
-        wait_for(&format!("{name}'s removal held"), DEADLINE, || async {
-            let message = removing(&objects, name).await?;
-            if message.starts_with("held: 2 of 2") {
-                Ok(())
-            } else {
-                Err(message)
-            }
-        })
-        .await;
+        wait_removing(&objects, name, "held: 2 of 2").await;
     }
     assert_eq!(eu1.work_status().await, 200, "eu-1 keeps its credential");
 

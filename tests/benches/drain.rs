@@ -3,8 +3,8 @@
 //! `NAVE_BENCH_DRAINS` sizes (default `10,50,100`) of four-replica MultiClusterDeployments on
 //! three simulated clusters, the hub and agents in this process. Once every workload runs, the
 //! busiest cluster gets the drain taint (`nave.dev/drain:NoExecute`, what `nave drain` sets) and
-//! the MultiClusterDeployments' status is read every 50 ms until none runs replicas there:
-//! the time that takes, and the fewest replicas available in all at any reading (the drain is
+//! every status of the MultiClusterDeployments is followed by a watch until none runs replicas
+//! there: the time that takes, and the fewest replicas available in all at any status (the drain is
 //! make-before-break, so it should never be below the total). The sizes fit the fleet without
 //! the drained cluster; replicas that do not fit stay where they run, and the drain does not end.
 
@@ -19,7 +19,7 @@ use serde_json::json;
 
 mod support;
 
-use support::available;
+use support::{Follower, available};
 
 const NS: &str = "default";
 const REPLICAS: i32 = 4;
@@ -76,6 +76,7 @@ async fn drain(workloads: usize) -> anyhow::Result<String> {
         time_added: Some(Time(jiff::Timestamp::now())),
     };
     let clusters: Api<nave_api::WorkloadCluster> = Api::all(env.client.clone());
+    let mut follower = Follower::start(&env.client, NS).await?;
     let started = Instant::now();
     clusters
         .patch(
@@ -84,20 +85,11 @@ async fn drain(workloads: usize) -> anyhow::Result<String> {
             &Patch::Merge(json!({"spec": {"taints": [taint]}})),
         )
         .await?;
-    let mut fewest = i32::MAX;
-    loop {
-        let list = mcds.list(&ListParams::default()).await?;
-        let available = available(&list.items);
-        fewest = fewest.min(available);
-        if in_cluster(&list.items, &target) == 0 {
-            break;
-        }
-        anyhow::ensure!(
-            started.elapsed() < Duration::from_secs(600),
-            "{target} not drained after 10 minutes"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let fewest = follower
+        .until(Duration::from_secs(600), "drained", |mcds, _| {
+            in_cluster(mcds, &target) == 0
+        })
+        .await?;
     let took = started.elapsed();
     env.shutdown().await;
     Ok(format!(
@@ -107,9 +99,9 @@ async fn drain(workloads: usize) -> anyhow::Result<String> {
 }
 
 /// Replicas given to or still ready in `cluster`, summed over the workloads.
-fn in_cluster(mcds: &[MultiClusterDeployment], cluster: &str) -> i32 {
+fn in_cluster<M: std::borrow::Borrow<MultiClusterDeployment>>(mcds: &[M], cluster: &str) -> i32 {
     mcds.iter()
-        .filter_map(|m| m.status.as_ref())
+        .filter_map(|m| m.borrow().status.as_ref())
         .flat_map(|s| &s.clusters)
         .filter(|c| c.name == cluster)
         .map(|c| c.desired.max(c.ready))

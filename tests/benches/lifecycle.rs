@@ -4,12 +4,13 @@
 //! over the tests' three simulated clusters, each rolling out in three waves (one cluster each,
 //! no pause), the hub and agents in this process. Once every workload runs, every template
 //! changes at once: the time until every rollout is Complete, and the fewest replicas available
-//! in all at any reading (every 50 ms). Then the WorkloadCluster of the last wave is deleted:
+//! in all at any status written (followed by a watch). Then the WorkloadCluster of the last wave is deleted:
 //! the time until the object is gone (its workloads moved away, its agent applied the empty set,
 //! the hub forgot it), and again the fewest available.
 
 use std::time::{Duration, Instant};
 
+use kube::ResourceExt as _;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use nave_api::{MultiClusterDeployment, RolloutPhase, WorkloadCluster};
 use nave_e2e::{Database, Env, fleet};
@@ -18,7 +19,7 @@ use serde_json::{Value, json};
 
 mod support;
 
-use support::available;
+use support::{Follower, available};
 
 const NS: &str = "default";
 const REPLICAS: i32 = 3;
@@ -85,6 +86,7 @@ async fn run(workloads: usize) -> anyhow::Result<String> {
     })
     .await;
 
+    let mut follower = Follower::start(&env.client, NS).await?;
     let started = Instant::now();
     for i in 0..workloads {
         let name = format!("w-{i}");
@@ -92,61 +94,43 @@ async fn run(workloads: usize) -> anyhow::Result<String> {
         mcds.patch(&name, &PatchParams::default(), &Patch::Merge(patch))
             .await?;
     }
-    let mut fewest_rollout = i32::MAX;
-    loop {
-        let list = mcds.list(&ListParams::default()).await?;
-        fewest_rollout = fewest_rollout.min(available(&list.items));
-        let complete = list.items.iter().all(|m| {
-            m.status.as_ref().is_some_and(|s| {
-                s.observed_generation == m.metadata.generation
-                    && s.rollout
-                        .as_ref()
-                        .is_some_and(|r| r.phase == RolloutPhase::Complete)
+    let fewest_rollout = follower
+        .until(Duration::from_secs(600), "every rollout complete", |mcds, _| {
+            mcds.iter().all(|m| {
+                m.status.as_ref().is_some_and(|s| {
+                    s.observed_generation == m.metadata.generation
+                        && s.rollout
+                            .as_ref()
+                            .is_some_and(|r| r.phase == RolloutPhase::Complete)
+                })
             })
-        });
-        if complete {
-            break;
-        }
-        anyhow::ensure!(
-            started.elapsed() < Duration::from_secs(600),
-            "rollouts not complete after 10 minutes"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+        })
+        .await?;
     let rolled_out = started.elapsed();
 
     let clusters: Api<WorkloadCluster> = Api::all(env.client.clone());
     let target = names[2].clone();
-    wait_for("the hub's finalizer", Duration::from_secs(60), || async {
-        let object = clusters.get(&target).await.map_err(|e| e.to_string())?;
-        if object
-            .metadata
-            .finalizers
-            .unwrap_or_default()
-            .iter()
-            .any(|f| f == nave_api::CLUSTER_FINALIZER)
-        {
-            Ok(())
-        } else {
-            Err("no finalizer yet".to_owned())
-        }
-    })
-    .await;
+    follower
+        .until(
+            Duration::from_secs(60),
+            "the hub's finalizer on it",
+            |_, clusters| {
+                clusters.iter().any(|c| {
+                    c.metadata.name.as_deref() == Some(target.as_str())
+                        && c.finalizers().iter().any(|f| f == nave_api::CLUSTER_FINALIZER)
+                })
+            },
+        )
+        .await?;
     let started = Instant::now();
     clusters.delete(&target, &DeleteParams::default()).await?;
-    let mut fewest_removal = i32::MAX;
-    loop {
-        let list = mcds.list(&ListParams::default()).await?;
-        fewest_removal = fewest_removal.min(available(&list.items));
-        if clusters.get_opt(&target).await?.is_none() {
-            break;
-        }
-        anyhow::ensure!(
-            started.elapsed() < Duration::from_secs(600),
-            "{target} not removed after 10 minutes"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let fewest_removal = follower
+        .until(Duration::from_secs(600), "removed", |_, clusters| {
+            clusters
+                .iter()
+                .all(|c| c.metadata.name.as_deref() != Some(target.as_str()))
+        })
+        .await?;
     let removed = started.elapsed();
     env.shutdown().await;
     Ok(format!(

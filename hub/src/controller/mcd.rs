@@ -374,7 +374,7 @@ async fn apply(mcd: Arc<MultiClusterDeployment>, ctx: &Context) -> Result<Action
                 deployment["spec"]["replicas"] = json!(n);
                 deployment
             }
-            None => match render::render_deployment(&mcd, cluster, &labels_of(cluster), n) {
+            None => match render::render_deployment(&mcd, cluster, &labels_of(cluster), n, &hash) {
                 Ok(d) => d,
                 Err(e) => return invalid(&mcd, ctx, reasons::OVERRIDE_FAILED, e.to_string()).await,
             },
@@ -466,11 +466,18 @@ async fn apply(mcd: Arc<MultiClusterDeployment>, ctx: &Context) -> Result<Action
         publish(ctx, &mcd, EventType::Warning, reason, ACTION_SCHEDULE, &message).await;
     }
     ctx.sources.index.settle(&workload, planned.settled);
-    let failing_in: std::collections::BTreeSet<String> = gathered
-        .reports
+    // Only the clusters the status lists have series: only their reports are read.
+    let failing_in: std::collections::BTreeSet<String> = status
+        .clusters
         .iter()
-        .filter(|(_, report)| crate::placement::reports::cluster_failure(Some(report), &workload).is_some())
-        .map(|(cluster, _)| cluster.clone())
+        .filter(|c| {
+            crate::placement::reports::cluster_failure(
+                gathered.reports.get(&c.name).map(AsRef::as_ref),
+                &workload,
+            )
+            .is_some()
+        })
+        .map(|c| c.name.clone())
         .collect();
     ctx.metrics.observe_mcd(&workload, &status, &failing_in);
     if !services.is_empty() {

@@ -50,7 +50,7 @@ fn image_override(clusters: &[&str], image: &str) -> ClusterOverride {
 #[test]
 fn deployment_gets_the_clusters_share_name_and_workload_labels() {
     let mcd = mk_mcd(vec![]);
-    let d = render_deployment(&mcd, "eu-1", &BTreeMap::new(), 3).unwrap();
+    let d = render_deployment(&mcd, "eu-1", &BTreeMap::new(), 3, &template_hash(&mcd)).unwrap();
     assert_eq!(d["kind"], "Deployment");
     assert_eq!(d["metadata"]["name"], "web");
     assert_eq!(d["metadata"]["namespace"], "shop");
@@ -68,8 +68,8 @@ fn deployment_gets_the_clusters_share_name_and_workload_labels() {
 fn override_applies_to_its_cluster_only() {
     let mcd = mk_mcd(vec![image_override(&["cn-1"], "mirror.cn/nginx:1.27")]);
     let image = |d: &Value| d["spec"]["template"]["spec"]["containers"][0]["image"].clone();
-    let cn = render_deployment(&mcd, "cn-1", &BTreeMap::new(), 2).unwrap();
-    let eu = render_deployment(&mcd, "eu-1", &BTreeMap::new(), 2).unwrap();
+    let cn = render_deployment(&mcd, "cn-1", &BTreeMap::new(), 2, &template_hash(&mcd)).unwrap();
+    let eu = render_deployment(&mcd, "eu-1", &BTreeMap::new(), 2, &template_hash(&mcd)).unwrap();
     assert_eq!(image(&cn), "mirror.cn/nginx:1.27");
     assert_eq!(image(&eu), "nginx:1.27", "eu-1 must keep the template's image");
 }
@@ -80,8 +80,8 @@ fn override_by_selector_matches_cluster_labels() {
     over.cluster_selector = Some(serde_json::from_value(json!({"matchLabels": {"region": "cn"}})).unwrap());
     let mcd = mk_mcd(vec![over]);
     let cn_labels = BTreeMap::from([("region".to_owned(), "cn".to_owned())]);
-    let cn = render_deployment(&mcd, "x", &cn_labels, 1).unwrap();
-    let other = render_deployment(&mcd, "y", &BTreeMap::new(), 1).unwrap();
+    let cn = render_deployment(&mcd, "x", &cn_labels, 1, &template_hash(&mcd)).unwrap();
+    let other = render_deployment(&mcd, "y", &BTreeMap::new(), 1, &template_hash(&mcd)).unwrap();
     assert_eq!(
         cn["spec"]["template"]["spec"]["containers"][0]["image"],
         "mirror.cn/nginx:1.27"
@@ -97,7 +97,7 @@ fn failing_override_names_its_index_and_cluster() {
     let mut over = image_override(&["eu-1"], "x");
     over.patches[0].path = "/spec/nothing/here".to_owned();
     let mcd = mk_mcd(vec![over]);
-    let err = render_deployment(&mcd, "eu-1", &BTreeMap::new(), 1)
+    let err = render_deployment(&mcd, "eu-1", &BTreeMap::new(), 1, &template_hash(&mcd))
         .unwrap_err()
         .to_string();
     assert!(
@@ -206,7 +206,7 @@ fn merge_replaces_only_the_workloads_objects_and_tracks_namespaces() {
     let a = WorkloadRef::new("shop", "web");
     let b = WorkloadRef::new("blog", "api");
     let mcd = mk_mcd(vec![]);
-    let web = render_deployment(&mcd, "eu-1", &BTreeMap::new(), 2).unwrap();
+    let web = render_deployment(&mcd, "eu-1", &BTreeMap::new(), 2, &template_hash(&mcd)).unwrap();
     let mut api = web.clone();
     api["metadata"]["name"] = json!("api");
     api["metadata"]["namespace"] = json!("blog");
@@ -356,10 +356,10 @@ fn overrides_that_would_retarget_the_object_are_refused_with_the_field_named() {
 fn a_rendered_deployment_is_checked_to_be_the_object_intended() {
     // A path check can be bypassed only by a bug; the render refuses the result all the same.
     let mcd = mk_mcd(vec![op(PatchOp::Replace, "/metadata/namespace", None)]);
-    let error = render_deployment(&mcd, "eu-1", &BTreeMap::new(), 2).unwrap_err();
+    let error = render_deployment(&mcd, "eu-1", &BTreeMap::new(), 2, &template_hash(&mcd)).unwrap_err();
     assert!(error.to_string().contains("metadata.namespace"), "{error}");
     let mcd = mk_mcd(vec![op(PatchOp::Replace, "/spec/replicas", None)]);
-    let error = render_deployment(&mcd, "eu-1", &BTreeMap::new(), 2).unwrap_err();
+    let error = render_deployment(&mcd, "eu-1", &BTreeMap::new(), 2, &template_hash(&mcd)).unwrap_err();
     assert!(error.to_string().contains("spec.replicas"), "{error}");
 }
 
