@@ -88,20 +88,27 @@ async fn run(workloads: usize) -> anyhow::Result<String> {
 
     let mut follower = Follower::start(&env.client, NS).await?;
     let started = Instant::now();
+    // The generation each change made: a rollout is of it once the status has observed it.
+    let mut changed = std::collections::BTreeMap::new();
     for i in 0..workloads {
         let name = format!("w-{i}");
         let patch = json!({"spec": {"template": template(&name, "registry.example/app:2")}});
-        mcds.patch(&name, &PatchParams::default(), &Patch::Merge(patch))
+        let mcd = mcds
+            .patch(&name, &PatchParams::default(), &Patch::Merge(patch))
             .await?;
+        changed.insert(name, mcd.metadata.generation);
     }
     let fewest_rollout = follower
         .until(Duration::from_secs(600), "every rollout complete", |mcds, _| {
-            mcds.iter().all(|m| {
-                m.status.as_ref().is_some_and(|s| {
-                    s.observed_generation == m.metadata.generation
-                        && s.rollout
-                            .as_ref()
-                            .is_some_and(|r| r.phase == RolloutPhase::Complete)
+            changed.iter().all(|(name, generation)| {
+                mcds.iter().any(|m| {
+                    m.metadata.name.as_deref() == Some(name.as_str())
+                        && m.status.as_ref().is_some_and(|s| {
+                            s.observed_generation >= *generation
+                                && s.rollout
+                                    .as_ref()
+                                    .is_some_and(|r| r.phase == RolloutPhase::Complete)
+                        })
                 })
             })
         })
