@@ -56,7 +56,8 @@ pub use placement::{
 pub use rollout::{RolloutPhase, RolloutStatus, RolloutStrategy, RolloutWave, Waves};
 pub use service::{
     ClusterServiceStatus, MultiClusterService, MultiClusterServiceSpec, MultiClusterServiceStatus,
-    ServicePlacement, ServicePort, ServiceProtocol, ServiceType, SessionAffinity, TrafficPolicy,
+    SERVICE_EXPORT_API_VERSION, SERVICE_EXPORT_KIND, ServicePlacement, ServicePort, ServiceProtocol,
+    ServiceType, SessionAffinity, TrafficPolicy,
 };
 pub use taints::{
     ClusterTaint, ClusterTaintEffect, ClusterToleration, DRAIN_TAINT_KEY, REMOVING_TAINT_KEY,

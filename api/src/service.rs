@@ -1,4 +1,5 @@
-//! `MultiClusterService`: a Service created in every cluster that runs a workload.
+//! `MultiClusterService`: a Service created in every cluster that runs a workload, in the
+//! clusters that call it, and exported through the multi-cluster services API when asked.
 
 use std::collections::BTreeMap;
 
@@ -8,7 +9,10 @@ use k8s_openapi::{
         apis::meta::v1::Condition, apis::meta::v1::LabelSelector, util::intstr::IntOrString,
     },
 };
-use kube::CustomResource;
+use kube::{
+    CustomResource,
+    core::{Selector, SelectorExt},
+};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -18,6 +22,10 @@ use crate::TemplateMetadata;
 pub const CILIUM_GLOBAL_ANNOTATION: &str = "service.cilium.io/global";
 /// The older spelling of [`CILIUM_GLOBAL_ANNOTATION`], for older Cilium releases.
 pub const CILIUM_LEGACY_GLOBAL_ANNOTATION: &str = "io.cilium/global-service";
+/// `apiVersion` of the Kubernetes multi-cluster services API's ServiceExport (KEP-1645).
+pub const SERVICE_EXPORT_API_VERSION: &str = "multicluster.x-k8s.io/v1alpha1";
+/// `kind` of the multi-cluster services API's export of a Service.
+pub const SERVICE_EXPORT_KIND: &str = "ServiceExport";
 
 /// Desired state of a MultiClusterService.
 // Printer columns repeat `type_ = ...` and `priority = ...` inside `printcolumn(...)`, which the
@@ -34,8 +42,10 @@ pub const CILIUM_LEGACY_GLOBAL_ANNOTATION: &str = "io.cilium/global-service";
     status = "MultiClusterServiceStatus",
     derive = "PartialEq",
     doc = "A Service that Nave creates in every cluster running a MultiClusterDeployment \
-           (`spec.deployment`), or in the clusters of its own `spec.placement`. `spec.global: true` \
-           makes it a Cilium ClusterMesh global service.",
+           (`spec.deployment`), and in the clusters of `spec.placement` that call it without \
+           running it. `spec.global: true` makes it a Cilium ClusterMesh global service; \
+           `spec.serviceExport: true` exports it through the multi-cluster services API \
+           (`ServiceExport`).",
     printcolumn(
         name = "Type",
         type_ = "string",
@@ -77,13 +87,9 @@ pub const CILIUM_LEGACY_GLOBAL_ANNOTATION: &str = "io.cilium/global-service";
 #[serde(rename_all = "camelCase")]
 #[schemars(extend("x-kubernetes-validations" = [
     {
-        "rule": "has(self.deployment) != has(self.placement)",
-        "message": "set exactly one of deployment (follow a MultiClusterDeployment) or placement (clusters of its own)"
-    },
-    {
-        "rule": "has(self.deployment) || (has(self.selector) && size(self.selector) > 0)",
-        "message": "selector is required with placement: there is no MultiClusterDeployment to take it from",
-        "fieldPath": ".selector",
+        "rule": "has(self.deployment)",
+        "message": "deployment is required: a MultiClusterService follows a MultiClusterDeployment (placement adds the clusters that call it); a Service of its own, not following one, is not supported",
+        "fieldPath": ".deployment",
         "reason": "FieldValueRequired"
     },
     {
@@ -94,16 +100,30 @@ pub const CILIUM_LEGACY_GLOBAL_ANNOTATION: &str = "io.cilium/global-service";
     }
 ]))]
 pub struct MultiClusterServiceSpec {
-    /// Name of a MultiClusterDeployment in this namespace: the Service is created in every
-    /// cluster that runs its replicas, and follows them when they move. Example: `web`.
+    /// Name of a MultiClusterDeployment in this namespace (required): the Service is created in
+    /// every cluster that runs its replicas, and follows them when they move. Example: `web`.
+    // Optional here only to read objects written before it was required.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 253))]
     pub deployment: Option<String>,
 
-    /// The clusters to create the Service in, for a Service that does not follow a
-    /// MultiClusterDeployment (e.g. one in front of workloads deployed by other means).
+    /// More clusters to create the Service in: those whose workloads call it without running
+    /// it (a frontend in one cluster, its backend in others). There the Service has no local
+    /// pods; with `global`, Cilium ClusterMesh sends its traffic to the pods of the clusters
+    /// that run them, and a mesh that resolves names through the local Service (Istio
+    /// multi-cluster) needs it there too. Registered clusters only; a cluster being removed
+    /// loses it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub placement: Option<ServicePlacement>,
+
+    /// Also create a `ServiceExport` (`multicluster.x-k8s.io/v1alpha1`, the Kubernetes
+    /// multi-cluster services API) beside the Service in every cluster that runs the workload,
+    /// so the MCS implementation installed there (Submariner Lighthouse, GKE multi-cluster
+    /// services, Cilium's MCS API support) imports it across the ClusterSet as
+    /// `<name>.<namespace>.svc.clusterset.local`. The non-Cilium way to reach pods in other
+    /// clusters. A cluster without the API reports the export as not applied. Default `false`.
+    #[serde(default)]
+    pub service_export: bool,
 
     /// Labels and annotations of the Service created in each cluster.
     #[serde(default, skip_serializing_if = "TemplateMetadata::is_empty")]
@@ -158,7 +178,7 @@ pub struct MultiClusterServiceSpec {
     pub global: bool,
 }
 
-/// Clusters for a Service of its own.
+/// Clusters that call a Service without running its workload.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 #[schemars(extend("x-kubernetes-validations" = [
@@ -176,6 +196,24 @@ pub struct ServicePlacement {
     /// WorkloadClusters whose labels match this selector (in addition to `clusters`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cluster_selector: Option<LabelSelector>,
+}
+
+impl ServicePlacement {
+    /// Whether the cluster with this name and these labels is one of these clusters.
+    pub fn selects(&self, cluster: &str, labels: &BTreeMap<String, String>) -> Result<bool, crate::Error> {
+        if self.clusters.iter().any(|name| name == cluster) {
+            return Ok(true);
+        }
+        let Some(selector) = &self.cluster_selector else {
+            return Ok(false);
+        };
+        let selector =
+            Selector::try_from(selector.clone()).map_err(|source| crate::Error::ParseSelector {
+                path: "spec.placement.clusterSelector".to_owned(),
+                source,
+            })?;
+        Ok(selector.matches(labels))
+    }
 }
 
 /// How a Service is exposed.
@@ -352,7 +390,8 @@ pub struct MultiClusterServiceStatus {
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
     pub clusters: Vec<ClusterServiceStatus>,
 
-    /// `Ready`: the Service exists in every cluster that runs the workload.
+    /// `Ready`: the Service exists in every cluster listed (with its ServiceExport where asked);
+    /// `False` names the clusters missing it and why.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,
@@ -365,19 +404,16 @@ pub struct ClusterServiceStatus {
     /// WorkloadCluster name.
     pub name: String,
 
-    /// Whether the Service exists there as desired.
+    /// Whether the Service exists there as desired (and its ServiceExport, when asked for).
     #[serde(default)]
     pub ready: bool,
 
-    /// The Service's cluster IP there, when it has one.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cluster_ip: Option<String>,
+    /// Whether the workload runs there; `false` for a cluster of `spec.placement` that only
+    /// calls it.
+    #[serde(default)]
+    pub runs_workload: bool,
 
-    /// Load balancer addresses (IPs or host names) there, for LoadBalancer Services.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub addresses: Vec<String>,
-
-    /// What went wrong there, if anything.
+    /// Why the Service (or its ServiceExport) is not applied there, as its agent reports it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
 }

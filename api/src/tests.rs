@@ -462,11 +462,7 @@ fn mcd_schema_carries_the_cel_rules() {
 fn mcs_schema_carries_the_cel_rules() {
     let rules = cel_rules(&schema(&MultiClusterService::crd()));
     for (path, rule) in [
-        (".spec", "has(self.deployment) != has(self.placement)"),
-        (
-            ".spec",
-            "has(self.deployment) || (has(self.selector) && size(self.selector) > 0)",
-        ),
+        (".spec", "has(self.deployment)"),
         (
             ".spec",
             "(has(self.headless) && self.headless) || (has(self.ports) && size(self.ports) > 0)",
@@ -485,6 +481,28 @@ fn mcs_schema_carries_the_cel_rules() {
             "missing rule at {path}: {rule}\nhave: {rules:#?}"
         );
     }
+}
+
+#[test]
+fn a_service_placement_selects_by_name_or_labels() {
+    let placement: ServicePlacement = serde_json::from_value(json!({
+        "clusters": ["eu-1"],
+        "clusterSelector": {"matchLabels": {"tier": "frontend"}}
+    }))
+    .unwrap();
+    let frontend = BTreeMap::from([("tier".to_owned(), "frontend".to_owned())]);
+    assert!(placement.selects("eu-1", &BTreeMap::new()).unwrap(), "by name");
+    assert!(placement.selects("us-1", &frontend).unwrap(), "by labels");
+    assert!(!placement.selects("us-1", &BTreeMap::new()).unwrap(), "neither");
+    let invalid: ServicePlacement = serde_json::from_value(json!({
+        "clusterSelector": {"matchExpressions": [{"key": "tier", "operator": "In"}]}
+    }))
+    .unwrap();
+    let error = invalid.selects("us-1", &frontend).unwrap_err().to_string();
+    assert!(
+        error.starts_with("spec.placement.clusterSelector"),
+        "the error names the field: {error}"
+    );
 }
 
 #[test]

@@ -227,23 +227,15 @@ fn cases() -> Vec<Case> {
             invalid: vec![json!({"name": "web"}), json!({"name": "web", "image": ""})],
         },
         Case {
-            rule_contains: "has(self.deployment) != has(self.placement)",
+            rule_contains: "has(self.deployment)",
             valid: vec![
                 json!({"deployment": "web"}),
-                json!({"placement": {"clusters": ["eu-1"]}}),
+                json!({"deployment": "web", "placement": {"clusters": ["eu-1"]}}),
             ],
             invalid: vec![
                 json!({}),
-                json!({"deployment": "web", "placement": {"clusters": ["eu-1"]}}),
+                json!({"placement": {"clusters": ["eu-1"]}, "selector": {"app": "web"}}),
             ],
-        },
-        Case {
-            rule_contains: "has(self.deployment) || (has(self.selector)",
-            valid: vec![
-                json!({"deployment": "web"}),
-                json!({"placement": {}, "selector": {"app": "web"}}),
-            ],
-            invalid: vec![json!({"placement": {}}), json!({"placement": {}, "selector": {}})],
         },
         Case {
             rule_contains: "(has(self.headless) && self.headless)",

@@ -7,7 +7,8 @@
 //!                        └─► spec.overrides matching the cluster (RFC 6902, this copy only)
 //!  pod template ──► referenced ConfigMaps/Secrets (volumes, env, envFrom, imagePullSecrets)
 //!                        └─► copied from the management cluster (when dependencies are on)
-//!  MultiClusterService ──► Service (+ Cilium global annotations)
+//!  MultiClusterService ──► Service (+ Cilium global annotations), also in the clusters calling it
+//!                     └─► ServiceExport (multi-cluster services API), where the workload runs
 //!  every namespace used ──► Namespace
 //! ```
 
@@ -359,6 +360,23 @@ pub fn render_service(
         "metadata": metadata,
         "spec": serde_json::to_value(mcs.spec.service_spec(default_selector))?,
     }))
+}
+
+/// The `ServiceExport` (multi-cluster services API) of a MultiClusterService that asks for one
+/// (`spec.serviceExport`), for the clusters that run `workload`: named as the Service it exports,
+/// labelled with the workload so it goes and comes with it.
+pub fn render_service_export(mcs: &MultiClusterService, workload: &WorkloadRef) -> Value {
+    let mut labels = mcs.spec.metadata.labels.clone();
+    labels.extend(workload_labels(workload));
+    json!({
+        "apiVersion": nave_api::SERVICE_EXPORT_API_VERSION,
+        "kind": nave_api::SERVICE_EXPORT_KIND,
+        "metadata": {
+            "name": mcs.metadata.name,
+            "namespace": mcs.metadata.namespace,
+            "labels": labels,
+        },
+    })
 }
 
 /// The identity of an object in a work set: kind, namespace, name.

@@ -23,6 +23,7 @@ use nave_api::wire::WorkloadRef;
 use nave_api::{MultiClusterService, WorkloadCluster};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
+use tracing::warn;
 
 use crate::error::Error;
 use crate::signals::ReconcileTrigger;
@@ -152,14 +153,34 @@ pub fn start(
             }
             futures::future::ready(())
         });
-        let services = service_events.for_each(|event| {
+        // The workload each MultiClusterService followed, so that one it stops following drops
+        // the Service at once (not at its next resync).
+        let mut followed: HashMap<(String, String), String> = HashMap::new();
+        let services = service_events.for_each(move |event| {
             if let Ok(Event::InitDone) = event {
                 services_listed.send_replace(true);
             }
-            if let Ok(Event::Apply(mcs) | Event::Delete(mcs) | Event::InitApply(mcs)) = event
-                && let (Some(namespace), Some(name)) = (mcs.namespace(), mcs.spec.deployment.clone())
-            {
-                trigger.workloads([WorkloadRef::new(&namespace, &name)]);
+            if let Ok(Event::Apply(mcs) | Event::Delete(mcs) | Event::InitApply(mcs)) = &event {
+                let namespace = mcs.namespace().unwrap_or_default();
+                let key = (namespace.clone(), mcs.name_any());
+                let now = match &event {
+                    Ok(Event::Delete(_)) => None,
+                    _ => mcs.spec.deployment.clone(),
+                };
+                if now.is_none() && !matches!(event, Ok(Event::Delete(_))) {
+                    // Written before spec.deployment was required: nothing follows it.
+                    warn!(
+                        service = %format!("{}/{}", key.0, key.1),
+                        "MultiClusterService without spec.deployment: a Service of its own is not \
+                         supported, so nothing creates it; set spec.deployment"
+                    );
+                }
+                let before = match &now {
+                    Some(name) => followed.insert(key, name.clone()),
+                    None => followed.remove(&key),
+                };
+                let names: std::collections::BTreeSet<String> = before.into_iter().chain(now).collect();
+                trigger.workloads(names.iter().map(|name| WorkloadRef::new(&namespace, name)));
             }
             futures::future::ready(())
         });

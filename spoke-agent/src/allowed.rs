@@ -12,7 +12,14 @@ use std::collections::BTreeSet;
 use crate::apply::ObjectRef;
 
 /// The kinds the hub sends today.
-pub const DEFAULT_KINDS: &[&str] = &["Deployment.apps", "Service", "ConfigMap", "Secret", "Namespace"];
+pub const DEFAULT_KINDS: &[&str] = &[
+    "Deployment.apps",
+    "Service",
+    "ServiceExport.multicluster.x-k8s.io",
+    "ConfigMap",
+    "Secret",
+    "Namespace",
+];
 
 /// Namespaces refused unless configured otherwise; the agent's own namespace is always refused.
 pub const DEFAULT_DENIED_NAMESPACES: &[&str] = &["kube-*"];

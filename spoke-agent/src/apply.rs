@@ -35,6 +35,8 @@ const PRUNE_KINDS: &[(&str, &str)] = &[
     ("v1", "Service"),
     ("v1", "ConfigMap"),
     ("v1", "Secret"),
+    // Where the multi-cluster services API is not installed, listing it fails and is skipped.
+    ("multicluster.x-k8s.io/v1alpha1", "ServiceExport"),
 ];
 
 /// One object, by kind and name.

@@ -151,7 +151,8 @@ pub struct Args {
     pub installation: Option<String>,
     /// Kinds the agent applies, `Kind.group` or `Kind` for the core group (`Deployment.apps`,
     /// `Service`); repeatable or comma-separated. Default: what the hub sends (Deployment.apps,
-    /// Service, ConfigMap, Secret, Namespace). Anything else in a work set is refused.
+    /// Service, ServiceExport.multicluster.x-k8s.io, ConfigMap, Secret, Namespace). Anything else
+    /// in a work set is refused.
     #[arg(long = "allow-kind", env = "NAVE_ALLOW_KINDS", value_delimiter = ',')]
     pub allow_kinds: Vec<String>,
     /// Namespaces the agent may write to, names or prefixes ending in `*`; repeatable or

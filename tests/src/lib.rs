@@ -151,6 +151,40 @@ impl std::fmt::Debug for Env {
     }
 }
 
+/// The multi-cluster services API's ServiceExport CRD (`multicluster.x-k8s.io/v1alpha1`), as an
+/// MCS implementation installs it in a workload cluster, its schema reduced to an open object.
+pub fn service_export_crd()
+-> k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition {
+    serde_json::from_value(serde_json::json!({
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": "serviceexports.multicluster.x-k8s.io"},
+        "spec": {
+            "group": "multicluster.x-k8s.io",
+            "scope": "Namespaced",
+            "names": {"plural": "serviceexports", "singular": "serviceexport", "kind": "ServiceExport"},
+            "versions": [{
+                "name": "v1alpha1", "served": true, "storage": true,
+                "subresources": {"status": {}},
+                "schema": {"openAPIV3Schema": {
+                    "type": "object",
+                    "x-kubernetes-preserve-unknown-fields": true
+                }}
+            }]
+        }
+    }))
+    .expect("the ServiceExport CRD parses")
+}
+
+/// The ServiceExports in `namespace` of workload cluster `cluster`.
+pub fn service_exports(env: &Env, cluster: &str, namespace: &str) -> Api<kube::api::DynamicObject> {
+    let resource = kube::api::ApiResource::from_gvk_with_plural(
+        &kube::api::GroupVersionKind::gvk("multicluster.x-k8s.io", "v1alpha1", "ServiceExport"),
+        "serviceexports",
+    );
+    Api::namespaced_with(env.cluster_client(cluster), namespace, &resource)
+}
+
 /// The default fleet of the end-to-end tests: `n` clusters of different sizes and regions, as
 /// the playground has.
 pub fn fleet(n: usize) -> FleetConfig {

@@ -1526,10 +1526,18 @@ where
         .unwrap_or_else(|e| panic!("{kind} created: {e}"));
 }
 
-/// A workload with a ConfigMap and a Secret it depends on and a MultiClusterService, in a
-/// namespace the workload clusters do not have yet; rolled out, then deleted everywhere.
-async fn place_and_delete_a_workload(env: &Env) {
+/// A workload with a ConfigMap and a Secret it depends on and a MultiClusterService exported
+/// through the multi-cluster services API, in a namespace the workload clusters do not have yet;
+/// rolled out, then deleted everywhere. The agents restart once it runs, so their first pass
+/// lists every kind they prune.
+async fn place_and_delete_a_workload(env: &mut Env) {
     const SHOP: &str = "shop";
+    for cluster in env.cluster_names() {
+        Api::<CustomResourceDefinition>::all(env.cluster_client(&cluster))
+            .create(&PostParams::default(), &nave_e2e::service_export_crd())
+            .await
+            .expect("ServiceExport CRD created");
+    }
     let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(env.client.clone());
     namespaces
         .create(
@@ -1569,11 +1577,16 @@ async fn place_and_delete_a_workload(env: &Env) {
         SHOP,
         json!({"apiVersion": nave_api::API_VERSION, "kind": "MultiClusterService",
                "metadata": {"name": "site", "namespace": SHOP},
-               "spec": {"deployment": "site", "ports": [{"name": "http", "port": 80}]}}),
+               "spec": {"deployment": "site", "serviceExport": true, "ports": [{"name": "http", "port": 80}]}}),
     )
     .await;
     env.wait_rolled_out(SHOP, "site", 4).await;
-    let copies = |client: kube::Client| async move {
+    for cluster in env.cluster_names() {
+        env.stop_agent(&cluster).await;
+        env.start_agent(&cluster).expect("the agent starts again");
+    }
+    let exports = |cluster: &str| nave_e2e::service_exports(env, cluster, SHOP);
+    let copies = |client: kube::Client, exports: Api<kube::api::DynamicObject>| async move {
         let service = Api::<Service>::namespaced(client.clone(), SHOP)
             .get_opt("site")
             .await;
@@ -1583,21 +1596,22 @@ async fn place_and_delete_a_workload(env: &Env) {
         let secret = Api::<Secret>::namespaced(client, SHOP)
             .get_opt("site-secret")
             .await;
-        match (service, configmap, secret) {
-            (Ok(a), Ok(b), Ok(c)) => Ok([a.is_some(), b.is_some(), c.is_some()]),
-            (a, b, c) => Err(format!("{:?} {:?} {:?}", a.err(), b.err(), c.err())),
+        let export = exports.get_opt("site").await;
+        match (service, configmap, secret, export) {
+            (Ok(a), Ok(b), Ok(c), Ok(d)) => Ok([a.is_some(), b.is_some(), c.is_some(), d.is_some()]),
+            (a, b, c, d) => Err(format!("{:?} {:?} {:?} {:?}", a.err(), b.err(), c.err(), d.err())),
         }
     };
     for cluster in env.cluster_names() {
         let client = env.cluster_client(&cluster);
         wait_for(
-            &format!("the Service, ConfigMap and Secret in {cluster}"),
+            &format!("the Service, ConfigMap, Secret and ServiceExport in {cluster}"),
             DEADLINE,
             || {
-                let copies = copies(client.clone());
+                let copies = copies(client.clone(), exports(&cluster));
                 async move {
                     let present = copies.await?;
-                    if present == [true; 3] {
+                    if present == [true; 4] {
                         Ok(())
                     } else {
                         Err(format!("present: {present:?}"))
@@ -1619,7 +1633,7 @@ async fn place_and_delete_a_workload(env: &Env) {
             DEADLINE,
             || {
                 let client = client.clone();
-                let copies = copies(client.clone());
+                let copies = copies(client.clone(), exports(&cluster));
                 async move {
                     let deployments = Api::<Deployment>::namespaced(client, SHOP)
                         .list(&ListParams::default().labels("nave.dev/workload=shop.site"))
@@ -1628,11 +1642,11 @@ async fn place_and_delete_a_workload(env: &Env) {
                         .items
                         .len();
                     let present = copies.await?;
-                    if deployments == 0 && present == [false; 3] {
+                    if deployments == 0 && present == [false; 4] {
                         Ok(())
                     } else {
                         Err(format!(
-                            "{deployments} Deployment(s); Service, ConfigMap, Secret present: {present:?}"
+                            "{deployments} Deployment(s); Service, ConfigMap, Secret, ServiceExport present: {present:?}"
                         ))
                     }
                 }
@@ -1667,7 +1681,7 @@ async fn the_charts_grant_exactly_what_the_hub_and_the_agents_use() {
     let lease = string_arg(&args, "leader_election_lease").expect("the chart names the Lease");
     let agent_rules = cluster_role_rules(&render(&helm, "nave-agent", AGENT_REQUIRED));
 
-    let env = Env::start_with(
+    let mut env = Env::start_with(
         fleet(2),
         Database::Sqlite,
         EnvOptions {
@@ -1678,7 +1692,7 @@ async fn the_charts_grant_exactly_what_the_hub_and_the_agents_use() {
     .await
     .expect("the environment starts");
     assert_eq!(nave_e2e::HUB_NAMESPACE, NS);
-    place_and_delete_a_workload(&env).await;
+    place_and_delete_a_workload(&mut env).await;
     // The fleet was declared before the agents joined: the hub puts its finalizer on each.
     let clusters: kube::Api<nave_api::WorkloadCluster> = kube::Api::all(env.client.clone());
     nave_testkit::wait_for(

@@ -26,8 +26,10 @@ use kube::runtime::finalizer::{Event, finalizer};
 use kube::{Resource, ResourceExt};
 use nave_api::conditions::{self, reasons, types};
 use nave_api::wire::WorkloadRef;
-use nave_api::{DependencyKind, MultiClusterDeployment, MultiClusterDeploymentStatus, MultiClusterService};
-use nave_policies::Decision;
+use nave_api::{
+    ClusterServiceStatus, DependencyKind, MultiClusterDeployment, MultiClusterDeploymentStatus,
+    MultiClusterService, MultiClusterServiceStatus,
+};
 use serde_json::{Value, json};
 use tracing::{debug, info, instrument, warn};
 
@@ -305,15 +307,22 @@ async fn apply(mcd: Arc<MultiClusterDeployment>, ctx: &Context) -> Result<Action
             None => missing.push(format!("{kind:?} {name}")),
         }
     }
+    // The Services that follow the workload go wherever it runs, with their ServiceExports;
+    // a Service also goes to the clusters of its `spec.placement` that call it.
     let services = ctx.watched.services_of(&workload);
     let pod_selector = valid.deployment.selector.match_labels.clone().unwrap_or_default();
+    let mut service_objects = Vec::with_capacity(services.len());
     for service in &services {
-        shared.push(
+        let object =
             render::render_service(service, &workload, &pod_selector).map_err(|source| Error::Serialize {
                 what: "a Service",
                 source,
-            })?,
-        );
+            })?;
+        shared.push(object.clone());
+        if service.spec.service_export {
+            shared.push(render::render_service_export(service, &workload));
+        }
+        service_objects.push(object);
     }
     // Which clusters get the template now (all of them, without rollout waves); the others keep
     // the Deployment they hold, with their new share of replicas.
@@ -391,6 +400,16 @@ async fn apply(mcd: Arc<MultiClusterDeployment>, ctx: &Context) -> Result<Action
         objects.push(deployment);
         objects.extend(shared.iter().cloned());
         rendered.insert(cluster.clone(), objects);
+    }
+    let running: Vec<String> = rendered.keys().cloned().collect();
+    let callers: Vec<Result<Vec<String>, String>> = services
+        .iter()
+        .map(|service| calling_clusters(service, &gathered.view, &running))
+        .collect();
+    for (object, callers) in service_objects.iter().zip(&callers) {
+        for cluster in callers.iter().flatten() {
+            rendered.entry(cluster.clone()).or_default().push(object.clone());
+        }
     }
 
     // Dispatch: this workload's objects replace its previous ones in every cluster's set that
@@ -481,7 +500,7 @@ async fn apply(mcd: Arc<MultiClusterDeployment>, ctx: &Context) -> Result<Action
         .collect();
     ctx.metrics.observe_mcd(&workload, &status, &failing_in);
     if !services.is_empty() {
-        write_service_status(ctx, &services, decision, &gathered.reports).await;
+        write_service_status(ctx, &services, &running, &callers, &gathered.reports).await;
     }
     if written.changed {
         ctx.metrics.record_placement_change();
@@ -523,64 +542,131 @@ async fn apply(mcd: Arc<MultiClusterDeployment>, ctx: &Context) -> Result<Action
     Ok(Action::requeue(next + Duration::from_secs(1)))
 }
 
-/// Lists, in each MultiClusterService following this MCD, the clusters its Service goes to.
+/// The clusters of `service`'s `spec.placement` that call it without running the workload:
+/// registered, not being removed, and not among `running`. `Err` names an invalid selector.
+fn calling_clusters(
+    service: &MultiClusterService,
+    view: &crate::fleet::FleetView,
+    running: &[String],
+) -> Result<Vec<String>, String> {
+    let Some(placement) = &service.spec.placement else {
+        return Ok(Vec::new());
+    };
+    let mut callers = Vec::new();
+    for cluster in &view.registered {
+        let object = view.objects.get(cluster);
+        if running.contains(cluster) || object.is_some_and(|o| o.metadata.deletion_timestamp.is_some()) {
+            continue;
+        }
+        let labels = view
+            .fleet
+            .get(cluster)
+            .map(|c| c.labels.clone())
+            .unwrap_or_default();
+        if placement.selects(cluster, &labels).map_err(|e| e.to_string())? {
+            callers.push(cluster.clone());
+        }
+    }
+    Ok(callers)
+}
+
+/// Writes each MultiClusterService's status: the clusters its Service goes to (those that run
+/// the workload, then those that call it), whether each agent reports it applied (with its
+/// ServiceExport where asked for), and `Ready`.
 async fn write_service_status(
     ctx: &Context,
     services: &[Arc<MultiClusterService>],
-    decision: &Decision,
+    running: &[String],
+    callers: &[Result<Vec<String>, String>],
     reports: &Reports,
 ) {
-    for service in services {
+    for (service, callers) in services.iter().zip(callers) {
         let name = service.name_any();
         let namespace = service.namespace().unwrap_or_default();
-        let clusters: Vec<Value> = decision
-            .assignment
+        let (calling, invalid) = match callers {
+            Ok(clusters) => (clusters.as_slice(), None),
+            Err(message) => (&[][..], Some(message.clone())),
+        };
+        let clusters: Vec<ClusterServiceStatus> = running
             .iter()
-            .filter(|(_, n)| **n > 0)
-            .map(|(cluster, _)| {
-                let ready = reports.get(cluster).is_some_and(|r| {
-                    r.objects.iter().any(|o| {
-                        o.kind == "Service" && o.name == name && o.namespace.as_deref() == Some(&namespace)
-                    })
+            .map(|c| (c, true))
+            .chain(calling.iter().map(|c| (c, false)))
+            .map(|(cluster, runs_workload)| {
+                let mut kinds = vec!["Service"];
+                if runs_workload && service.spec.service_export {
+                    kinds.push(nave_api::SERVICE_EXPORT_KIND);
+                }
+                let report = reports.get(cluster);
+                let problem = kinds.iter().find_map(|kind| {
+                    let this = |k: &str, n: &str, ns: Option<&str>| {
+                        k == *kind && n == name && ns == Some(namespace.as_str())
+                    };
+                    let failed = report.and_then(|r| {
+                        r.apply_errors.iter().find(|e| {
+                            e.operation == "apply" && this(&e.kind, &e.name, e.namespace.as_deref())
+                        })
+                    });
+                    if let Some(error) = failed {
+                        return Some(format!("{kind}: {}", truncate(&error.message, 300)));
+                    }
+                    let reported = report.and_then(|r| {
+                        r.objects
+                            .iter()
+                            .find(|o| this(&o.kind, &o.name, o.namespace.as_deref()))
+                    });
+                    match reported {
+                        None => Some(format!("{kind} not yet reported")),
+                        Some(o) => o.error.as_ref().map(|e| format!("{kind}: {}", truncate(e, 300))),
+                    }
                 });
-                json!({"name": cluster, "ready": ready})
+                ClusterServiceStatus {
+                    name: cluster.clone(),
+                    ready: problem.is_none(),
+                    runs_workload,
+                    message: problem,
+                }
             })
             .collect();
-        let all_ready = clusters.iter().all(|c| c["ready"] == true);
+        let missing: Vec<String> = clusters
+            .iter()
+            .filter(|c| !c.ready)
+            .map(|c| format!("{}: {}", c.name, c.message.as_deref().unwrap_or_default()))
+            .collect();
         let mut conds = service.status.clone().map(|s| s.conditions).unwrap_or_default();
+        let generation = service.metadata.generation;
         conditions::upsert(
             &mut conds,
-            if all_ready {
-                condition(
+            match (invalid, missing.is_empty()) {
+                (Some(message), _) => condition(
+                    types::READY,
+                    conditions::FALSE,
+                    reasons::INVALID_SPEC,
+                    message,
+                    generation,
+                ),
+                (None, true) => condition(
                     types::READY,
                     conditions::TRUE,
                     reasons::SERVICES_READY,
                     "",
-                    service.metadata.generation,
-                )
-            } else {
-                condition(
+                    generation,
+                ),
+                (None, false) => condition(
                     types::READY,
                     conditions::FALSE,
                     reasons::SERVICES_PENDING,
-                    "not yet reported by every cluster",
-                    service.metadata.generation,
-                )
+                    truncate(&missing.join("; "), 1000),
+                    generation,
+                ),
             },
         );
-        let status = json!({
-            "observedGeneration": service.metadata.generation,
-            "clusterCount": clusters.len(),
-            "clusters": clusters,
-            "conditions": conds,
-        });
-        if service
-            .status
-            .as_ref()
-            .and_then(|s| serde_json::to_value(s).ok())
-            .as_ref()
-            == Some(&status)
-        {
+        let status = MultiClusterServiceStatus {
+            observed_generation: generation,
+            cluster_count: i32::try_from(clusters.len()).unwrap_or(i32::MAX),
+            clusters,
+            conditions: conds,
+        };
+        if service.status.as_ref() == Some(&status) {
             continue;
         }
         let api: Api<MultiClusterService> = Api::namespaced(ctx.client.clone(), &namespace);

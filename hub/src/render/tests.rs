@@ -202,6 +202,27 @@ fn global_service_gets_both_cilium_annotations() {
 }
 
 #[test]
+fn a_service_export_is_named_and_labelled_as_its_service() {
+    let mcs: MultiClusterService = serde_json::from_value(json!({
+        "apiVersion": "nave.dev/v1alpha1", "kind": "MultiClusterService",
+        "metadata": {"name": "api", "namespace": "shop"},
+        "spec": {"deployment": "web", "serviceExport": true, "ports": [{"port": 80}],
+                 "metadata": {"labels": {"team": "a"}}}
+    }))
+    .unwrap();
+    let workload = WorkloadRef::new("shop", "web");
+    let export = render_service_export(&mcs, &workload);
+    let svc = render_service(&mcs, &workload, &BTreeMap::new()).unwrap();
+    assert_eq!(export["apiVersion"], "multicluster.x-k8s.io/v1alpha1");
+    assert_eq!(export["kind"], "ServiceExport");
+    assert_eq!(export["metadata"]["name"], svc["metadata"]["name"]);
+    assert_eq!(export["metadata"]["namespace"], "shop");
+    assert_eq!(export["metadata"]["labels"], svc["metadata"]["labels"]);
+    assert_eq!(export["metadata"]["labels"][WORKLOAD_LABEL], "shop.web");
+    assert_eq!(export["metadata"]["labels"]["team"], "a");
+}
+
+#[test]
 fn merge_replaces_only_the_workloads_objects_and_tracks_namespaces() {
     let a = WorkloadRef::new("shop", "web");
     let b = WorkloadRef::new("blog", "api");
