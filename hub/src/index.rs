@@ -84,6 +84,9 @@ pub struct Index {
     /// The registered clusters' records, as the store holds them.
     clusters: RwLock<BTreeMap<String, Arc<ClusterRecord>>>,
     reports: RwLock<Reports>,
+    /// Each cluster's report as it stood when its latest heartbeat's capacity arrived: the
+    /// replicas it reports ready are those that capacity counts (see [`Index::with_ledger`]).
+    counted: RwLock<Reports>,
     /// Each cluster's Pending pods, from its latest heartbeat.
     pending: RwLock<Pending>,
     bookings: RwLock<BTreeMap<WorkloadRef, Booking>>,
@@ -251,6 +254,7 @@ impl Index {
         Index {
             clusters: RwLock::default(),
             reports: RwLock::default(),
+            counted: RwLock::default(),
             pending: RwLock::default(),
             bookings: RwLock::default(),
             placements: RwLock::default(),
@@ -316,6 +320,10 @@ impl Index {
             .remove(cluster);
         self.clusters_changed();
         self.put_pending(cluster, Vec::new());
+        self.counted
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(cluster);
     }
 
     /// Applies a heartbeat the store recorded to `cluster`'s record, as the store does: a
@@ -341,6 +349,7 @@ impl Index {
         let first = record.last_heartbeat_at.is_none();
         record.last_heartbeat_at = Some(at);
         let mut changed = first;
+        let counts = capacity.is_some();
         if capacity.is_some() && capacity != record.capacity {
             record.capacity = capacity;
             changed = true;
@@ -354,8 +363,32 @@ impl Index {
             changed = true;
         }
         drop(clusters);
+        if counts {
+            self.count_reported(cluster);
+        }
         if changed {
             self.clusters_changed();
+        }
+    }
+
+    /// Takes `cluster`'s latest report as what its capacity, just received, counts: the ready
+    /// replicas it reports are in that capacity's requests, so they no longer hold a reservation.
+    /// Until then they keep it, though the report came first: a capacity sent before they
+    /// started does not count them, and freeing their room early placed replicas twice in it.
+    fn count_reported(&self, cluster: &str) {
+        // No report yet: nothing counted (not "whatever comes next").
+        let report = self.report(cluster).unwrap_or_default();
+        let before = self
+            .counted
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(cluster.to_owned(), report.clone());
+        if before.as_ref().is_some_and(|b| Arc::ptr_eq(b, &report)) {
+            return;
+        }
+        let changed = changed_workloads(before.as_ref().map(|b| b.objects.as_slice()), &report.objects);
+        for workload in &changed {
+            self.reserve(workload);
         }
     }
 
@@ -584,8 +617,8 @@ impl Index {
     }
 
     /// The room replicas take that their agents' capacity reports do not count yet: every
-    /// booking, each cluster's replicas minus those its agent reported ready there (Pending ones
-    /// keep their reservation, see [`counted_replicas`]). The workload being
+    /// booking, each cluster's replicas minus those its agent reported ready there by the time
+    /// its latest capacity came (Pending ones keep their reservation, see [`counted_replicas`]). The workload being
     /// decided is included: its own replicas that do not run yet take room too, or a move would
     /// count the same free room twice.
     ///
@@ -601,11 +634,17 @@ impl Index {
         let mut reserved = self.reserved.write().unwrap_or_else(|e| e.into_inner());
         let bookings = self.bookings.read().unwrap_or_else(|e| e.into_inner());
         let reports = self.reports.read().unwrap_or_else(|e| e.into_inner());
+        let counted = self.counted.read().unwrap_or_else(|e| e.into_inner());
         // What the booking reserves now, with the demand it reserves it for: a new demand with the
         // same replicas still changes the ledger.
         let now = bookings
             .get(workload)
-            .map(|booking| (booking.demand.clone(), reservations(booking, &reports, workload)))
+            .map(|booking| {
+                (
+                    booking.demand.clone(),
+                    reservations(booking, &counted, &reports, workload),
+                )
+            })
             .filter(|(_, clusters)| !clusters.is_empty());
         let Reserved { by_workload, ledger } = &mut *reserved;
         let before = by_workload.get(workload);
@@ -634,11 +673,12 @@ impl Index {
         let mut reserved = self.reserved.write().unwrap_or_else(|e| e.into_inner());
         let bookings = self.bookings.read().unwrap_or_else(|e| e.into_inner());
         let reports = self.reports.read().unwrap_or_else(|e| e.into_inner());
+        let counted = self.counted.read().unwrap_or_else(|e| e.into_inner());
         let mut ledger = Ledger::new();
         let by_workload = bookings
             .iter()
             .map(|(workload, booking)| {
-                let clusters = reservations(booking, &reports, workload);
+                let clusters = reservations(booking, &counted, &reports, workload);
                 let name = workload.to_string();
                 for (cluster, &replicas) in &clusters {
                     ledger.reserve(cluster, &name, &booking.demand, replicas);
@@ -831,14 +871,22 @@ struct Reserved {
     ledger: Ledger,
 }
 
-/// What `booking` reserves of `workload`: per cluster, its replicas that the cluster's report
-/// does not count yet (zeros left out).
-fn reservations(booking: &Booking, reports: &Reports, workload: &WorkloadRef) -> BTreeMap<String, u32> {
+/// What `booking` reserves of `workload`: per cluster, its replicas that the cluster's capacity
+/// does not count yet, as its report stood when that capacity came (zeros left out).
+fn reservations(
+    booking: &Booking,
+    counted: &Reports,
+    reports: &Reports,
+    workload: &WorkloadRef,
+) -> BTreeMap<String, u32> {
     booking
         .replicas
         .iter()
         .map(|(cluster, &assigned)| {
-            let counted = counted_replicas(reports.get(cluster).map(Arc::as_ref), workload);
+            // Ready as of the cluster's latest capacity; before this hub saw one, its latest
+            // report.
+            let report = counted.get(cluster).or_else(|| reports.get(cluster));
+            let counted = counted_replicas(report.map(Arc::as_ref), workload);
             (cluster.clone(), assigned.saturating_sub(counted))
         })
         .filter(|(_, n)| *n > 0)
@@ -953,6 +1001,26 @@ mod tests {
         }
     }
 
+    /// A registered cluster that has not heartbeated.
+    fn bare_record(name: &str) -> ClusterRecord {
+        ClusterRecord {
+            name: name.to_owned(),
+            labels: BTreeMap::new(),
+            region: None,
+            zone: None,
+            coordinates: None,
+            registered_at: jiff::Timestamp::UNIX_EPOCH,
+            agent_version: None,
+            kubernetes_version: None,
+            last_heartbeat_at: None,
+            capacity: None,
+            cordoned: false,
+            burst_only: false,
+            accepted: true,
+            prune_confirmed: None,
+        }
+    }
+
     /// A store of its own in a temporary directory, kept as long as the directory.
     async fn scratch_store() -> (tempfile::TempDir, Arc<dyn Store>) {
         let dir = tempfile::tempdir().unwrap();
@@ -962,13 +1030,15 @@ mod tests {
     }
 
     /// The ledger as it was computed before it was kept incrementally: every booking, every
-    /// report.
+    /// report as of its cluster's latest capacity (the latest report before any).
     fn ledger_from_scratch(index: &Index) -> Ledger {
         let reports = index.reports();
+        let counted_reports = index.counted.read().unwrap().clone();
         let mut ledger = Ledger::new();
         for (workload, booking) in index.bookings.read().unwrap().iter() {
             for (cluster, &assigned) in &booking.replicas {
-                let counted = counted_replicas(reports.get(cluster).map(Arc::as_ref), workload);
+                let report = counted_reports.get(cluster).or_else(|| reports.get(cluster));
+                let counted = counted_replicas(report.map(Arc::as_ref), workload);
                 ledger.reserve(
                     cluster,
                     &workload.to_string(),
@@ -985,6 +1055,9 @@ mod tests {
         let (_dir, store) = scratch_store().await;
         let index = Index::empty(store);
         let clusters = ["a", "b", "c"];
+        for cluster in clusters {
+            index.put_cluster(bare_record(cluster));
+        }
         let names = ["web", "api", "db", "cache"];
         let demand = Demand {
             cpu_millis: 100,
@@ -999,9 +1072,20 @@ mod tests {
             seed ^= seed << 17;
             seed % n
         };
-        for step in 0..400 {
+        for step in 0..600 {
             let workload = WorkloadRef::new("shop", names[next(4) as usize]);
-            match next(4) {
+            match next(5) {
+                // A heartbeat with capacity: the reports so far are what it counts.
+                3 => {
+                    let capacity = Some(serde_json::json!({"step": step}));
+                    index.heartbeat(
+                        clusters[next(3) as usize],
+                        jiff::Timestamp::now(),
+                        capacity,
+                        None,
+                        None,
+                    );
+                }
                 0 | 1 => {
                     let mut replicas = BTreeMap::new();
                     for cluster in clusters {
@@ -1040,6 +1124,54 @@ mod tests {
                 "after step {step}"
             );
         }
+    }
+
+    /// Pods a report shows ready keep their room reserved until a capacity that counts them
+    /// comes: the capacity the cluster sent before they started does not.
+    #[tokio::test]
+    async fn replicas_reported_ready_hold_their_room_until_a_capacity_counts_them() {
+        let (_dir, store) = scratch_store().await;
+        let index = Index::empty(store);
+        index.put_cluster(bare_record("a"));
+        let web = WorkloadRef::new("shop", "web");
+        let demand = Demand {
+            cpu_millis: 1500,
+            ..Demand::default()
+        };
+        let beat = |n: i64| {
+            index.heartbeat(
+                "a",
+                jiff::Timestamp::from_second(1_800_000_000 + n).unwrap(),
+                Some(serde_json::json!({"beat": n})),
+                None,
+                None,
+            );
+        };
+        beat(0);
+        index.book(
+            &web,
+            Booking {
+                demand,
+                replicas: BTreeMap::from([("a".to_owned(), 6)]),
+            },
+        );
+        let reserved = || index.with_ledger(|l| l.reserved_replicas("a"));
+        assert_eq!(reserved(), 6, "booked, nothing runs");
+        index.keep_report(
+            "a",
+            StatusReport {
+                objects: vec![deployment("web", 6)],
+                ..StatusReport::default()
+            },
+        );
+        assert_eq!(
+            reserved(),
+            6,
+            "reported ready, but the capacity placement reads is from before they started"
+        );
+        beat(1);
+        assert_eq!(reserved(), 0, "the next capacity counts them");
+        assert_eq!(index.with_ledger(Ledger::clone), ledger_from_scratch(&index));
     }
 
     /// A new term's reload and the change feed's run at once when a replica starts; a cluster
