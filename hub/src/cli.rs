@@ -91,6 +91,67 @@ pub struct RunArgs {
     /// Several replicas: which one leads.
     #[command(flatten)]
     pub leader_election: LeaderElectionArgs,
+    /// Telling a provisioner what fits nowhere.
+    #[command(flatten)]
+    pub provisioner: ProvisionerArgs,
+}
+
+/// Where to tell a provisioner (Cluster API, a cloud autoscaler, a script) about replicas that
+/// fit in no cluster (see the `provisioner` module). Without a webhook, the demand is only in
+/// the metrics `nave_unplaced_replicas` and `nave_unplaced_demand`.
+#[derive(Debug, Clone, PartialEq, clap::Args)]
+pub struct ProvisionerArgs {
+    /// URL the leader POSTs a `FleetDemand` JSON document to when the replicas that fit nowhere
+    /// change, again every `--provisioner-resend` while some remain, and once more when none
+    /// are left. Any 2xx answer takes it.
+    #[arg(long, env = "NAVE_PROVISIONER_WEBHOOK")]
+    pub provisioner_webhook: Option<String>,
+    /// File holding a token sent as `Authorization: Bearer` to the webhook.
+    #[arg(long, env = "NAVE_PROVISIONER_WEBHOOK_TOKEN_FILE")]
+    pub provisioner_webhook_token_file: Option<PathBuf>,
+    /// How often an unchanged demand is sent again while it lasts.
+    #[arg(long, env = "NAVE_PROVISIONER_RESEND", default_value = "60s", value_parser = nave_runtime::positive_duration)]
+    pub provisioner_resend: Duration,
+}
+
+impl Default for ProvisionerArgs {
+    fn default() -> Self {
+        ProvisionerArgs {
+            provisioner_webhook: None,
+            provisioner_webhook_token_file: None,
+            provisioner_resend: Duration::from_secs(60),
+        }
+    }
+}
+
+impl ProvisionerArgs {
+    /// The webhook, its token read; `None` without a URL. An unreadable token file or a URL that
+    /// is not `http(s)://` is an error.
+    pub fn webhook(&self) -> Result<Option<crate::provisioner::Webhook>, String> {
+        let Some(url) = &self.provisioner_webhook else {
+            return Ok(None);
+        };
+        let parsed = reqwest::Url::parse(url).map_err(|e| format!("--provisioner-webhook {url:?}: {e}"))?;
+        if !matches!(parsed.scheme(), "http" | "https") {
+            return Err(format!(
+                "--provisioner-webhook {url:?}: must be http:// or https://"
+            ));
+        }
+        let token = match &self.provisioner_webhook_token_file {
+            Some(path) => Some(
+                std::fs::read_to_string(path)
+                    .map_err(|e| format!("--provisioner-webhook-token-file {}: {e}", path.display()))?
+                    .trim()
+                    .to_owned(),
+            ),
+            None => None,
+        };
+        Ok(Some(crate::provisioner::Webhook {
+            url: url.clone(),
+            token,
+            resend: self.provisioner_resend,
+        }))
+    }
 }
 
 /// Leader election among hub replicas (see the `leader` module). Without `--leader-elect` the
@@ -351,6 +412,54 @@ mod tests {
         assert!(run.prometheus.prometheus_traffic_query.is_some());
         let error = parse(&["--prometheus-ttl", "0s"]).expect_err("a zero TTL is refused");
         assert!(error.to_string().contains("greater than zero"), "{error}");
+    }
+
+    #[test]
+    fn the_provisioner_webhook_is_off_by_default_and_checked_when_set() {
+        let run = parse(&[]).expect("defaults parse");
+        assert_eq!(run.provisioner, ProvisionerArgs::default());
+        assert!(matches!(run.provisioner.webhook(), Ok(None)));
+        let dir = tempfile::tempdir().unwrap();
+        let token = dir.path().join("token");
+        std::fs::write(&token, "s3cret\n").unwrap();
+        let token_arg = token.display().to_string();
+        let run = parse(&[
+            "--provisioner-webhook",
+            "https://provisioner.example/demand",
+            "--provisioner-webhook-token-file",
+            &token_arg,
+            "--provisioner-resend",
+            "2m",
+        ])
+        .expect("parses");
+        let webhook = run.provisioner.webhook().unwrap().expect("a webhook");
+        assert_eq!(webhook.url, "https://provisioner.example/demand");
+        assert_eq!(webhook.token.as_deref(), Some("s3cret"), "trimmed");
+        assert_eq!(webhook.resend, Duration::from_secs(120));
+        for (url, says) in [
+            ("provisioner:9000", "http:// or https://"),
+            ("not a url", "relative URL"),
+        ] {
+            let run = parse(&["--provisioner-webhook", url]).expect("parses");
+            let error = run.provisioner.webhook().unwrap_err();
+            assert!(
+                error.contains("--provisioner-webhook") && error.contains(says),
+                "{url}: {error}"
+            );
+        }
+        let run = parse(&[
+            "--provisioner-webhook",
+            "http://x/",
+            "--provisioner-webhook-token-file",
+            "/nonexistent/token",
+        ])
+        .expect("parses");
+        assert!(
+            run.provisioner
+                .webhook()
+                .unwrap_err()
+                .contains("--provisioner-webhook-token-file /nonexistent/token")
+        );
     }
 
     #[test]

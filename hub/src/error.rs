@@ -120,6 +120,9 @@ pub enum Error {
     /// The leader election's settings cannot work.
     #[error("leader election: {0}")]
     LeaderElection(String),
+    /// The provisioner webhook's settings cannot work.
+    #[error("provisioner webhook: {0}")]
+    Provisioner(String),
     /// This hub led alone (no leader election) and another hub claimed a later term of its
     /// store. It stops rather than take the store back: two hubs would take turns forever.
     #[error(

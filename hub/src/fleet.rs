@@ -117,6 +117,8 @@ pub struct Sources {
     pub objects_version: Arc<AtomicU64>,
     /// The last view, reused while it is current (see [`Sources::view`]).
     pub cache: ViewCache,
+    /// The replicas each workload's latest plan left unplaced, for a provisioner.
+    pub unplaced: Arc<crate::provisioner::Unplaced>,
 }
 
 /// How long a view of the fleet is reused while no cluster changed: readiness (a heartbeat's

@@ -67,6 +67,7 @@ pub mod leader;
 pub mod metrics;
 pub mod network;
 pub mod placement;
+pub mod provisioner;
 pub mod readiness;
 pub mod render;
 pub mod rest;
@@ -181,6 +182,7 @@ pub async fn run_until(args: RunArgs, shutdown: CancellationToken) -> Result<(),
         max_per_minute: failover.failover_max_per_minute,
     };
     let election = args.leader_election.config().map_err(Error::LeaderElection)?;
+    let webhook = args.provisioner.webhook().map_err(Error::Provisioner)?;
     let trigger = ReconcileTrigger::new();
     let index = Arc::new(Index::load(store.clone()).await?);
     let metrics = Arc::new(HubMetrics::default());
@@ -211,6 +213,7 @@ pub async fn run_until(args: RunArgs, shutdown: CancellationToken) -> Result<(),
         grace: timings.heartbeat_grace,
         objects_version: watched.clusters_version.clone(),
         cache: Default::default(),
+        unplaced: Default::default(),
     };
     // On shutdown, end the agents' long-polls so the graceful shutdown does not wait them out.
     let closing = signals.clone();
@@ -344,6 +347,7 @@ pub async fn run_until(args: RunArgs, shutdown: CancellationToken) -> Result<(),
             timings: timings.clone(),
             rules,
             refresher,
+            webhook,
         },
         election,
         shutdown.clone(),
@@ -392,6 +396,7 @@ struct Leading {
     timings: Timings,
     rules: cluster_health::Rules,
     refresher: Option<usage::Refresher>,
+    webhook: Option<provisioner::Webhook>,
 }
 
 /// Leads whenever this replica holds the lead, until `shutdown`: each term runs what only the
@@ -458,6 +463,7 @@ async fn run_term(leading: &mut Leading, term: u64, term_over: &CancellationToke
         timings,
         rules,
         refresher,
+        webhook,
     } = leading;
     // A new term: the work sets are complete again once this leader's first pass is done. Read
     // everything the previous leader and the other replicas wrote, after the claim of the term
@@ -505,6 +511,12 @@ async fn run_term(leading: &mut Leading, term: u64, term_over: &CancellationToke
     tokio::join!(
         controller::flush_work(ctx.clone(), term_over.clone()),
         controller::removal::run(remover, term_over.clone()),
+        provisioner::run(
+            sources.unplaced.clone(),
+            webhook.clone(),
+            metrics.clone(),
+            term_over.clone()
+        ),
         controller::run(ctx, triggered, term_over.clone()),
         controller::heartbeats::run(monitor, term_over.clone()),
         async {

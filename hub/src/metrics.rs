@@ -86,6 +86,18 @@ struct SignalLabels {
     signal: &'static str,
 }
 
+/// Labels of the unplaced-demand gauges.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct DemandLabels {
+    resource: &'static str,
+}
+
+/// Labels of the provisioner webhook's request counter.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CodeLabels {
+    code: String,
+}
+
 /// Labels of the per-cluster, per-resource gauges.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ResourceLabels {
@@ -113,6 +125,9 @@ pub struct HubMetrics {
     mcd_failing: Family<McdLabels, Gauge>,
     prometheus_queries: Family<SignalLabels, Counter>,
     prometheus_errors: Family<SignalLabels, Counter>,
+    unplaced_replicas: Gauge,
+    unplaced_demand: Family<DemandLabels, FloatGauge>,
+    provisioner_requests: Family<CodeLabels, Counter>,
     /// The clusters each MCD has series for, so that clusters it left and deleted MCDs lose
     /// theirs. The lock is held across the family updates so that an observe and a forget of
     /// the same MCD cannot interleave.
@@ -223,8 +238,32 @@ impl HubMetrics {
              the last values stay until their TTL",
             prometheus_errors.clone(),
         );
+        let unplaced_replicas = Gauge::default();
+        registry.register(
+            "nave_unplaced_replicas",
+            "Replicas of MultiClusterDeployments that fit in no cluster (policy everywhere left out), \
+             as the leader's latest plans left them",
+            unplaced_replicas.clone(),
+        );
+        let unplaced_demand = Family::<DemandLabels, FloatGauge>::default();
+        registry.register(
+            "nave_unplaced_demand",
+            "What the replicas that fit in no cluster request together: resource=\"cpu\" in cores, \
+             \"memory\" in bytes",
+            unplaced_demand.clone(),
+        );
+        let provisioner_requests = Family::<CodeLabels, Counter>::default();
+        registry.register(
+            "nave_provisioner_webhook_requests",
+            "Requests to the provisioner webhook (--provisioner-webhook), by HTTP status; \
+             code=\"error\" when no answer came",
+            provisioner_requests.clone(),
+        );
         HubMetrics {
             registry,
+            unplaced_replicas,
+            unplaced_demand,
+            provisioner_requests,
             scheduling_duration,
             placements,
             reschedules,
@@ -302,6 +341,30 @@ impl HubMetrics {
         if failed {
             self.prometheus_errors.get_or_create(&labels).inc();
         }
+    }
+
+    /// Sets the replicas that fit nowhere and what they request (millicores, bytes).
+    pub fn set_unplaced(&self, replicas: u64, cpu_millis: u64, memory_bytes: u64) {
+        self.unplaced_replicas
+            .set(i64::try_from(replicas).unwrap_or(i64::MAX));
+        let amounts = [
+            ("cpu", cpu_millis as f64 / 1000.0),
+            ("memory", memory_bytes as f64),
+        ];
+        for (resource, value) in amounts {
+            self.unplaced_demand
+                .get_or_create(&DemandLabels { resource })
+                .set(value);
+        }
+    }
+
+    /// Counts a request to the provisioner webhook by its answer's status (`error`: none).
+    pub fn record_provisioner_request(&self, code: &str) {
+        self.provisioner_requests
+            .get_or_create(&CodeLabels {
+                code: code.to_owned(),
+            })
+            .inc();
     }
 
     /// Counts a failed reconcile.

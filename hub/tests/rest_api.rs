@@ -1104,6 +1104,7 @@ async fn rest_api_serves_clusters_placements_history_and_simulations_as_document
         grace: Duration::from_secs(40),
         objects_version: Arc::default(),
         cache: Default::default(),
+        unplaced: Arc::default(),
     };
     let closed = nave_hub::rest::router(
         sources,

@@ -336,6 +336,7 @@ impl Playground {
         self.prometheus = prometheus;
         self.prometheus_absent = prometheus_absent;
         let hub_args = nave_hub::cli::RunArgs {
+            provisioner: Default::default(),
             database_url: format!("sqlite://{}", self.dir.join("hub.db").display()),
             listen: hub_addr,
             metrics_listen: self.hub_metrics_url.trim_start_matches("http://").parse()?,

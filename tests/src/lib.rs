@@ -93,6 +93,11 @@ pub struct EnvOptions {
     /// Elect the hub as a leader through the Lease of this name in [`HUB_NAMESPACE`], as the
     /// chart's replicas on Postgres do.
     pub leader_election: Option<String>,
+    /// The hub's provisioner webhook settings.
+    pub hub_provisioner: nave_hub::cli::ProvisionerArgs,
+    /// Clusters whose agents do not start with the environment (declared, not joined), until
+    /// [`Env::start_agent`] starts them.
+    pub dormant: Vec<String>,
 }
 
 /// Namespace of the hub's Lease when the environment elects a leader.
@@ -286,6 +291,7 @@ impl Env {
             prometheus = Some(server);
         }
         let hub_args = nave_hub::cli::RunArgs {
+            provisioner: options.hub_provisioner.clone(),
             database_url,
             listen,
             metrics_listen,
@@ -347,9 +353,13 @@ impl Env {
         }
         env.start_hub().await?;
         for name in env.cluster_names() {
-            env.start_agent(&name)?;
+            if !options.dormant.contains(&name) {
+                env.start_agent(&name)?;
+            }
         }
-        env.wait_fleet_reporting().await?;
+        let mut joined = env.fleet_config.clone();
+        joined.clusters.retain(|c| !options.dormant.contains(&c.name));
+        nave_playground::up::wait_fleet_reporting(&env.client, &joined, DEADLINE).await?;
         if let Some(prometheus) = &env.prometheus {
             prometheus.wait_targets_up(DEADLINE).await?;
         }

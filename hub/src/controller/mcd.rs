@@ -168,6 +168,8 @@ async fn invalid(
     reason: &'static str,
     message: String,
 ) -> Result<Action, Error> {
+    // Not planned: what it asked of a provisioner no longer stands.
+    ctx.sources.unplaced.set(&render::workload_ref(mcd), None);
     let generation = mcd.metadata.generation;
     let mut status = mcd.status.clone().unwrap_or_default();
     let was = conditions::find(&status.conditions, types::SCHEDULED).cloned();
@@ -242,6 +244,26 @@ async fn apply(mcd: Arc<MultiClusterDeployment>, ctx: &Context) -> Result<Action
     };
     let decision = &planned.decision;
     debug!(assignment = ?decision.assignment, unplaced = decision.unplaced, "decided");
+    // What fits nowhere, for a provisioner; a new cluster does not help `everywhere`, which it
+    // would only give more replicas to run.
+    let placement_spec = &mcd.spec.placement;
+    ctx.sources.unplaced.set(
+        &workload,
+        (placement_spec.policy != nave_api::PlacementPolicy::Everywhere).then(|| {
+            crate::provisioner::WorkloadDemand {
+                namespace: workload.namespace.clone(),
+                name: workload.name.clone(),
+                replicas: decision.unplaced,
+                per_replica: crate::provisioner::Amounts {
+                    cpu_millis: planned.stored.demand.cpu_millis,
+                    memory_bytes: planned.stored.demand.memory_bytes,
+                },
+                clusters: placement_spec.clusters.clone(),
+                cluster_selector: placement_spec.cluster_selector.clone(),
+                since: gathered.now,
+            }
+        }),
+    );
 
     // Write: the placement (unless it decides what the stored one does, for the same
     // generation: most reconciles only follow the agents' reports), then every cluster's work,
@@ -702,6 +724,7 @@ async fn cleanup(mcd: Arc<MultiClusterDeployment>, ctx: &Context) -> Result<Acti
         .await
         .map_err(Error::store("deleting the placement"))?;
     ctx.sources.index.forget(&workload);
+    ctx.sources.unplaced.set(&workload, None);
     ctx.metrics.forget_mcd(&workload);
     info!(workload = %workload, "removed from every cluster");
     Ok(Action::await_change())
