@@ -134,7 +134,7 @@ pub struct MultiClusterServiceSpec {
     pub type_: ServiceType,
 
     /// Pod labels the Service routes to. Defaults to the `matchLabels` of the followed
-    /// MultiClusterDeployment's selector; required with `placement`. Example: `{app: web}`.
+    /// MultiClusterDeployment's selector. Example: `{app: web}`.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub selector: BTreeMap<String, String>,
 

@@ -109,6 +109,10 @@ pub struct ProvisionerArgs {
     /// File holding a token sent as `Authorization: Bearer` to the webhook.
     #[arg(long, env = "NAVE_PROVISIONER_WEBHOOK_TOKEN_FILE")]
     pub provisioner_webhook_token_file: Option<PathBuf>,
+    /// The token itself, when no file is given: set the environment variable from a Secret
+    /// (the hub chart's `extraEnv` with `secretKeyRef`) rather than pass it on the command line.
+    #[arg(long, env = "NAVE_PROVISIONER_WEBHOOK_TOKEN", hide_env_values = true)]
+    pub provisioner_webhook_token: Option<String>,
     /// How often an unchanged demand is sent again while it lasts.
     #[arg(long, env = "NAVE_PROVISIONER_RESEND", default_value = "60s", value_parser = nave_runtime::positive_duration)]
     pub provisioner_resend: Duration,
@@ -119,6 +123,7 @@ impl Default for ProvisionerArgs {
         ProvisionerArgs {
             provisioner_webhook: None,
             provisioner_webhook_token_file: None,
+            provisioner_webhook_token: None,
             provisioner_resend: Duration::from_secs(60),
         }
     }
@@ -144,8 +149,11 @@ impl ProvisionerArgs {
                     .trim()
                     .to_owned(),
             ),
-            None => None,
+            None => self.provisioner_webhook_token.clone(),
         };
+        if token.is_some() && parsed.scheme() == "http" {
+            tracing::warn!("the provisioner webhook's token goes over plain http://");
+        }
         Ok(Some(crate::provisioner::Webhook {
             url: url.clone(),
             token,

@@ -515,7 +515,11 @@ async fn run_term(leading: &mut Leading, term: u64, term_over: &CancellationToke
             sources.unplaced.clone(),
             webhook.clone(),
             metrics.clone(),
-            term_over.clone()
+            {
+                let signals = signals.clone();
+                move || signals.published()
+            },
+            term_over.clone(),
         ),
         controller::run(ctx, triggered, term_over.clone()),
         controller::heartbeats::run(monitor, term_over.clone()),

@@ -168,7 +168,7 @@ impl Unplaced {
 }
 
 /// Where and how to send the demand (`--provisioner-webhook` and its companions).
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Webhook {
     /// The receiver's URL.
     pub url: String,
@@ -178,10 +178,21 @@ pub struct Webhook {
     pub resend: Duration,
 }
 
+impl std::fmt::Debug for Webhook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Webhook")
+            .field("url", &self.url)
+            .field("token", &self.token.as_ref().map(|_| "<redacted>"))
+            .field("resend", &self.resend)
+            .finish()
+    }
+}
+
 /// When to send next, from what was sent and when.
 #[derive(Debug, Default)]
 struct Sending {
-    /// The demand the receiver last took (empty before the first).
+    /// The demand the receiver last took in this term (`None` before the first: the first is
+    /// sent whatever it holds).
     last: Option<FleetDemand>,
     /// When it was taken.
     at: Option<tokio::time::Instant>,
@@ -198,8 +209,8 @@ impl Sending {
         }
         let changed = match &self.last {
             Some(last) => last.key() != demand.key(),
-            // Nothing sent yet: only a demand is news.
-            None => !demand.is_empty(),
+            // A new term: what the previous leader said may no longer hold.
+            None => true,
         };
         let stale = !demand.is_empty() && self.at.is_none_or(|at| now.duration_since(at) >= resend);
         changed || stale
@@ -221,14 +232,19 @@ impl Sending {
 }
 
 /// Keeps the unplaced-demand metrics and, with a webhook, tells it, until `shutdown` (the end of
-/// this replica's term). Clears what it knew when it stops, so a replica that no longer leads
+/// this replica's term). Starts from nothing and waits for the term's first pass over every
+/// workload (`first_pass_done`), so a half-counted demand is never sent; then sends what it
+/// finds, even nothing, so a receiver that heard a demand from the previous leader hears that it
+/// cleared meanwhile. Clears what it knew when it stops, so a replica that no longer leads
 /// reports no demand.
 pub async fn run(
     unplaced: Arc<Unplaced>,
     webhook: Option<Webhook>,
     metrics: Arc<HubMetrics>,
+    first_pass_done: impl Fn() -> bool,
     shutdown: CancellationToken,
 ) {
+    unplaced.clear();
     let client = reqwest::Client::builder().timeout(TIMEOUT).build();
     let client = match client {
         Ok(client) => Some(client),
@@ -245,6 +261,9 @@ pub async fn run(
             () = shutdown.cancelled() => break,
             _ = tick.tick() => {}
         }
+        if !first_pass_done() {
+            continue;
+        }
         let demand = unplaced.demand(jiff::Timestamp::now());
         metrics.set_unplaced(
             demand.replicas,
@@ -258,7 +277,12 @@ pub async fn run(
         if !sending.due(&demand, now, webhook.resend) {
             continue;
         }
-        match send(client, webhook, &demand).await {
+        let sent = tokio::select! {
+            // A replica that no longer leads says nothing more.
+            () = shutdown.cancelled() => break,
+            sent = send(client, webhook, &demand) => sent,
+        };
+        match sent {
             Ok(code) => {
                 metrics.record_provisioner_request(&code.as_u16().to_string());
                 info!(
@@ -364,7 +388,15 @@ mod tests {
         let web = WorkloadRef::new("shop", "web");
         let mut sending = Sending::default();
         let none = unplaced.demand(jiff::Timestamp::now());
-        assert!(!sending.due(&none, start, resend), "nothing to say at first");
+        assert!(
+            sending.due(&none, start, resend),
+            "a term starts by saying what it finds, even nothing: the previous leader's demand may have cleared"
+        );
+        sending.sent(none.clone(), start);
+        assert!(
+            !sending.due(&none, start + resend * 2, resend),
+            "nothing is not repeated"
+        );
 
         unplaced.set(&web, Some(demand_of("web", 3, 500)));
         let some = unplaced.demand(jiff::Timestamp::now());

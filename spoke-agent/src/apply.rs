@@ -360,6 +360,30 @@ impl Applier {
         let mut content = HashMap::with_capacity(prepared.len());
         for p in &prepared {
             let remembered = state.objects.contains_key(&p.object_ref);
+            // A ServiceExport exports the Service of its name to every cluster of the
+            // ClusterSet: only beside this installation's own Service of that name, applied
+            // before it (Services sort first), never someone else's.
+            let exports_own = || {
+                applied.keys().any(|r: &ObjectRef| {
+                    r.kind == "Service"
+                        && r.api_version == "v1"
+                        && r.namespace == p.object_ref.namespace
+                        && r.name == p.object_ref.name
+                })
+            };
+            if p.object_ref.kind == "ServiceExport" && !exports_own() {
+                let e = Error::Refused(format!(
+                    "{} exports a Service this installation does not apply in this work set; a \
+                     ServiceExport goes only beside its own Service",
+                    p.object_ref
+                ));
+                warn!(object = %p.object_ref, error = %e, "not applied");
+                outcome
+                    .errors
+                    .push(apply_error("apply", &p.object_ref, p.workload.clone(), &e));
+                refused.insert(p.object_ref.clone(), p.workload.clone());
+                continue;
+            }
             if !full && remembered && state.applied_content.get(&p.object_ref) == Some(&p.content) {
                 applied.insert(p.object_ref.clone(), p.workload.clone());
                 content.insert(p.object_ref.clone(), p.content);
@@ -576,9 +600,17 @@ impl Applier {
         }
         let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
         let gvk = GroupVersionKind::gvk(group, version, kind);
-        let found = kube::discovery::pinned_kind(&self.client, &gvk)
-            .await
-            .map_err(Error::kube(format!("discovering {api_version} {kind}")))?;
+        let found = match kube::discovery::pinned_kind(&self.client, &gvk).await {
+            Ok(found) => found,
+            // Not cached: the kind may be served once its CRD is installed.
+            Err(kube::Error::Discovery(kube::error::DiscoveryError::MissingKind(_))) => {
+                return Err(Error::KindNotServed(format!("{api_version} {kind}")));
+            }
+            Err(e) if api_code(&e) == Some(404) => {
+                return Err(Error::KindNotServed(format!("{api_version} {kind}")));
+            }
+            Err(e) => return Err(Error::kube(format!("discovering {api_version} {kind}"))(e)),
+        };
         self.discovered.lock().await.insert(key, found.clone());
         Ok(found)
     }

@@ -92,6 +92,10 @@ pub enum Error {
     /// An object of a work set is outside what this agent applies (see [`crate::allowed`]).
     #[error("refused by the agent: {0}")]
     Refused(String),
+    /// The cluster does not serve the object's kind (its CRD is not installed yet): retried, as
+    /// it may pass, and the workload keeps what the object replaces meanwhile.
+    #[error("{0} is not served by this cluster (is its CRD installed?)")]
+    KindNotServed(String),
     /// An object of a work set exists and is not this installation's: it is left as it is.
     #[error(
         "{object} exists and is not managed by this Nave installation (managed-by: {managed_by}, \

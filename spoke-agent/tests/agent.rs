@@ -1067,6 +1067,50 @@ async fn objects_it_does_not_own_and_kinds_or_namespaces_it_does_not_allow_are_l
         .create(&PostParams::default(), &other)
         .await
         .expect("team-b's ConfigMap");
+    // A Service made by hand, and the multi-cluster services API, whose ServiceExport of it
+    // would publish it to every cluster of the ClusterSet.
+    let services: Api<Service> = Api::namespaced(client.clone(), "shop");
+    services
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({
+                "metadata": {"name": "db", "namespace": "shop"},
+                "spec": {"ports": [{"port": 5432}]}
+            }))
+            .unwrap(),
+        )
+        .await
+        .expect("hand-made Service");
+    let crds: Api<
+        k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
+    > = Api::all(client.clone());
+    crds.create(
+        &PostParams::default(),
+        &serde_json::from_value(json!({
+            "metadata": {"name": "serviceexports.multicluster.x-k8s.io"},
+            "spec": {
+                "group": "multicluster.x-k8s.io", "scope": "Namespaced",
+                "names": {"plural": "serviceexports", "singular": "serviceexport", "kind": "ServiceExport"},
+                "versions": [{"name": "v1alpha1", "served": true, "storage": true,
+                              "schema": {"openAPIV3Schema": {"type": "object",
+                                         "x-kubernetes-preserve-unknown-fields": true}}}]
+            }
+        }))
+        .unwrap(),
+    )
+    .await
+    .expect("ServiceExport CRD");
+    let export = |name: &str| {
+        json!({
+            "apiVersion": "multicluster.x-k8s.io/v1alpha1", "kind": "ServiceExport",
+            "metadata": {"name": name, "namespace": "shop", "labels": {WORKLOAD_LABEL: "shop.web"}}
+        })
+    };
+    let db_service = json!({
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": "db", "namespace": "shop", "labels": {WORKLOAD_LABEL: "shop.web"}},
+        "spec": {"ports": [{"port": 5432}]}
+    });
 
     let mut in_kube_system = deployment("sneaky", 1, "10m");
     in_kube_system["metadata"]["namespace"] = json!("kube-system");
@@ -1089,6 +1133,9 @@ async fn objects_it_does_not_own_and_kinds_or_namespaces_it_does_not_allow_are_l
             in_kube_system,
             daemon_set,
             agent_credential,
+            db_service,
+            export("db"),
+            export("lonely"),
         ],
     );
     let agent = start_agent(&client, &hub, &token);
@@ -1148,11 +1195,41 @@ async fn objects_it_does_not_own_and_kinds_or_namespaces_it_does_not_allow_are_l
         ("sneaky", "namespace kube-system is denied"),
         ("miner", "kind DaemonSet.apps is not in this agent's allow-list"),
         ("nave-agent-credential", "the agent's own"),
+        ("lonely", "a ServiceExport goes only beside its own Service"),
     ] {
         let message = errors
             .get(name)
             .unwrap_or_else(|| panic!("no error reported for {name}: {errors:?}"));
         assert!(message.contains(says), "{name}: {message}");
+    }
+    // The hand-made Service is not taken over, and not exported either.
+    let db: Vec<&str> = report
+        .apply_errors
+        .iter()
+        .filter(|e| e.name == "db")
+        .map(|e| e.message.as_str())
+        .collect();
+    assert!(
+        db.iter()
+            .any(|m| m.contains("is not managed by this Nave installation"))
+            && db
+                .iter()
+                .any(|m| m.contains("a ServiceExport goes only beside its own Service")),
+        "db: {db:?}"
+    );
+    let exports: Api<kube::api::DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        "shop",
+        &kube::api::ApiResource::from_gvk_with_plural(
+            &kube::api::GroupVersionKind::gvk("multicluster.x-k8s.io", "v1alpha1", "ServiceExport"),
+            "serviceexports",
+        ),
+    );
+    for name in ["db", "lonely"] {
+        assert!(
+            exports.get_opt(name).await.expect("GET works").is_none(),
+            "no ServiceExport {name}: it would export a Service that is not this installation's"
+        );
     }
     let web_config = report
         .apply_errors

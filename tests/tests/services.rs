@@ -179,7 +179,9 @@ async fn a_service_reaches_the_clusters_that_call_it_and_is_exported_where_its_w
     )
     .await;
     wait_service(&env, "backend", &[OTHER_BACKEND], true).await;
-    // Once the API is installed there, the agent applies the export on its next attempt.
+    // The rest of the workload is applied there meanwhile.
+    env.wait_rolled_out(NS, "backend", 4).await;
+    // Once the API is installed there, the agent's next retry applies the export.
     let crds: Api<CustomResourceDefinition> = Api::all(env.cluster_client(OTHER_BACKEND));
     crds.create(&PostParams::default(), &service_export_crd())
         .await
@@ -212,6 +214,29 @@ async fn a_service_reaches_the_clusters_that_call_it_and_is_exported_where_its_w
     )
     .await;
 
+    // No longer exported: the exports go, the Services stay.
+    services
+        .patch(
+            "backend",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"serviceExport": false}})),
+        )
+        .await
+        .expect("MCS patched");
+    for cluster in [BACKEND, OTHER_BACKEND] {
+        wait_for(&format!("no ServiceExport in {cluster}"), DEADLINE, || {
+            let api = service_exports(&env, cluster, NS);
+            async move {
+                match api.get_opt("backend").await.map_err(|e| e.to_string())? {
+                    None => Ok(()),
+                    Some(_) => Err("still there".to_owned()),
+                }
+            }
+        })
+        .await;
+    }
+    wait_service(&env, "backend", &[BACKEND, OTHER_BACKEND], true).await;
+
     // A Service of its own, following no workload, is refused by the schema with the field named.
     let orphan = json!({
         "apiVersion": "nave.dev/v1alpha1", "kind": "MultiClusterService",
@@ -230,5 +255,13 @@ async fn a_service_reaches_the_clusters_that_call_it_and_is_exported_where_its_w
         text.contains("spec.deployment") && text.contains("not supported"),
         "the refusal names the field and says why: {text}"
     );
+
+    // Deleted: its Service leaves every cluster, the workload stays.
+    services
+        .delete("backend", &Default::default())
+        .await
+        .expect("MCS deleted");
+    wait_service(&env, "backend", &[BACKEND, OTHER_BACKEND], false).await;
+    env.wait_rolled_out(NS, "backend", 4).await;
     env.shutdown().await;
 }

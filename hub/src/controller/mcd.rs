@@ -424,9 +424,10 @@ async fn apply(mcd: Arc<MultiClusterDeployment>, ctx: &Context) -> Result<Action
         rendered.insert(cluster.clone(), objects);
     }
     let running: Vec<String> = rendered.keys().cloned().collect();
+    let tolerations = crate::placement::inputs::cluster_tolerations(&mcd.spec.placement);
     let callers: Vec<Result<Vec<String>, String>> = services
         .iter()
-        .map(|service| calling_clusters(service, &gathered.view, &running))
+        .map(|service| calling_clusters(service, &gathered.view, &running, &tolerations))
         .collect();
     for (object, callers) in service_objects.iter().zip(&callers) {
         for cluster in callers.iter().flatten() {
@@ -565,28 +566,39 @@ async fn apply(mcd: Arc<MultiClusterDeployment>, ctx: &Context) -> Result<Action
 }
 
 /// The clusters of `service`'s `spec.placement` that call it without running the workload:
-/// registered, not being removed, and not among `running`. `Err` names an invalid selector.
+/// registered and accepted, not being removed, with no taint the workload does not tolerate
+/// (a cluster kept from the workload is kept from its Service too), and not among `running`.
+/// `Err` names an invalid selector.
 fn calling_clusters(
     service: &MultiClusterService,
     view: &crate::fleet::FleetView,
     running: &[String],
+    tolerations: &[nave_policies::ClusterToleration],
 ) -> Result<Vec<String>, String> {
     let Some(placement) = &service.spec.placement else {
         return Ok(Vec::new());
     };
     let mut callers = Vec::new();
-    for cluster in &view.registered {
-        let object = view.objects.get(cluster);
-        if running.contains(cluster) || object.is_some_and(|o| o.metadata.deletion_timestamp.is_some()) {
+    for name in &view.registered {
+        let deleting = view
+            .objects
+            .get(name)
+            .is_some_and(|o| o.metadata.deletion_timestamp.is_some());
+        let Some(cluster) = view.fleet.get(name) else {
+            continue;
+        };
+        if running.contains(name)
+            || deleting
+            || cluster.unaccepted
+            || nave_policies::taint_verdict(&cluster.taints, tolerations).is_some()
+        {
             continue;
         }
-        let labels = view
-            .fleet
-            .get(cluster)
-            .map(|c| c.labels.clone())
-            .unwrap_or_default();
-        if placement.selects(cluster, &labels).map_err(|e| e.to_string())? {
-            callers.push(cluster.clone());
+        if placement
+            .selects(name, &cluster.labels)
+            .map_err(|e| e.to_string())?
+        {
+            callers.push(name.clone());
         }
     }
     Ok(callers)
@@ -838,4 +850,85 @@ async fn fetch_dependency(
         });
         render::copy_dependency(&object, workload)
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use nave_policies::{Capacity, Cluster, ClusterTaint, Fleet, Taint, TaintEffect};
+
+    use super::*;
+
+    fn view(clusters: Vec<Cluster>) -> crate::fleet::FleetView {
+        let mut registered: Vec<String> = clusters.iter().map(|c| c.name.clone()).collect();
+        registered.sort();
+        let mut fleet = Fleet::new();
+        for cluster in clusters {
+            fleet.insert(cluster);
+        }
+        crate::fleet::FleetView {
+            fleet,
+            records: BTreeMap::new(),
+            objects: BTreeMap::new(),
+            registered,
+            now: jiff::Timestamp::now(),
+            usage: BTreeMap::new(),
+        }
+    }
+
+    fn frontend(name: &str) -> Cluster {
+        let mut cluster = Cluster::new(name, Capacity::Unknown);
+        cluster.labels = [("tier".to_owned(), "frontend".to_owned())].into();
+        cluster
+    }
+
+    #[test]
+    fn a_service_calls_from_accepted_clusters_its_workload_tolerates_only() {
+        let service: MultiClusterService = serde_json::from_value(json!({
+            "apiVersion": "nave.dev/v1alpha1", "kind": "MultiClusterService",
+            "metadata": {"name": "api", "namespace": "shop"},
+            "spec": {"deployment": "api", "ports": [{"port": 80}],
+                     "placement": {"clusterSelector": {"matchLabels": {"tier": "frontend"}}}}
+        }))
+        .unwrap();
+        let mut unaccepted = frontend("joined-by-anyone");
+        unaccepted.unaccepted = true;
+        let mut dedicated = frontend("dedicated");
+        dedicated.taints = vec![ClusterTaint {
+            taint: Taint::new("team", "b", TaintEffect::NoSchedule),
+            age: std::time::Duration::ZERO,
+        }];
+        let mut other = Cluster::new("backend-2", Capacity::Unknown);
+        other.labels = [("tier".to_owned(), "backend".to_owned())].into();
+        let fleet = view(vec![
+            frontend("web-1"),
+            frontend("runs-it"),
+            unaccepted,
+            dedicated,
+            other,
+        ]);
+        let callers = calling_clusters(&service, &fleet, &["runs-it".to_owned()], &[]).unwrap();
+        assert_eq!(
+            callers,
+            ["web-1"],
+            "not the unaccepted, tainted, running or unselected ones"
+        );
+
+        let tolerated = nave_policies::ClusterToleration {
+            toleration: nave_policies::Toleration {
+                key: "team".to_owned(),
+                operator: nave_policies::TolerationOperator::Equal,
+                value: "b".to_owned(),
+                effect: None,
+            },
+            seconds: None,
+        };
+        let callers = calling_clusters(&service, &fleet, &[], &[tolerated]).unwrap();
+        assert_eq!(
+            callers,
+            ["dedicated", "runs-it", "web-1"],
+            "a tolerated taint does not keep it out"
+        );
+    }
 }

@@ -152,7 +152,7 @@ fn taint_effect(effect: ClusterTaintEffect) -> TaintEffect {
 }
 
 /// The engine's tolerations of a placement's `tolerations`.
-fn cluster_tolerations(placement: &Placement) -> Vec<ClusterToleration> {
+pub(crate) fn cluster_tolerations(placement: &Placement) -> Vec<ClusterToleration> {
     placement
         .tolerations
         .iter()
