@@ -116,27 +116,37 @@ async fn replicas_that_fit_nowhere_reach_the_webhook_and_a_provisioned_cluster_t
         "the webhook is called with the configured bearer token"
     );
     let batch = &demand.workloads[0];
-    let mcd = mcds.get("batch").await.expect("MCD");
-    let placed: i32 = mcd
-        .status
-        .unwrap_or_default()
-        .clusters
-        .iter()
-        .map(|c| c.desired)
-        .sum();
-    assert!(
-        (1..8).contains(&placed),
-        "the joined cluster takes part of the replicas, not all: {placed}"
-    );
     assert_eq!(
-        (
-            batch.namespace.as_str(),
-            batch.replicas,
-            batch.per_replica.cpu_millis
-        ),
-        (NS, u32::try_from(8 - placed).unwrap(), 1500),
-        "the demand says how many replicas of what size fit nowhere: {demand:?}"
+        (batch.namespace.as_str(), batch.per_replica.cpu_millis),
+        (NS, 1500),
+        "the demand says which workload, and the size of its replicas: {demand:?}"
     );
+    // The status is written after the plan the demand came from: wait for it to agree.
+    let unplaced = batch.replicas;
+    wait_for(
+        "the MCD's status to place what the demand leaves out",
+        DEADLINE,
+        || {
+            let mcds = mcds.clone();
+            async move {
+                let mcd = mcds.get("batch").await.map_err(|e| e.to_string())?;
+                let placed: i32 = mcd
+                    .status
+                    .unwrap_or_default()
+                    .clusters
+                    .iter()
+                    .map(|c| c.desired)
+                    .sum();
+                let placed = u32::try_from(placed).map_err(|e| e.to_string())?;
+                if placed + unplaced == 8 && (1..8).contains(&placed) {
+                    Ok(())
+                } else {
+                    Err(format!("{placed} placed, {unplaced} in the demand"))
+                }
+            }
+        },
+    )
+    .await;
     assert_eq!(
         batch.clusters,
         [JOINED, PROVISIONED],
