@@ -249,8 +249,9 @@ async fn apply(mcd: Arc<MultiClusterDeployment>, ctx: &Context) -> Result<Action
     let placement_spec = &mcd.spec.placement;
     ctx.sources.unplaced.set(
         &workload,
-        (placement_spec.policy != nave_api::PlacementPolicy::Everywhere).then(|| {
-            crate::provisioner::WorkloadDemand {
+        // Built only when something is unplaced: most reconciles place everything.
+        (decision.unplaced > 0 && placement_spec.policy != nave_api::PlacementPolicy::Everywhere).then(
+            || crate::provisioner::WorkloadDemand {
                 namespace: workload.namespace.clone(),
                 name: workload.name.clone(),
                 replicas: decision.unplaced,
@@ -261,8 +262,8 @@ async fn apply(mcd: Arc<MultiClusterDeployment>, ctx: &Context) -> Result<Action
                 clusters: placement_spec.clusters.clone(),
                 cluster_selector: placement_spec.cluster_selector.clone(),
                 since: gathered.now,
-            }
-        }),
+            },
+        ),
     );
 
     // Write: the placement (unless it decides what the stored one does, for the same
