@@ -39,6 +39,12 @@ pub const DEFAULT_BURST_THRESHOLD_PERCENT: i32 = 80;
         "message": "policy everywhere runs spec.replicas in every selected cluster, so maxClusters, minClusters, weights, bursting and proximity do not apply: remove them",
         "fieldPath": ".policy",
         "reason": "FieldValueForbidden"
+    },
+    {
+        "rule": "!has(self.policy) || self.policy != 'traffic' || !has(self.weights)",
+        "message": "policy traffic divides replicas by the traffic measured at each cluster, weights by fixed shares: set one of them",
+        "fieldPath": ".weights",
+        "reason": "FieldValueForbidden"
     }
 ]))]
 pub struct Placement {
@@ -54,6 +60,15 @@ pub struct Placement {
     ///   replicas never move between clusters (no rescheduling, failover or bursting), a cluster
     ///   short of room gets what fits and the rest are counted unplaced. `maxClusters`,
     ///   `minClusters`, `weights`, `bursting` and `proximity` do not apply and are refused.
+    /// - `traffic` divides replicas in proportion to the traffic arriving at each cluster (the
+    ///   hub's `--prometheus-traffic-query`: this workload's own series when the query labels
+    ///   them with `namespace` and `workload`, else each cluster's total), so requests are served
+    ///   where they arrive; clusters without traffic take only overflow, nearest to those with
+    ///   it. `minClusters` puts one replica in each of that many clusters first. Replicas follow
+    ///   the traffic as it shifts, make-before-break, at most once per `rescheduling.cooldown`
+    ///   and only when that serves at least 5% more requests where they arrive
+    ///   (`rescheduling.enabled: false` keeps them where they are). With no traffic measured it
+    ///   places as `worst-fit`, and the explanation says so. Not with `weights`.
     #[serde(default)]
     pub policy: PlacementPolicy,
 
@@ -164,6 +179,8 @@ pub enum PlacementPolicy {
     Spread,
     /// `spec.replicas` in every selected cluster.
     Everywhere,
+    /// In proportion to the traffic arriving at each cluster.
+    Traffic,
 }
 
 impl PlacementPolicy {
@@ -175,6 +192,7 @@ impl PlacementPolicy {
             Self::Proximity => "proximity",
             Self::Spread => "spread",
             Self::Everywhere => "everywhere",
+            Self::Traffic => "traffic",
         }
     }
 }

@@ -278,7 +278,14 @@ fn crd_schema_has_openapi_constraints() {
     assert_eq!(node(&s, "spec.placement.minClusters")["minimum"], 1.0);
     assert_eq!(
         node(&s, "spec.placement.policy")["enum"],
-        json!(["worst-fit", "best-fit", "proximity", "spread", "everywhere"])
+        json!([
+            "worst-fit",
+            "best-fit",
+            "proximity",
+            "spread",
+            "everywhere",
+            "traffic"
+        ])
     );
     assert_eq!(node(&s, "spec.placement.bursting.threshold")["maximum"], 100.0);
     assert_eq!(

@@ -139,6 +139,15 @@ fn cases() -> Vec<Case> {
             ],
         },
         Case {
+            rule_contains: "self.policy != 'traffic'",
+            valid: vec![
+                json!({"policy": "traffic"}),
+                json!({"policy": "traffic", "minClusters": 2, "maxClusters": 3}),
+                json!({"policy": "worst-fit", "weights": {"eu-1": 1}}),
+            ],
+            invalid: vec![json!({"policy": "traffic", "weights": {"eu-1": 1}})],
+        },
+        Case {
             rule_contains: "has(self.cluster) || has(self.region) || has(self.coordinates)",
             valid: vec![
                 json!({"region": "eu-west"}),

@@ -31,7 +31,7 @@ use crate::index::Index;
 use crate::network::Network;
 use crate::placement::{Inputs, Pending, Previous, Reports, Valid, inputs};
 use crate::store::ClusterRecord;
-use crate::usage::{Usage, UsageCache};
+use crate::usage::{TrafficView, Usage, UsageCache};
 use crate::watch::Ready;
 
 /// Every cluster the hub knows of, at one instant.
@@ -49,6 +49,9 @@ pub struct FleetView {
     pub now: jiff::Timestamp,
     /// Fresh measured usage by cluster ([`FleetView::with_usage`]); empty without Prometheus.
     pub usage: Usage,
+    /// Fresh traffic by cluster and by workload ([`FleetView::with_usage`]); empty without a
+    /// traffic query.
+    pub traffic: TrafficView,
 }
 
 impl FleetView {
@@ -57,6 +60,14 @@ impl FleetView {
     /// Clusters without fresh values, or with unknown capacity, keep counting requests.
     pub fn with_usage(mut self, cache: &UsageCache) -> FleetView {
         self.usage = cache.fresh(self.now);
+        self.traffic = TrafficView {
+            clusters: self
+                .usage
+                .iter()
+                .filter_map(|(name, m)| m.traffic.map(|t| (name.clone(), t)))
+                .collect(),
+            workloads: cache.fresh_workloads(self.now),
+        };
         for (name, measured) in &self.usage {
             let Some(mut cluster) = self.fleet.get(name).cloned() else {
                 continue;
@@ -184,6 +195,7 @@ impl Gathered {
             valid,
             previous: self.previous.as_ref(),
             fleet: &self.view.fleet,
+            traffic: &self.view.traffic,
             ledger,
             reports: &self.reports,
             pending: &self.pending,
@@ -257,6 +269,7 @@ impl Sources {
             registered,
             now,
             usage: Usage::new(),
+            traffic: TrafficView::default(),
         }
         .with_usage(&self.usage)
         .with_network(self.index.network())

@@ -193,10 +193,12 @@ pub async fn run_until(args: RunArgs, shutdown: CancellationToken) -> Result<(),
     });
     let refresher = match args.prometheus.source() {
         Some(source) => Some(
-            usage::Refresher::new(&source, usage.clone(), metrics.clone())?.with_status(
-                ClusterObjects::new(client.clone()),
-                timings.cluster_status_interval,
-            ),
+            usage::Refresher::new(&source, usage.clone(), metrics.clone())?
+                .with_status(
+                    ClusterObjects::new(client.clone()),
+                    timings.cluster_status_interval,
+                )
+                .with_trigger(trigger.clone()),
         ),
         None => {
             info!("no --prometheus-url: scores use requests only");

@@ -31,7 +31,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::runtime::events::EventType;
 use nave_api::wire::WorkloadRef;
 use nave_api::{MultiClusterDeployment, PlacementPolicy};
-use nave_policies::{Decision, Fleet, Ledger, Request};
+use nave_policies::{Decision, Fleet, Ledger, Request, Strategy};
 
 use self::moves::Adapt;
 pub use self::reports::{Pending, Reports, deployment_status};
@@ -54,7 +54,7 @@ pub mod event_reasons {
     /// Placed again from scratch, as the rebalance annotation asked.
     pub const REBALANCED: &str = "Rebalanced";
     pub use super::failover::{FAILED_BACK, FAILED_OVER};
-    pub use super::moves::{BURST, BURST_RETRACTED, RESCHEDULED};
+    pub use super::moves::{BURST, BURST_RETRACTED, FOLLOWED_TRAFFIC, RESCHEDULED};
 }
 
 /// A MultiClusterDeployment's spec as placement reads it, once it has been checked.
@@ -190,6 +190,8 @@ pub struct Inputs<'a> {
     pub previous: Option<&'a Previous>,
     /// The fleet, with usage and network measurements.
     pub fleet: &'a Fleet,
+    /// The traffic measured by cluster and by workload (policy `traffic`).
+    pub traffic: &'a crate::usage::TrafficView,
     /// Room taken by replicas not reported running yet (this workload's included).
     pub ledger: &'a Ledger,
     /// The agents' latest reports.
@@ -291,6 +293,7 @@ pub fn plan(inputs: &Inputs<'_>) -> Planned {
         valid,
         previous,
         fleet,
+        traffic,
         ledger,
         reports,
         pending,
@@ -312,12 +315,15 @@ pub fn plan(inputs: &Inputs<'_>) -> Planned {
         .and_then(|a| a.get(nave_api::REBALANCE_ANNOTATION))
         .cloned();
     let rebalance = stored.is_some_and(|s| asked_rebalance.is_some() && s.rebalanced != asked_rebalance);
-    let request =
-        Request::new(replicas, demand.clone(), inputs::policy(&spec.placement)).with_current(if rebalance {
-            BTreeMap::new()
-        } else {
-            current.clone()
-        });
+    let mut policy = inputs::policy(&spec.placement);
+    if let Strategy::Traffic(by) = &mut policy.strategy {
+        *by = traffic.of(&workload.namespace, &workload.name);
+    }
+    let request = Request::new(replicas, demand.clone(), policy).with_current(if rebalance {
+        BTreeMap::new()
+    } else {
+        current.clone()
+    });
 
     let mut failover = failover::Plan::new(
         health,
@@ -437,7 +443,10 @@ pub fn plan(inputs: &Inputs<'_>) -> Planned {
         decision.unplaced == 0 && !stay_for_room && !pods_pending && in_burst.is_empty() && moving.is_none();
     let mut next = next_stuck;
     let mut sooner = |at: Duration| next = Some(next.map_or(at, |n| n.min(at)));
-    if adapt.trigger().is_none() && (pods_pending || !in_burst.is_empty()) {
+    // Traffic that shifted during the cooldown is followed when it ends.
+    let follows_traffic = matches!(&request.policy.strategy, Strategy::Traffic(t) if t.measured())
+        && spec.placement.rescheduling.enabled;
+    if adapt.trigger().is_none() && (pods_pending || !in_burst.is_empty() || follows_traffic) {
         let cooling = adapt.cooling();
         if !cooling.is_zero() {
             sooner(cooling);

@@ -21,7 +21,10 @@
 //! The default queries read cAdvisor's container series, as kubelets (and nave-sim) expose
 //! them; the scrape configuration must give each workload cluster's series a `cluster` label
 //! with the WorkloadCluster's name. The traffic query has no default: there is no standard
-//! series for it. Traffic is read and shown (REST API); it does not change scores yet.
+//! series for it. Its answer is read twice: summed by cluster (each cluster's traffic, shown in
+//! the REST API) and, for the series that also carry `namespace` and `workload` labels, by
+//! workload and cluster: policy `traffic` divides a workload's replicas by its own traffic when
+//! there is some, else by its clusters' (see [`TrafficView::of`]).
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -29,16 +32,55 @@ use std::time::{Duration, Instant};
 
 use nave_api::ResourceAmounts;
 use nave_api::cluster::{cpu_quantity, memory_quantity};
-use nave_policies::Resources;
+use nave_policies::{Resources, Traffic, TrafficScope};
 use prometheus_http_query::response::Data;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
+
+use nave_api::wire::WorkloadRef;
 
 use crate::error::Error;
 use crate::workload_clusters::ClusterObjects;
 
 /// The label that names the workload cluster in every answer.
 pub const CLUSTER_LABEL: &str = "cluster";
+
+/// The label of a traffic series that names the workload's namespace.
+pub const NAMESPACE_LABEL: &str = "namespace";
+
+/// The label of a traffic series that names the workload (the MultiClusterDeployment).
+pub const WORKLOAD_LABEL: &str = "workload";
+
+/// The most workloads one traffic answer is kept for: a query that labels far more series
+/// (by pod, say) is a mistake, and its answer must not fill the hub's memory.
+pub const MAX_TRAFFIC_WORKLOADS: usize = 100_000;
+
+/// Traffic by workload (namespace, name), then by cluster.
+pub type WorkloadTraffic = BTreeMap<(String, String), BTreeMap<String, f64>>;
+
+/// The traffic placement reads: by cluster, and by workload where the query labels it.
+#[derive(Clone, Debug, Default)]
+pub struct TrafficView {
+    /// Each cluster's traffic in all.
+    pub clusters: BTreeMap<String, f64>,
+    /// Each workload's traffic by cluster, for the workloads the query labels.
+    pub workloads: Arc<WorkloadTraffic>,
+}
+
+impl TrafficView {
+    /// The traffic `workload`'s replicas are divided by: its own where the query measured
+    /// some, else its clusters' (empty when neither was measured).
+    pub fn of(&self, namespace: &str, name: &str) -> Traffic {
+        let own = self
+            .workloads
+            .get(&(namespace.to_owned(), name.to_owned()))
+            .filter(|by_cluster| by_cluster.values().any(|v| *v > 0.0));
+        match own {
+            Some(by_cluster) => Traffic::new(by_cluster.clone(), TrafficScope::Workload),
+            None => Traffic::new(self.clusters.clone(), TrafficScope::Cluster),
+        }
+    }
+}
 
 /// Default CPU query: cores in use per cluster, from cAdvisor. `container!=""` leaves out the
 /// pod-level cgroup series and `container!="POD"` the pause containers, which would count twice.
@@ -122,6 +164,8 @@ pub type Usage = BTreeMap<String, Measured>;
 pub struct UsageCache {
     ttl: Option<Duration>,
     values: Mutex<BTreeMap<(String, Signal), (f64, jiff::Timestamp)>>,
+    /// The traffic query's answer by workload, and when it was read.
+    workloads: Mutex<Option<(Arc<WorkloadTraffic>, jiff::Timestamp)>>,
 }
 
 impl UsageCache {
@@ -130,6 +174,7 @@ impl UsageCache {
         UsageCache {
             ttl: Some(ttl),
             values: Mutex::default(),
+            workloads: Mutex::default(),
         }
     }
 
@@ -148,6 +193,23 @@ impl UsageCache {
         }
     }
 
+    /// Replaces the traffic by workload with a successful answer read `at`.
+    pub fn record_workloads(&self, answer: Arc<WorkloadTraffic>, at: jiff::Timestamp) {
+        *self.workloads.lock().unwrap_or_else(|e| e.into_inner()) = Some((answer, at));
+    }
+
+    /// The traffic by workload, when younger than the TTL as of `now`; else empty.
+    pub fn fresh_workloads(&self, now: jiff::Timestamp) -> Arc<WorkloadTraffic> {
+        let Some(ttl) = self.ttl else {
+            return Arc::default();
+        };
+        let workloads = self.workloads.lock().unwrap_or_else(|e| e.into_inner());
+        match workloads.as_ref() {
+            Some((answer, at)) if is_fresh(now, *at, ttl) => answer.clone(),
+            _ => Arc::default(),
+        }
+    }
+
     /// The values younger than the TTL as of `now`, by cluster.
     pub fn fresh(&self, now: jiff::Timestamp) -> Usage {
         let Some(ttl) = self.ttl else {
@@ -156,9 +218,7 @@ impl UsageCache {
         let values = self.values.lock().unwrap_or_else(|e| e.into_inner());
         let mut out = Usage::new();
         for ((cluster, signal), (value, at)) in values.iter() {
-            // A value read after `now` (a round that finished while the caller gathered) is fresh.
-            let age = now.duration_since(*at);
-            if !age.is_negative() && age.unsigned_abs() >= ttl {
+            if !is_fresh(now, *at, ttl) {
                 continue;
             }
             let entry = out.entry(cluster.clone()).or_insert(Measured {
@@ -176,6 +236,13 @@ impl UsageCache {
         }
         out
     }
+}
+
+/// Whether a value read `at` is younger than `ttl` as of `now`. A value read after `now` (a
+/// round that finished while the caller gathered) is fresh.
+fn is_fresh(now: jiff::Timestamp, at: jiff::Timestamp, ttl: Duration) -> bool {
+    let age = now.duration_since(at);
+    age.is_negative() || age.unsigned_abs() < ttl
 }
 
 /// A non-negative finite float to an integer, rounded; saturating at `u64::MAX`.
@@ -221,6 +288,42 @@ pub fn per_cluster(data: &Data) -> Result<BTreeMap<String, f64>, String> {
     Ok(out)
 }
 
+/// The traffic by workload and cluster in a traffic query's answer: the series that carry the
+/// `cluster`, `namespace` and `workload` labels, added up per triple, finite non-negative
+/// values only. At most [`MAX_TRAFFIC_WORKLOADS`] workloads are kept (the first in name order),
+/// and how many were left out is returned beside.
+pub fn per_workload(data: &Data) -> (WorkloadTraffic, usize) {
+    let mut out = WorkloadTraffic::new();
+    let Data::Vector(vector) = data else {
+        return (out, 0);
+    };
+    let label = |series: &prometheus_http_query::response::InstantVector, key: &str| {
+        series.metric().get(key).filter(|v| !v.is_empty()).cloned()
+    };
+    for series in vector {
+        let (Some(cluster), Some(namespace), Some(workload)) = (
+            label(series, CLUSTER_LABEL),
+            label(series, NAMESPACE_LABEL),
+            label(series, WORKLOAD_LABEL),
+        ) else {
+            continue;
+        };
+        let value = series.sample().value();
+        if value.is_finite() && value >= 0.0 {
+            *out.entry((namespace, workload))
+                .or_default()
+                .entry(cluster)
+                .or_insert(0.0) += value;
+        }
+    }
+    let mut left_out = 0;
+    while out.len() > MAX_TRAFFIC_WORKLOADS {
+        out.pop_last();
+        left_out += 1;
+    }
+    (out, left_out)
+}
+
 /// Where the Prometheus is and what to ask it (`--prometheus-*`).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Source {
@@ -257,6 +360,48 @@ pub struct Refresher {
     status_interval: Duration,
     /// What each WorkloadCluster's status says now, and when it was written.
     written: BTreeMap<String, (Option<ResourceAmounts>, Instant)>,
+    /// Asks for a plan of the workloads whose traffic shifted (policy `traffic` follows it).
+    trigger: Option<crate::signals::ReconcileTrigger>,
+    /// The traffic by workload as of the last plans asked for.
+    planned_with: Arc<WorkloadTraffic>,
+}
+
+/// Points by which a cluster's share of a workload's traffic must move before the workload is
+/// planned again: rates measured over a window wobble, and every wobble is not worth a plan.
+pub const TRAFFIC_SHIFT_PERCENT: f64 = 2.0;
+
+/// The workloads whose traffic in `now` differs from `before`: one appeared or disappeared, or a
+/// cluster's share moved by [`TRAFFIC_SHIFT_PERCENT`] points or more.
+pub fn shifted(before: &WorkloadTraffic, now: &WorkloadTraffic) -> Vec<(String, String)> {
+    let shares = |by_cluster: &BTreeMap<String, f64>| -> BTreeMap<String, f64> {
+        let traffic = Traffic::new(by_cluster.clone(), TrafficScope::Workload);
+        by_cluster
+            .keys()
+            .map(|c| (c.clone(), traffic.share(c) * 100.0))
+            .collect()
+    };
+    let mut out = Vec::new();
+    for key in before
+        .keys()
+        .chain(now.keys())
+        .collect::<std::collections::BTreeSet<_>>()
+    {
+        let (a, b) = match (before.get(key), now.get(key)) {
+            (Some(a), Some(b)) => (shares(a), shares(b)),
+            _ => {
+                out.push(key.clone());
+                continue;
+            }
+        };
+        let moved = a
+            .keys()
+            .chain(b.keys())
+            .any(|c| (a.get(c).unwrap_or(&0.0) - b.get(c).unwrap_or(&0.0)).abs() >= TRAFFIC_SHIFT_PERCENT);
+        if moved {
+            out.push(key.clone());
+        }
+    }
+    out
 }
 
 impl std::fmt::Debug for Refresher {
@@ -314,6 +459,8 @@ impl Refresher {
             objects: None,
             status_interval: Duration::from_secs(30),
             written: BTreeMap::new(),
+            trigger: None,
+            planned_with: Arc::default(),
         })
     }
 
@@ -322,6 +469,12 @@ impl Refresher {
     pub fn with_status(mut self, objects: ClusterObjects, interval: Duration) -> Self {
         self.objects = Some(objects);
         self.status_interval = interval;
+        self
+    }
+
+    /// Asks `trigger` for a plan of each workload whose traffic shifts (see [`shifted`]).
+    pub fn with_trigger(mut self, trigger: crate::signals::ReconcileTrigger) -> Self {
+        self.trigger = Some(trigger);
         self
     }
 
@@ -358,14 +511,43 @@ impl Refresher {
         let at = jiff::Timestamp::now();
         let mut failed = 0;
         for (signal, query, answer) in answers {
+            let answer = answer.map_err(|e| e.to_string());
             let values = answer
-                .map_err(|e| e.to_string())
+                .as_ref()
+                .map_err(Clone::clone)
                 .and_then(|r| per_cluster(r.data()));
             match values {
                 Ok(values) => {
                     debug!(signal = signal.name(), clusters = values.len(), "usage read");
                     self.observer.query_done(signal.name(), false);
                     self.cache.record(signal, &values, at);
+                    if signal == Signal::Traffic
+                        && let Ok(answer) = &answer
+                    {
+                        let (workloads, left_out) = per_workload(answer.data());
+                        if left_out > 0 {
+                            warn!(
+                                query = %query,
+                                kept = workloads.len(),
+                                left_out,
+                                "the traffic query labels more workloads than the hub keeps; aggregate it by cluster, namespace and workload"
+                            );
+                        }
+                        if let Some(trigger) = &self.trigger {
+                            let moved = shifted(&self.planned_with, &workloads);
+                            if !moved.is_empty() {
+                                debug!(workloads = moved.len(), "traffic shifted; planning them again");
+                                trigger.workloads(
+                                    moved
+                                        .into_iter()
+                                        .map(|(namespace, name)| WorkloadRef::new(namespace, name)),
+                                );
+                            }
+                        }
+                        let workloads = Arc::new(workloads);
+                        self.planned_with = workloads.clone();
+                        self.cache.record_workloads(workloads, at);
+                    }
                 }
                 Err(error) => {
                     failed += 1;
@@ -453,6 +635,73 @@ mod tests {
             per_cluster(&empty),
             Ok(BTreeMap::new()),
             "nothing measured is not an error"
+        );
+    }
+
+    #[test]
+    fn traffic_answers_are_kept_by_workload_and_a_shift_names_the_workloads_it_moved() {
+        let answer = data(json!({"resultType": "vector", "result": [
+            series(json!({"cluster": "eu-1", "namespace": "shop", "workload": "web"}), "60"),
+            series(json!({"cluster": "us-1", "namespace": "shop", "workload": "web"}), "30"),
+            series(json!({"cluster": "us-1", "namespace": "shop", "workload": "web", "code": "500"}), "10"),
+            series(json!({"cluster": "us-1", "namespace": "shop", "workload": "api"}), "NaN"),
+            series(json!({"cluster": "us-1", "namespace": "shop"}), "7"),
+            series(json!({"cluster": "eu-1"}), "5"),
+        ]}));
+        let (workloads, left_out) = per_workload(&answer);
+        assert_eq!(left_out, 0);
+        let key = ("shop".to_owned(), "web".to_owned());
+        assert_eq!(
+            workloads,
+            WorkloadTraffic::from([(
+                key.clone(),
+                BTreeMap::from([("eu-1".to_owned(), 60.0), ("us-1".to_owned(), 40.0)])
+            )]),
+            "series of the same workload and cluster add up; NaN and series without a workload are left out"
+        );
+        assert_eq!(
+            per_cluster(&answer).expect("by cluster"),
+            BTreeMap::from([("eu-1".to_owned(), 65.0), ("us-1".to_owned(), 47.0)]),
+            "each cluster's traffic counts every series"
+        );
+        let view = TrafficView {
+            clusters: per_cluster(&answer).expect("by cluster"),
+            workloads: Arc::new(workloads.clone()),
+        };
+        assert_eq!(view.of("shop", "web").scope, TrafficScope::Workload);
+        assert_eq!(view.of("shop", "web").of("us-1"), 40.0);
+        let other = view.of("shop", "db");
+        assert_eq!(
+            other.scope,
+            TrafficScope::Cluster,
+            "no traffic of its own: the clusters'"
+        );
+        assert_eq!(other.of("eu-1"), 65.0);
+
+        let at = |eu: f64, us: f64| {
+            WorkloadTraffic::from([(
+                key.clone(),
+                BTreeMap::from([("eu-1".to_owned(), eu), ("us-1".to_owned(), us)]),
+            )])
+        };
+        assert!(
+            shifted(&at(60.0, 40.0), &at(61.0, 40.0)).is_empty(),
+            "a wobble is no shift"
+        );
+        assert!(
+            shifted(&at(60.0, 40.0), &at(120.0, 80.0)).is_empty(),
+            "twice the traffic, same shares"
+        );
+        assert_eq!(shifted(&at(60.0, 40.0), &at(40.0, 60.0)), vec![key.clone()]);
+        assert_eq!(
+            shifted(&WorkloadTraffic::new(), &at(1.0, 0.0)),
+            vec![key.clone()],
+            "new traffic"
+        );
+        assert_eq!(
+            shifted(&at(1.0, 0.0), &WorkloadTraffic::new()),
+            vec![key],
+            "traffic gone"
         );
     }
 

@@ -11,6 +11,7 @@ use crate::fleet::{Cluster, Fleet};
 use crate::ledger::Ledger;
 use crate::policy::{Request, Strategy};
 use crate::proximity::{Point, Proximity};
+use crate::traffic::Traffic;
 
 #[cfg(test)]
 mod properties;
@@ -35,6 +36,9 @@ pub fn decide(fleet: &Fleet, ledger: &Ledger, request: &Request) -> Decision {
     let kept: u64 = t.cands.iter().map(|c| c.kept).sum();
     let asked = u64::from(request.replicas);
     let mut notes = Vec::new();
+    if matches!(&request.policy.strategy, Strategy::Traffic(t) if !t.measured()) {
+        notes.push(Note::NoTraffic);
+    }
     let unplaced = if asked >= kept {
         let unplaced = grow(&mut t, &ranked, request, asked - kept, &mut notes);
         stay_for_room(&mut t, unplaced, &mut notes)
@@ -87,13 +91,28 @@ fn everywhere(t: &mut Table<'_>, request: &Request) -> (u64, u64, Vec<Note>) {
     (asked, unplaced, notes)
 }
 
+/// The traffic replicas are divided by: policy `traffic` with traffic measured and no static
+/// weights (which take precedence; the hub refuses both together).
+fn dividing_traffic(request: &Request) -> Option<&Traffic> {
+    match &request.policy.strategy {
+        Strategy::Traffic(t) if request.policy.weights.is_empty() && t.measured() => Some(t),
+        _ => None,
+    }
+}
+
+/// Whether replicas are divided by weight: static weights, or traffic's.
+fn weighted(request: &Request) -> bool {
+    !request.policy.weights.is_empty() || dividing_traffic(request).is_some()
+}
+
 /// A cluster's working state while the decision is being made; its explanation is built beside
 /// it in [`Table::outs`], so the large explanation is written once and never moved.
 #[derive(Debug)]
 struct Cand<'a> {
     cluster: Option<&'a Cluster>,
     role: Role,
-    /// Static weight; zero when weights are not set or it has none.
+    /// Static weight, or its traffic's in millionths with policy `traffic`; zero when replicas
+    /// are not divided by weight or it has none.
     weight: u64,
     /// Replicas staying from the current assignment (after moves, before scale-down).
     kept: u64,
@@ -168,6 +187,7 @@ fn evaluate<'a>(fleet: &'a Fleet, ledger: &Ledger, request: &Request) -> Table<'
     };
     let layout = fleet.layout();
     let mut prepared = layout.prepare(&request.demand);
+    let traffic = dividing_traffic(request);
     for (index, cluster) in fleet.iter().enumerate() {
         let name = cluster.name.as_str();
         let burst = cluster.burst_only
@@ -241,10 +261,14 @@ fn evaluate<'a>(fleet: &'a Fleet, ledger: &Ledger, request: &Request) -> Table<'
             0
         };
         let weight = (!policy.weights.is_empty()).then(|| policy.weights.get(name).copied().unwrap_or(0));
+        let by_weight = match traffic {
+            Some(traffic) => traffic.weight(name),
+            None => u64::from(weight.unwrap_or(0)),
+        };
         t.cands.push(Cand {
             cluster: Some(cluster),
             role,
-            weight: u64::from(weight.unwrap_or(0)),
+            weight: by_weight,
             kept: u64::from(previous),
             free,
             headroom,
@@ -367,9 +391,19 @@ fn rank(t: &mut Table<'_>, fleet: &Fleet, request: &Request) -> Vec<usize> {
         .collect();
     let strategy = &request.policy.strategy;
     let mut proximity: Vec<Option<Proximity>> = Vec::new();
+    let traffic = dividing_traffic(request);
     match strategy {
+        // Most traffic first, then the most room.
+        Strategy::Traffic(_) if traffic.is_some() => {
+            ranked.sort_by(|&a, &b| {
+                (cands[b].weight, cands[b].score())
+                    .cmp(&(cands[a].weight, cands[a].score()))
+                    .then(a.cmp(&b))
+            });
+        }
         // `everywhere` ranks nothing (see [`everywhere`]); listed so the match stays complete.
-        Strategy::WorstFit | Strategy::Spread | Strategy::Everywhere => {
+        // Traffic without any measured ranks as worst-fit.
+        Strategy::WorstFit | Strategy::Spread | Strategy::Everywhere | Strategy::Traffic(_) => {
             // Largest score first, then name order: sorting (score, index) pairs, each with its
             // key computed once, is several times cheaper than comparing through the table.
             // Both fit one u64 in any real fleet (scores below 2^40 replicas, indexes below
@@ -420,10 +454,17 @@ fn rank(t: &mut Table<'_>, fleet: &Fleet, request: &Request) -> Vec<usize> {
     let of = ranked.len();
     for (position, &i) in ranked.iter().enumerate() {
         let c = &cands[i];
-        let score = match proximity.get(i).copied().flatten() {
-            Some(p) => Score::Proximity(p),
-            None if c.score() < c.free => Score::MeasuredHeadroom(c.score()),
-            None => Score::Room(c.free),
+        let score = match (proximity.get(i).copied().flatten(), traffic) {
+            (Some(p), _) => Score::Proximity(p),
+            (None, Some(traffic)) => {
+                let name = c.cluster.map_or("", |cl| cl.name.as_str());
+                Score::Traffic {
+                    value: traffic.of(name),
+                    percent: (traffic.share(name) * 100.0).round() as u32,
+                }
+            }
+            (None, None) if c.score() < c.free => Score::MeasuredHeadroom(c.score()),
+            (None, None) => Score::Room(c.free),
         };
         t.outs[i].rank = Some(Rank {
             order: strategy.name(),
@@ -445,7 +486,8 @@ const FAR: Proximity = Proximity {
 /// Places `need` new replicas; returns how many fit nowhere.
 fn grow(t: &mut Table<'_>, ranked: &[usize], request: &Request, need: u64, notes: &mut Vec<Note>) -> u64 {
     let policy = &request.policy;
-    let weighted = !policy.weights.is_empty();
+    let by_traffic = dividing_traffic(request).is_some();
+    let weighted = weighted(request);
     let weight = |c: &Cand<'_>| c.weight;
     let in_use = t
         .cands
@@ -491,9 +533,39 @@ fn grow(t: &mut Table<'_>, ranked: &[usize], request: &Request, need: u64, notes
             .collect()
     };
     if weighted {
+        if by_traffic
+            && let Some(min) = policy.min_clusters
+            && (in_use as u64) < u64::from(min)
+        {
+            // One replica in each of the first clusters in traffic order (then by room) that
+            // hold none, until minClusters hold some; the traffic divides the rest.
+            let mut holding = in_use as u64;
+            for &i in ranked {
+                if holding >= u64::from(min) || left == 0 {
+                    break;
+                }
+                if t.cands[i].kept == 0 && t.cands[i].free > 0 {
+                    t.add(i, 1, Addition::MinClusters(min));
+                    left -= 1;
+                    holding += 1;
+                }
+            }
+        }
         let weights: Vec<u64> = preferred.iter().map(|&i| weight(&t.cands[i])).collect();
-        let given = webster(&slots(&t.cands, &preferred), &weights, left);
-        left -= apply(t, &preferred, &given, || Addition::Weight);
+        let slots: Vec<Slot> = preferred
+            .iter()
+            .map(|&i| Slot {
+                base: t.cands[i].holds(),
+                room: t.cands[i].free,
+            })
+            .collect();
+        let given = webster(&slots, &weights, left);
+        let why = if by_traffic {
+            Addition::Traffic
+        } else {
+            Addition::Weight
+        };
+        left -= apply(t, &preferred, &given, || why.clone());
     } else if policy.strategy == Strategy::Spread {
         let given = water_fill(&slots(&t.cands, &preferred), left);
         left -= apply(t, &preferred, &given, || Addition::Spread);
@@ -529,7 +601,17 @@ fn grow(t: &mut Table<'_>, ranked: &[usize], request: &Request, need: u64, notes
             .copied()
             .filter(|i| !chosen.contains(i) && t.cands[*i].free > 0)
             .collect();
-        let order = by_nearness(&t.cands, &pool, &anchors(&t.cands, &preferred), false);
+        // Under policy `traffic`, nearest to where the traffic arrives.
+        let anchors = if by_traffic {
+            t.cands
+                .iter()
+                .filter(|c| c.weight > 0)
+                .filter_map(|c| c.cluster)
+                .collect()
+        } else {
+            anchors(&t.cands, &preferred)
+        };
+        let order = by_nearness(&t.cands, &pool, &anchors, false);
         for (i, near) in order.into_iter().map(|(i, near, _)| (i, near)) {
             let give = left.min(t.cands[i].free);
             if give > 0
@@ -576,6 +658,8 @@ fn grow(t: &mut Table<'_>, ranked: &[usize], request: &Request, need: u64, notes
             Idle::NoRoom
         } else if c.role == Role::Burst {
             Idle::BurstNotNeeded
+        } else if by_traffic && weight(c) == 0 {
+            Idle::NoTraffic
         } else if weighted && weight(c) == 0 {
             Idle::NoWeight
         } else {
@@ -678,8 +762,9 @@ fn shrink(t: &mut Table<'_>, request: &Request, surplus: u64) {
     if left > 0 {
         let holders: Vec<usize> = (0..t.cands.len()).filter(|&i| t.cands[i].kept > 0).collect();
         let seats: Vec<u64> = holders.iter().map(|&i| t.cands[i].kept).collect();
-        // Proportional to weight when weights are set, else to what each holds now.
-        let weights: Vec<u64> = if request.policy.weights.is_empty() {
+        // Proportional to weight when weights are set (or traffic divides), else to what each
+        // holds now.
+        let weights: Vec<u64> = if !weighted(request) {
             seats.clone()
         } else {
             holders.iter().map(|&i| t.cands[i].weight).collect()

@@ -112,6 +112,13 @@ pub enum Score {
     MeasuredHeadroom(u64),
     /// Nearness to the origin, or to the clusters already chosen.
     Proximity(Proximity),
+    /// Traffic arriving at the cluster (policy `traffic`).
+    Traffic {
+        /// The measured value, in the query's unit.
+        value: f64,
+        /// Its share of the traffic in percent, rounded.
+        percent: u32,
+    },
 }
 
 /// A cluster's position in an order.
@@ -136,6 +143,7 @@ impl fmt::Display for Rank {
             Score::MeasuredHeadroom(1) => f.write_str(" (by measured usage: headroom for 1 replica)"),
             Score::MeasuredHeadroom(n) => write!(f, " (by measured usage: headroom for {n} replicas)"),
             Score::Proximity(p) => write!(f, " ({p})"),
+            Score::Traffic { value, percent } => write!(f, " (traffic {value:.3}, {percent}% of it)"),
         }
     }
 }
@@ -151,6 +159,8 @@ pub enum Addition {
     Spread,
     /// Its share by static weight (Webster).
     Weight,
+    /// Its share of the traffic (Webster, policy `traffic`).
+    Traffic,
     /// The chosen clusters were full; nearest to the named one.
     Overflow {
         /// The chosen cluster it is nearest to.
@@ -172,6 +182,7 @@ impl fmt::Display for Addition {
             Addition::MinClusters(min) => write!(f, "shared evenly to reach minClusters={min}"),
             Addition::Spread => f.write_str("spread evenly"),
             Addition::Weight => f.write_str("by weight (Webster)"),
+            Addition::Traffic => f.write_str("by its share of the traffic (Webster)"),
             Addition::Overflow { near: Some(near) } => write!(f, "overflow, nearest to {near}"),
             Addition::Overflow { near: None } => f.write_str("overflow"),
             Addition::Burst { near: Some(near) } => write!(f, "burst, nearest to {near}"),
@@ -240,6 +251,8 @@ pub enum Idle {
     BeyondMaxClusters(u32),
     /// Weights are set and it has none: it only takes overflow.
     NoWeight,
+    /// Policy `traffic` and no traffic arrives there: it only takes overflow.
+    NoTraffic,
     /// Clusters before it took every replica.
     NotNeeded,
     /// A burst cluster, and regular clusters had room.
@@ -254,6 +267,7 @@ impl fmt::Display for Idle {
             Idle::NoRoom => f.write_str("no room"),
             Idle::BeyondMaxClusters(max) => write!(f, "beyond maxClusters={max}"),
             Idle::NoWeight => f.write_str("no weight, overflow only"),
+            Idle::NoTraffic => f.write_str("no traffic arrives here, overflow only"),
             Idle::NotNeeded => f.write_str("not needed, earlier clusters took every replica"),
             Idle::BurstNotNeeded => f.write_str("not needed, regular clusters had room"),
         }
@@ -398,6 +412,9 @@ pub enum Note {
         /// The count every cluster runs.
         per_cluster: u32,
     },
+    /// Policy `traffic` and no traffic was measured for the workload or its clusters: ranked
+    /// and divided as worst-fit.
+    NoTraffic,
     /// A taint moves replicas away from a cluster, and the rest of the fleet has no room for
     /// some of them: those stay where they are until room appears.
     StayForRoom {
@@ -431,6 +448,9 @@ impl fmt::Display for Note {
             } => write!(
                 f,
                 "{cluster} has room for {placed} of the {per_cluster} replica(s) every cluster runs; the rest wait for room there"
+            ),
+            Note::NoTraffic => f.write_str(
+                "no traffic measured for this workload or its clusters (no traffic query, or its values are stale): placed as worst-fit"
             ),
             Note::StayForRoom { cluster, replicas } => write!(
                 f,

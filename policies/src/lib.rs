@@ -58,6 +58,7 @@ mod proximity;
 mod resources;
 mod selector;
 mod taints;
+mod traffic;
 
 #[cfg(test)]
 mod fixtures;
@@ -82,3 +83,4 @@ pub use taints::{
     ClusterTaint, ClusterToleration, Taint, TaintEffect, TaintVerdict, Toleration, TolerationOperator,
     blocking_taint, taint_verdict, toleration_expires_in,
 };
+pub use traffic::{Traffic, TrafficScope};

@@ -6,6 +6,7 @@ use std::fmt;
 use crate::demand::Demand;
 use crate::proximity::Origin;
 use crate::selector::LabelSelector;
+use crate::traffic::Traffic;
 
 /// The order in which clusters are filled (`spec.placement.policy`).
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -26,6 +27,10 @@ pub enum Strategy {
     /// ranked, divided, overflowed or moved, and a cluster short of room gets what fits, the
     /// rest counted unplaced.
     Everywhere,
+    /// In proportion to the traffic arriving at each cluster (Webster), so requests are served
+    /// where they arrive; clusters without traffic only take overflow, nearest to those with
+    /// it. Without any traffic measured, as [`Strategy::WorstFit`], and the explanation says so.
+    Traffic(Traffic),
 }
 
 impl Strategy {
@@ -37,6 +42,7 @@ impl Strategy {
             Strategy::Proximity(_) => "proximity",
             Strategy::Spread => "spread",
             Strategy::Everywhere => "everywhere",
+            Strategy::Traffic(_) => "traffic",
         }
     }
 }
@@ -45,6 +51,8 @@ impl fmt::Display for Strategy {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Strategy::Proximity(origin) => write!(f, "proximity to {origin}"),
+            Strategy::Traffic(t) if t.measured() => write!(f, "traffic (by {})", t.scope),
+            Strategy::Traffic(_) => f.write_str("traffic (none measured: as worst-fit)"),
             other => f.write_str(other.name()),
         }
     }
@@ -80,7 +88,8 @@ pub struct Policy {
     /// Static weights by cluster name. When any is set, replicas are divided among the clusters
     /// of positive weight by Webster/Sainte-Laguë (ties to the earlier name), each up to its
     /// room; clusters without weight only take overflow. Replaces the strategy's division, not
-    /// its ranking (which still picks the clusters when `max_clusters` is set).
+    /// its ranking (which still picks the clusters when `max_clusters` is set), and with
+    /// [`Strategy::Traffic`] the traffic's division.
     pub weights: BTreeMap<String, u32>,
     /// Bursting parameters.
     pub bursting: Bursting,

@@ -35,6 +35,8 @@
 //! | `PUT` | `/nodes/{name}/allocatable` | `{"cpu"?: "2", "memory"?: "4Gi", "pods"?: "20", ...}` | merges into `status.allocatable` (and capacity, when larger) |
 //! | `PUT` | `/nodes/{name}/usage` | `{"cpu"?: "1500m", "memory"?: "2Gi"}` (`null` clears) | overrides the node's simulated usage in the usage metrics |
 //! | `PUT` | `/usage` | `{"factor": 0.8}` | sets the usage factor (usage = requests × factor) |
+//! | `GET` | `/traffic` | – | the simulated ingress traffic: namespace, service, requestsPerSecond |
+//! | `PUT` | `/traffic/{namespace}/{service}` | `{"requestsPerSecond": 12.5}` (0 removes) | sets the requests per second arriving at the cluster's ingress for a Service, exported as `nave_sim_ingress_requests_per_second{namespace, service}` (as an ingress controller would count them, whether or not the Service runs here) |
 //! | `GET` | `/foreign-pods` | – | the foreign pods: namespace, name, node, cpu, memory |
 //! | `POST` | `/foreign-pods` | `{"namespace"?: "default", "count"?: 1, "cpu"?: "0", "memory"?: "0", "nodes"?: ["n1"], "labels"?: {}}` | creates pods owned by nothing, bound to the given nodes round-robin (all nodes when absent); answers their names |
 //! | `DELETE` | `/foreign-pods` | – (query `?node=n1` optional) | deletes foreign pods (all, or those on one node) |
@@ -126,6 +128,8 @@ pub(crate) struct SimState {
     node_usage: HashMap<String, (Option<i128>, Option<i128>)>,
     /// Usage factor (starts as `config.usage.factor`).
     usage_factor: f64,
+    /// Simulated requests per second arriving at the ingress, by (namespace, Service).
+    traffic: std::collections::BTreeMap<(String, String), f64>,
     /// Counters of the usage metrics.
     usage: crate::metrics::UsageCounters,
     /// The kubelet's per-pod timers.
@@ -300,6 +304,7 @@ impl ControlPlane {
         );
         let mut sim = ctx.sim();
         let node_usage = sim.node_usage.clone();
+        let traffic = sim.traffic.clone();
         let snapshot = crate::metrics::Snapshot {
             nodes: &nodes,
             pods: &pods,
@@ -308,6 +313,7 @@ impl ControlPlane {
             namespaces: &namespaces,
             usage_factor: sim.usage_factor,
             node_usage: &node_usage,
+            traffic: &traffic,
         };
         crate::metrics::render(
             &snapshot,

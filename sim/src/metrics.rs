@@ -44,6 +44,8 @@ pub struct Snapshot<'a> {
     pub usage_factor: f64,
     /// Per-node usage overrides `(cpu milli, memory milli)`.
     pub node_usage: &'a HashMap<String, (Option<i128>, Option<i128>)>,
+    /// Simulated requests per second arriving at the ingress, by (namespace, Service).
+    pub traffic: &'a BTreeMap<(String, String), f64>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -412,6 +414,11 @@ const FAMILIES: &[(&str, &str, &str)] = &[
         "node_memory_MemAvailable_bytes",
         G,
         "Memory information field MemAvailable_bytes.",
+    ),
+    (
+        "nave_sim_ingress_requests_per_second",
+        G,
+        "Simulated requests per second arriving at the cluster's ingress for a Service (set through the admin route PUT /traffic/{namespace}/{service}).",
     ),
 ];
 
@@ -1028,6 +1035,13 @@ pub fn render(s: &Snapshot<'_>, counters: &mut UsageCounters, now: Instant, wall
         ..*s
     };
     render_usage(&mut out, &sorted, counters, now, wall);
+    for ((namespace, service), rate) in s.traffic {
+        out.add(
+            "nave_sim_ingress_requests_per_second",
+            &[("namespace", namespace), ("service", service)],
+            *rate,
+        );
+    }
     out.finish()
 }
 

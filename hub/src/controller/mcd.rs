@@ -875,6 +875,7 @@ mod tests {
             registered,
             now: jiff::Timestamp::now(),
             usage: BTreeMap::new(),
+            traffic: Default::default(),
         }
     }
 

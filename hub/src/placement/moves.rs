@@ -19,9 +19,14 @@
 //!   come back as leave each receiving cluster [`RETRACT_MARGIN_PERCENT`] points under it
 //!   (hysteresis): a cluster brought back to just under the threshold would burst again at the
 //!   next arrival, and the same replicas would go out and come back with every cooldown.
-//! - **Cooldown**: after a move, the workload's replicas do not move again (for either reason)
-//!   until `rescheduling.cooldown` has passed, so a cluster that fills and empties cannot make
-//!   them flap.
+//! - **Following traffic** (policy `traffic`): when the traffic has shifted so that placing the
+//!   workload again would serve at least [`TRAFFIC_MARGIN_PERCENT`] more of its requests in the
+//!   cluster they arrive at, the replicas beyond each cluster's new share move to the clusters
+//!   short of theirs (only as many as fit there). The margin keeps small swings of traffic from
+//!   moving anything.
+//! - **Cooldown**: after a move, the workload's replicas do not move again (for any of these
+//!   reasons) until `rescheduling.cooldown` has passed, so a cluster that fills and empties, or
+//!   traffic that swings back and forth, cannot make them flap.
 //! - **Make-before-break**: when a decision takes running replicas out of a Ready cluster and
 //!   adds replicas elsewhere, the old ones stay dispatched ([`Moving::held`]) until the clusters
 //!   that gained report them ready, or until the move's deadline (`pendingTimeout`) passes.
@@ -35,7 +40,7 @@ use std::time::Duration;
 
 use kube::runtime::events::EventType;
 use nave_api::wire::{PendingPod, WorkloadRef};
-use nave_policies::{Decision, Fleet, Ledger, Request, Role, decide};
+use nave_policies::{Decision, Fleet, Ledger, Request, Role, Strategy, Traffic, decide};
 
 use super::reports::{Pending, Reports, deployment_status};
 use super::stored::{Moving, StoredDecision};
@@ -50,6 +55,14 @@ pub const RESCHEDULED: &str = "Rescheduled";
 pub const BURST: &str = "Burst";
 /// Event reason: burst replicas came back to regular clusters.
 pub const BURST_RETRACTED: &str = "BurstRetracted";
+/// History trigger of a move towards where the workload's traffic arrives.
+pub const TRIGGER_TRAFFIC: &str = "traffic";
+/// Event reason: replicas moved towards where the workload's traffic arrives.
+pub const FOLLOWED_TRAFFIC: &str = "FollowedTraffic";
+
+/// Points by which placing again must raise the share of requests served where they arrive
+/// before replicas follow the traffic (see the module documentation).
+pub const TRAFFIC_MARGIN_PERCENT: u32 = 5;
 
 /// How many attempts [`evacuate_what_fits`] makes to evacuate only what fits elsewhere.
 const FIT_ATTEMPTS: usize = 3;
@@ -207,6 +220,45 @@ fn retract_with_margin(
     None
 }
 
+/// A move that follows the traffic: the decision, what moved from where, and the share of
+/// requests served where they arrive before and after.
+type TrafficMove = (Decision, BTreeMap<String, u32>, (f64, f64));
+
+/// Replicas moved to where `traffic` arrives when that raises the share of requests served where
+/// they arrive by [`TRAFFIC_MARGIN_PERCENT`] points: the replicas each cluster holds beyond what a
+/// placement from scratch gives it are evacuated, as many as fit elsewhere. Returns the decision,
+/// what moved, and the share before and after.
+fn follow_traffic(
+    fleet: &Fleet,
+    ledger: &Ledger,
+    request: &Request,
+    baseline: &Decision,
+    traffic: &Traffic,
+) -> Option<TrafficMove> {
+    let before = traffic.locality(&baseline.assignment)?;
+    let fresh = Request {
+        current: BTreeMap::new(),
+        evacuate: BTreeMap::new(),
+        ..request.clone()
+    };
+    let ideal = decide(fleet, ledger, &fresh);
+    let margin = f64::from(TRAFFIC_MARGIN_PERCENT) / 100.0;
+    if traffic.locality(&ideal.assignment)? < before + margin {
+        return None;
+    }
+    let surplus: BTreeMap<String, u32> = request
+        .current
+        .iter()
+        .filter_map(|(cluster, &n)| {
+            let share = ideal.replicas_in(cluster);
+            (n > share).then(|| (cluster.clone(), n - share))
+        })
+        .collect();
+    let (decision, moved) = evacuate_what_fits(fleet, ledger, request, baseline, surplus)?;
+    let after = traffic.locality(&decision.assignment)?;
+    (after >= before + margin).then_some((decision, moved, (before, after)))
+}
+
 /// Takes `count` replicas out of `wanted`, from the last clusters in name order.
 fn shrink(wanted: &mut BTreeMap<String, u32>, count: u32) {
     let mut left = count;
@@ -238,6 +290,9 @@ pub struct Adapt {
     trigger: Option<&'static str>,
     moved: BTreeMap<String, u32>,
     stuck: BTreeMap<String, Stuck>,
+    /// The share of requests served where they arrive before and after a move that followed
+    /// the traffic.
+    locality: Option<(f64, f64)>,
 }
 
 impl Adapt {
@@ -261,6 +316,7 @@ impl Adapt {
             trigger: None,
             moved: BTreeMap::new(),
             stuck,
+            locality: None,
         }
     }
 
@@ -318,6 +374,18 @@ impl Adapt {
             self.moved_at = Some(self.now);
             return decision;
         }
+        if self.rescheduling
+            && let Strategy::Traffic(traffic) = &request.policy.strategy
+            && request.policy.weights.is_empty()
+            && let Some((decision, moved, locality)) =
+                follow_traffic(fleet, ledger, request, &baseline, traffic)
+        {
+            self.trigger = Some(TRIGGER_TRAFFIC);
+            self.moved = moved;
+            self.moved_at = Some(self.now);
+            self.locality = Some(locality);
+            return decision;
+        }
         baseline
     }
 
@@ -352,8 +420,18 @@ impl Adapt {
                 _ => format!("{n} from {cluster}"),
             })
             .collect();
+        let percent = |share: f64| (share * 100.0).round();
         Some(match trigger {
             TRIGGER_RESCHEDULE => format!("rescheduled: moved {} to {to}", from.join(", ")),
+            TRIGGER_TRAFFIC => {
+                let (before, after) = self.locality.unwrap_or_default();
+                format!(
+                    "followed the traffic: moved {} to {to}; requests served in the cluster they arrive at: {}% -> {}%",
+                    from.join(", "),
+                    percent(before),
+                    percent(after)
+                )
+            }
             _ => format!(
                 "burst retracted: moved {} back to {to}, which have room again",
                 from.join(", ")
@@ -365,6 +443,7 @@ impl Adapt {
     pub fn event(&self, decision: &Decision) -> Option<(EventType, &'static str, String)> {
         let reason = match self.trigger? {
             TRIGGER_RESCHEDULE => RESCHEDULED,
+            TRIGGER_TRAFFIC => FOLLOWED_TRAFFIC,
             _ => BURST_RETRACTED,
         };
         Some((EventType::Normal, reason, self.reason(decision)?))

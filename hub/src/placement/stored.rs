@@ -17,7 +17,7 @@ use tracing::warn;
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[serde(rename_all = "camelCase", default)]
 pub struct StoredDecision {
-    /// The policy's name (`worst-fit`, `best-fit`, `proximity`, `spread`, `everywhere`).
+    /// The policy's name (`worst-fit`, `best-fit`, `proximity`, `spread`, `everywhere`, `traffic`).
     pub strategy: String,
     /// Replicas asked for.
     pub replicas: u32,

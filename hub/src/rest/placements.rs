@@ -20,7 +20,14 @@ pub(super) const DEFAULT_LIMIT: u32 = 50;
 pub(super) const MAX_LIMIT: u32 = 500;
 
 /// The placement policies, as `spec.placement.policy` spells them.
-pub(super) const POLICIES: [&str; 5] = ["worst-fit", "best-fit", "proximity", "spread", "everywhere"];
+pub(super) const POLICIES: [&str; 6] = [
+    "worst-fit",
+    "best-fit",
+    "proximity",
+    "spread",
+    "everywhere",
+    "traffic",
+];
 
 /// A placement in a listing.
 #[derive(Serialize, Debug, ToSchema)]
@@ -34,7 +41,7 @@ pub(super) struct PlacementSummary {
     uid: String,
     /// The `metadata.generation` the decision was last written for.
     generation: i64,
-    /// The placement policy (`worst-fit`, `best-fit`, `proximity`, `spread`, `everywhere`).
+    /// The placement policy (`worst-fit`, `best-fit`, `proximity`, `spread`, `everywhere`, `traffic`).
     policy: String,
     /// Replicas asked for in total (with `everywhere`, the count per cluster times the
     /// clusters).
@@ -110,8 +117,9 @@ pub(super) struct ListQuery {
     namespace: Option<String>,
     /// Only placements with at least one replica in this cluster.
     cluster: Option<String>,
-    /// Only placements of this policy: `worst-fit`, `best-fit`, `proximity`, `spread` or `everywhere`.
-    #[param(pattern = "^(worst-fit|best-fit|proximity|spread|everywhere)$")]
+    /// Only placements of this policy: `worst-fit`, `best-fit`, `proximity`, `spread`, `everywhere`
+    /// or `traffic`.
+    #[param(pattern = "^(worst-fit|best-fit|proximity|spread|everywhere|traffic)$")]
     policy: Option<String>,
     /// Page size, 1 to 500 (default 50).
     #[param(minimum = 1, maximum = 500)]

@@ -79,6 +79,12 @@ fn strategy() -> impl Strategy<Value = crate::Strategy> {
         Just(crate::Strategy::Proximity(Origin::Coordinates(Coordinates::new(
             50.0, 8.0
         )))),
+        prop::collection::btree_map(prop::sample::select(NAMES.to_vec()), 0.0f64..100.0, 0..4).prop_map(
+            |by_cluster| crate::Strategy::Traffic(crate::Traffic::new(
+                by_cluster.into_iter().map(|(c, v)| (c.to_owned(), v)).collect(),
+                crate::TrafficScope::Workload,
+            ))
+        ),
     ]
 }
 

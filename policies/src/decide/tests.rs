@@ -1116,3 +1116,118 @@ fn everywhere_keeps_what_a_lost_or_cordoned_cluster_runs_and_counts_a_short_one_
         "{decision}"
     );
 }
+
+// ---- Traffic -----------------------------------------------------------------------------------
+
+fn by_traffic(values: &[(&str, f64)]) -> Strategy {
+    Strategy::Traffic(crate::Traffic::new(
+        values.iter().map(|(c, v)| ((*c).to_owned(), *v)).collect(),
+        crate::TrafficScope::Workload,
+    ))
+}
+
+#[test]
+fn traffic_divides_replicas_by_where_requests_arrive() {
+    let fleet = fleet([mk_cluster("eu"), mk_cluster("us"), mk_cluster("ap").cpu(32)]);
+    let decision = ask(10)
+        .strategy(by_traffic(&[("eu", 60.0), ("us", 40.0)]))
+        .on(&fleet);
+    assert_eq!(
+        placed(&decision),
+        [("eu", 6), ("us", 4)],
+        "6:4 as the traffic, none where no traffic arrives however roomy; seen\n{decision}"
+    );
+    assert_eq!(
+        rank_of(&decision, "eu"),
+        1,
+        "the most traffic ranks first; seen\n{decision}"
+    );
+    assert!(
+        line(&decision, "eu").contains("traffic 60.000, 60% of it")
+            && line(&decision, "eu").contains("by its share of the traffic (Webster)"),
+        "the explanation names the traffic; seen\n{decision}"
+    );
+    assert!(
+        line(&decision, "ap").contains("no traffic arrives here, overflow only"),
+        "seen\n{decision}"
+    );
+    assert!(
+        decision
+            .summary()
+            .starts_with("traffic (by the workload's own traffic)"),
+        "seen\n{decision}"
+    );
+}
+
+#[test]
+fn traffic_overflows_nearest_to_where_it_arrives_when_its_clusters_are_full() {
+    let fleet = fleet([
+        mk_cluster("eu").cpu(2).at(50.1, 8.7),
+        mk_cluster("eu-near").at(48.9, 2.4),
+        mk_cluster("us-far").at(40.7, -74.0),
+    ]);
+    let decision = ask(5).strategy(by_traffic(&[("eu", 10.0)])).on(&fleet);
+    assert_eq!(
+        placed(&decision),
+        [("eu", 2), ("eu-near", 3)],
+        "the full traffic cluster overflows to its nearest; seen\n{decision}"
+    );
+    assert!(
+        line(&decision, "eu-near").contains("overflow, nearest to eu"),
+        "seen\n{decision}"
+    );
+}
+
+#[test]
+fn traffic_without_any_measured_places_as_worst_fit_and_says_so() {
+    let fleet = three_sizes();
+    let decision = ask(5).strategy(by_traffic(&[("big", 0.0)])).on(&fleet);
+    let worst = ask(5).on(&fleet);
+    assert_eq!(placed(&decision), placed(&worst), "seen\n{decision}");
+    assert!(decision.notes.contains(&Note::NoTraffic), "seen\n{decision}");
+    assert!(
+        decision
+            .to_string()
+            .contains("no traffic measured for this workload"),
+        "seen\n{decision}"
+    );
+}
+
+#[test]
+fn traffic_keeps_min_clusters_and_scales_down_where_least_traffic_arrives() {
+    let fleet = fleet([mk_cluster("a"), mk_cluster("b"), mk_cluster("c")]);
+    let decision = ask(6).min(2).strategy(by_traffic(&[("a", 100.0)])).on(&fleet);
+    assert_eq!(
+        placed(&decision),
+        [("a", 5), ("b", 1)],
+        "one replica in a second cluster for minClusters=2, the rest where the traffic is; seen\n{decision}"
+    );
+    let down = ask(4)
+        .strategy(by_traffic(&[("a", 50.0), ("b", 50.0)]))
+        .current(&[("a", 2), ("b", 2), ("c", 2)])
+        .on(&fleet);
+    assert_eq!(
+        placed(&down),
+        [("a", 2), ("b", 2)],
+        "the cluster without traffic gives up its replicas first; seen\n{down}"
+    );
+}
+
+#[test]
+fn traffic_is_steady_existing_replicas_stay_when_it_shifts() {
+    let fleet = fleet([mk_cluster("a"), mk_cluster("b")]);
+    let decision = ask(6)
+        .strategy(by_traffic(&[("a", 10.0), ("b", 90.0)]))
+        .current(&[("a", 4), ("b", 2)])
+        .on(&fleet);
+    assert_eq!(placed(&decision), [("a", 4), ("b", 2)], "seen\n{decision}");
+    let up = ask(10)
+        .strategy(by_traffic(&[("a", 10.0), ("b", 90.0)]))
+        .current(&[("a", 4), ("b", 2)])
+        .on(&fleet);
+    assert_eq!(
+        placed(&up),
+        [("a", 4), ("b", 6)],
+        "a scale-up gives the new replicas to the cluster short of its share; seen\n{up}"
+    );
+}

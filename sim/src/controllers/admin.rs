@@ -79,6 +79,8 @@ pub(super) fn router(ctx: Arc<Ctx>) -> Router {
         .route("/nodes/{name}/allocatable", put(set_allocatable))
         .route("/nodes/{name}/usage", put(set_usage))
         .route("/usage", put(set_factor))
+        .route("/traffic", get(list_traffic))
+        .route("/traffic/{namespace}/{service}", put(set_traffic))
         .route(
             "/foreign-pods",
             get(list_foreign).post(add_foreign).delete(remove_foreign),
@@ -179,6 +181,60 @@ async fn set_factor(State(ctx): State<Arc<Ctx>>, bytes: Bytes) -> AdminResult {
     }
     ctx.sim().usage_factor = b.factor;
     Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct TrafficBody {
+    requests_per_second: f64,
+}
+
+/// The most (namespace, Service) pairs the simulated ingress keeps.
+const MAX_TRAFFIC_SERVICES: usize = 10_000;
+
+async fn set_traffic(
+    State(ctx): State<Arc<Ctx>>,
+    Path((namespace, service)): Path<(String, String)>,
+    bytes: Bytes,
+) -> AdminResult {
+    let b: TrafficBody = body(&bytes)?;
+    if !(b.requests_per_second.is_finite() && b.requests_per_second >= 0.0) {
+        return Err(AdminError(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "Invalid",
+            format!(
+                "requestsPerSecond: invalid value {}: must be a number >= 0",
+                b.requests_per_second
+            ),
+        ));
+    }
+    let mut sim = ctx.sim();
+    let key = (namespace, service);
+    if b.requests_per_second == 0.0 {
+        sim.traffic.remove(&key);
+    } else {
+        if !sim.traffic.contains_key(&key) && sim.traffic.len() >= MAX_TRAFFIC_SERVICES {
+            return Err(AdminError(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "Invalid",
+                format!("at most {MAX_TRAFFIC_SERVICES} Services have simulated traffic"),
+            ));
+        }
+        sim.traffic.insert(key, b.requests_per_second);
+    }
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+async fn list_traffic(State(ctx): State<Arc<Ctx>>) -> AdminResult {
+    let traffic: Vec<serde_json::Value> = ctx
+        .sim()
+        .traffic
+        .iter()
+        .map(|((namespace, service), rate)| {
+            json!({"namespace": namespace, "service": service, "requestsPerSecond": rate})
+        })
+        .collect();
+    Ok(axum::Json(traffic).into_response())
 }
 
 async fn list_foreign(State(ctx): State<Arc<Ctx>>) -> AdminResult {

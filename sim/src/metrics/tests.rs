@@ -263,6 +263,7 @@ fn scrape(counters: &mut UsageCounters, at: Instant, wall: i64) -> Vec<Sample> {
     ];
     let deployments = vec![deployment()];
     let usage = HashMap::new();
+    let traffic: BTreeMap<(String, String), f64> = [(("shop".to_owned(), "web".to_owned()), 12.5)].into();
     let s = Snapshot {
         nodes: &nodes,
         pods: &pods,
@@ -271,6 +272,7 @@ fn scrape(counters: &mut UsageCounters, at: Instant, wall: i64) -> Vec<Sample> {
         namespaces: &[],
         usage_factor: 0.5,
         node_usage: &usage,
+        traffic: &traffic,
     };
     let text = render(&s, counters, at, Timestamp::from_second(wall).expect("ts"));
     parse(&text).unwrap_or_else(|e| panic!("exposition does not parse: {e}\n{text}"))
@@ -318,6 +320,13 @@ fn ksm_series_have_upstream_names_labels_and_units() {
         keys,
         ["container", "namespace", "node", "pod", "resource", "uid", "unit"]
     );
+    let traffic = find(
+        &samples,
+        "nave_sim_ingress_requests_per_second",
+        &[("namespace", "shop"), ("service", "web")],
+    );
+    assert_eq!(traffic.len(), 1, "the simulated ingress traffic is exported");
+    assert_eq!(traffic[0].value, 12.5);
     let phases = find(&samples, "kube_pod_status_phase", &[("pod", "p1")]);
     assert_eq!(phases.len(), 5);
     assert_eq!(

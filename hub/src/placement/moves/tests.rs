@@ -347,3 +347,86 @@ fn shrink_takes_from_the_last_clusters_first() {
     shrink(&mut wanted, 5);
     assert!(wanted.is_empty());
 }
+
+fn following(traffic: &[(&str, f64)], replicas: u32, current: &[(&str, u32)]) -> Request {
+    let mut req = request(replicas, current);
+    req.policy.strategy = nave_policies::Strategy::Traffic(Traffic::new(
+        traffic.iter().map(|(c, v)| ((*c).to_owned(), *v)).collect(),
+        nave_policies::TrafficScope::Workload,
+    ));
+    req
+}
+
+#[test]
+fn replicas_follow_the_traffic_when_it_shifts_far_enough_and_not_for_a_small_swing() {
+    let fleet = fleet(vec![cluster("eu-1", 10), cluster("us-1", 10)]);
+    // Placed when eu-1 had all the traffic; now us-1 has 3/4 of it.
+    let req = following(&[("eu-1", 25.0), ("us-1", 75.0)], 4, &[("eu-1", 4)]);
+    let baseline = decide(&fleet, &Ledger::new(), &req);
+    assert_eq!(
+        baseline.assignment,
+        [("eu-1".to_owned(), 4)].into(),
+        "steady: {baseline}"
+    );
+    let mut adapt = Adapt::new(None, true, 5 * MINUTE, 10 * MINUTE, BTreeMap::new(), at(600));
+    let decision = adapt.decide(&fleet, &Ledger::new(), &req, baseline);
+    assert_eq!(
+        decision.assignment,
+        [("eu-1".to_owned(), 1), ("us-1".to_owned(), 3)].into(),
+        "three of four follow the traffic: {decision}"
+    );
+    assert_eq!(adapt.trigger(), Some(TRIGGER_TRAFFIC));
+    assert_eq!(
+        adapt.reason(&decision).unwrap(),
+        "followed the traffic: moved 3 from eu-1 to us-1 +3; requests served in the cluster they arrive at: 25% -> 100%"
+    );
+    assert_eq!(adapt.event(&decision).map(|e| e.1), Some(FOLLOWED_TRAFFIC));
+    assert_eq!(annotated(&adapt).moved_at, Some(at(600)), "the cooldown starts");
+
+    // 55:45 where 2:2 runs: placing again (3:1 or 2:2) gains under 5 points; nothing moves.
+    let req = following(&[("eu-1", 55.0), ("us-1", 45.0)], 4, &[("eu-1", 2), ("us-1", 2)]);
+    let baseline = decide(&fleet, &Ledger::new(), &req);
+    let mut adapt = Adapt::new(None, true, 5 * MINUTE, 10 * MINUTE, BTreeMap::new(), at(600));
+    let decision = adapt.decide(&fleet, &Ledger::new(), &req, baseline.clone());
+    assert_eq!(decision, baseline, "a small swing moves nothing");
+    assert_eq!(adapt.trigger(), None);
+}
+
+#[test]
+fn following_traffic_waits_for_the_cooldown_moves_only_what_fits_and_can_be_turned_off() {
+    let req = following(&[("eu-1", 0.0), ("us-1", 100.0)], 6, &[("eu-1", 6)]);
+    // us-1 has room for 2 only: 2 move, 4 stay.
+    let small = fleet(vec![cluster("eu-1", 10), cluster("us-1", 2)]);
+    let baseline = decide(&small, &Ledger::new(), &req);
+    let mut adapt = Adapt::new(None, true, 5 * MINUTE, 10 * MINUTE, BTreeMap::new(), at(600));
+    let decision = adapt.decide(&small, &Ledger::new(), &req, baseline);
+    assert_eq!(
+        decision.assignment,
+        [("eu-1".to_owned(), 4), ("us-1".to_owned(), 2)].into(),
+        "only what fits moves: {decision}"
+    );
+
+    let roomy = fleet(vec![cluster("eu-1", 10), cluster("us-1", 10)]);
+    let cooling = StoredDecision {
+        moved_at: Some(at(300)),
+        ..StoredDecision::default()
+    };
+    let baseline = decide(&roomy, &Ledger::new(), &req);
+    let mut adapt = Adapt::new(
+        Some(&cooling),
+        true,
+        5 * MINUTE,
+        10 * MINUTE,
+        BTreeMap::new(),
+        at(600),
+    );
+    let decision = adapt.decide(&roomy, &Ledger::new(), &req, baseline.clone());
+    assert_eq!(
+        decision, baseline,
+        "moved 5 minutes ago, cooldown 10: nothing moves"
+    );
+
+    let mut adapt = Adapt::new(None, false, 5 * MINUTE, 10 * MINUTE, BTreeMap::new(), at(600));
+    let decision = adapt.decide(&roomy, &Ledger::new(), &req, baseline.clone());
+    assert_eq!(decision, baseline, "rescheduling disabled: replicas stay");
+}
