@@ -64,11 +64,12 @@ pub struct Placement {
     ///   hub's `--prometheus-traffic-query`: this workload's own series when the query labels
     ///   them with `namespace` and `workload`, else each cluster's total), so requests are served
     ///   where they arrive; clusters without traffic take only overflow, nearest to those with
-    ///   it. `minClusters` puts one replica in each of that many clusters first. Replicas follow
-    ///   the traffic as it shifts, make-before-break, at most once per `rescheduling.cooldown`
-    ///   and only when that serves at least 5% more requests where they arrive
-    ///   (`rescheduling.enabled: false` keeps them where they are). With no traffic measured it
-    ///   places as `worst-fit`, and the explanation says so. Not with `weights`.
+    ///   it. `minClusters` keeps one replica in each of that many clusters. Replicas follow the
+    ///   workload's own traffic as it shifts, make-before-break, at most once per
+    ///   `rescheduling.cooldown` and only when that serves 5 percentage points more of its
+    ///   requests where they arrive (`rescheduling.enabled: false` keeps them where they are).
+    ///   With no traffic measured it places as `worst-fit`, and the explanation says so. Not
+    ///   with `weights`.
     #[serde(default)]
     pub policy: PlacementPolicy,
 

@@ -130,10 +130,13 @@ pub struct Sources {
     pub cache: ViewCache,
     /// The replicas each workload's latest plan left unplaced, for a provisioner.
     pub unplaced: Arc<crate::provisioner::Unplaced>,
+    /// The workloads placed by policy `traffic`, planned again when their traffic shifts.
+    pub followers: Arc<crate::usage::Followers>,
 }
 
 /// How long a view of the fleet is reused while no cluster changed: readiness (a heartbeat's
-/// age against the grace), measured usage and round trips may be this much behind.
+/// age against the grace) and round trips may be this much behind; a new answer from Prometheus
+/// takes a new view (policy `traffic` is planned again when it shifts).
 pub const VIEW_TTL: Duration = Duration::from_millis(250);
 
 /// The last view of the fleet (see [`Sources::view`]), and when each cluster taint without a
@@ -148,7 +151,7 @@ pub struct ViewCache {
 #[derive(Debug)]
 struct CachedView {
     at: Instant,
-    versions: (u64, u64, u64),
+    versions: (u64, u64, u64, u64),
     view: Arc<FleetView>,
 }
 
@@ -223,6 +226,7 @@ impl Sources {
             self.index.clusters_version(),
             self.objects_version.load(Ordering::SeqCst),
             self.index.network().generation(),
+            self.usage.generation(),
         );
         let mut cache = self.cache.last.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(cached) = cache.as_ref()

@@ -187,6 +187,7 @@ pub async fn run_until(args: RunArgs, shutdown: CancellationToken) -> Result<(),
     let index = Arc::new(Index::load(store.clone()).await?);
     let metrics = Arc::new(HubMetrics::default());
     let health = Arc::new(FleetHealth::default());
+    let followers = Arc::new(usage::Followers::default());
     let usage = Arc::new(match args.prometheus.prometheus_url {
         Some(_) => UsageCache::new(args.prometheus.prometheus_ttl),
         None => UsageCache::default(),
@@ -198,7 +199,7 @@ pub async fn run_until(args: RunArgs, shutdown: CancellationToken) -> Result<(),
                     ClusterObjects::new(client.clone()),
                     timings.cluster_status_interval,
                 )
-                .with_trigger(trigger.clone()),
+                .with_trigger(trigger.clone(), followers.clone()),
         ),
         None => {
             info!("no --prometheus-url: scores use requests only");
@@ -216,6 +217,7 @@ pub async fn run_until(args: RunArgs, shutdown: CancellationToken) -> Result<(),
         objects_version: watched.clusters_version.clone(),
         cache: Default::default(),
         unplaced: Default::default(),
+        followers,
     };
     // On shutdown, end the agents' long-polls so the graceful shutdown does not wait them out.
     let closing = signals.clone();

@@ -55,6 +55,9 @@ pub const WORKLOAD_LABEL: &str = "workload";
 /// (by pod, say) is a mistake, and its answer must not fill the hub's memory.
 pub const MAX_TRAFFIC_WORKLOADS: usize = 100_000;
 
+/// The most clusters one workload's traffic is kept for.
+pub const MAX_TRAFFIC_CLUSTERS: usize = 10_000;
+
 /// Traffic by workload (namespace, name), then by cluster.
 pub type WorkloadTraffic = BTreeMap<(String, String), BTreeMap<String, f64>>;
 
@@ -74,7 +77,7 @@ impl TrafficView {
         let own = self
             .workloads
             .get(&(namespace.to_owned(), name.to_owned()))
-            .filter(|by_cluster| by_cluster.values().any(|v| *v > 0.0));
+            .filter(|by_cluster| by_cluster.values().any(|v| v.is_finite() && *v > 0.0));
         match own {
             Some(by_cluster) => Traffic::new(by_cluster.clone(), TrafficScope::Workload),
             None => Traffic::new(self.clusters.clone(), TrafficScope::Cluster),
@@ -166,6 +169,9 @@ pub struct UsageCache {
     values: Mutex<BTreeMap<(String, Signal), (f64, jiff::Timestamp)>>,
     /// The traffic query's answer by workload, and when it was read.
     workloads: Mutex<Option<(Arc<WorkloadTraffic>, jiff::Timestamp)>>,
+    /// Grows with every answer recorded, so that a view of the fleet taken before it is not
+    /// reused after it.
+    generation: std::sync::atomic::AtomicU64,
 }
 
 impl UsageCache {
@@ -175,6 +181,7 @@ impl UsageCache {
             ttl: Some(ttl),
             values: Mutex::default(),
             workloads: Mutex::default(),
+            generation: Default::default(),
         }
     }
 
@@ -191,11 +198,18 @@ impl UsageCache {
         for (cluster, value) in answer {
             values.insert((cluster.clone(), signal), (*value, at));
         }
+        self.generation.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
     }
 
     /// Replaces the traffic by workload with a successful answer read `at`.
     pub fn record_workloads(&self, answer: Arc<WorkloadTraffic>, at: jiff::Timestamp) {
         *self.workloads.lock().unwrap_or_else(|e| e.into_inner()) = Some((answer, at));
+        self.generation.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// How many answers have been recorded.
+    pub fn generation(&self) -> u64 {
+        self.generation.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// The traffic by workload, when younger than the TTL as of `now`; else empty.
@@ -276,7 +290,8 @@ pub fn per_cluster(data: &Data) -> Result<BTreeMap<String, f64>, String> {
         };
         let value = series.sample().value();
         if value.is_finite() && value >= 0.0 {
-            *out.entry(cluster.clone()).or_insert(0.0) += value;
+            let sum = out.entry(cluster.clone()).or_insert(0.0);
+            *sum = (*sum + value).min(f64::MAX);
         }
     }
     if out.is_empty() && unlabelled > 0 {
@@ -290,10 +305,12 @@ pub fn per_cluster(data: &Data) -> Result<BTreeMap<String, f64>, String> {
 
 /// The traffic by workload and cluster in a traffic query's answer: the series that carry the
 /// `cluster`, `namespace` and `workload` labels, added up per triple, finite non-negative
-/// values only. At most [`MAX_TRAFFIC_WORKLOADS`] workloads are kept (the first in name order),
-/// and how many were left out is returned beside.
+/// values only. At most [`MAX_TRAFFIC_WORKLOADS`] workloads (the first in name order) of at most
+/// [`MAX_TRAFFIC_CLUSTERS`] clusters each are kept, bounded while the answer is read, and how
+/// many series were left out for it is returned beside (0 when none was).
 pub fn per_workload(data: &Data) -> (WorkloadTraffic, usize) {
     let mut out = WorkloadTraffic::new();
+    let mut left_out = 0;
     let Data::Vector(vector) = data else {
         return (out, 0);
     };
@@ -309,17 +326,29 @@ pub fn per_workload(data: &Data) -> (WorkloadTraffic, usize) {
             continue;
         };
         let value = series.sample().value();
-        if value.is_finite() && value >= 0.0 {
-            *out.entry((namespace, workload))
-                .or_default()
-                .entry(cluster)
-                .or_insert(0.0) += value;
+        if !(value.is_finite() && value >= 0.0) {
+            continue;
         }
-    }
-    let mut left_out = 0;
-    while out.len() > MAX_TRAFFIC_WORKLOADS {
-        out.pop_last();
-        left_out += 1;
+        let key = (namespace, workload);
+        if out.len() >= MAX_TRAFFIC_WORKLOADS && !out.contains_key(&key) {
+            // Kept bounded as it is read: the last in name order goes.
+            match out.last_key_value() {
+                Some((last, _)) if *last > key => {
+                    out.pop_last();
+                }
+                _ => {
+                    left_out += 1;
+                    continue;
+                }
+            }
+            left_out += 1;
+        }
+        let by_cluster = out.entry(key).or_default();
+        if by_cluster.len() >= MAX_TRAFFIC_CLUSTERS && !by_cluster.contains_key(&cluster) {
+            continue;
+        }
+        let sum = by_cluster.entry(cluster).or_insert(0.0);
+        *sum = (*sum + value).min(f64::MAX);
     }
     (out, left_out)
 }
@@ -361,14 +390,43 @@ pub struct Refresher {
     /// What each WorkloadCluster's status says now, and when it was written.
     written: BTreeMap<String, (Option<ResourceAmounts>, Instant)>,
     /// Asks for a plan of the workloads whose traffic shifted (policy `traffic` follows it).
-    trigger: Option<crate::signals::ReconcileTrigger>,
-    /// The traffic by workload as of the last plans asked for.
-    planned_with: Arc<WorkloadTraffic>,
+    trigger: Option<(crate::signals::ReconcileTrigger, Arc<Followers>)>,
+    /// Each following workload's traffic as of the last plan asked for it (a shift is measured
+    /// from there, so a slow drift adds up to one).
+    planned_with: WorkloadTraffic,
 }
 
 /// Points by which a cluster's share of a workload's traffic must move before the workload is
 /// planned again: rates measured over a window wobble, and every wobble is not worth a plan.
 pub const TRAFFIC_SHIFT_PERCENT: f64 = 2.0;
+
+/// The workloads placed by policy `traffic`, which the refresher plans again when their traffic
+/// shifts (kept by the MultiClusterDeployment controller).
+#[derive(Debug, Default)]
+pub struct Followers(Mutex<std::collections::BTreeSet<(String, String)>>);
+
+impl Followers {
+    /// Records whether `workload` follows its traffic.
+    pub fn set(&self, workload: &WorkloadRef, follows: bool) {
+        let mut set = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let key = (workload.namespace.clone(), workload.name.clone());
+        if follows {
+            set.insert(key);
+        } else {
+            set.remove(&key);
+        }
+    }
+
+    /// The workloads that follow their traffic.
+    pub fn snapshot(&self) -> Vec<(String, String)> {
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .cloned()
+            .collect()
+    }
+}
 
 /// The workloads whose traffic in `now` differs from `before`: one appeared or disappeared, or a
 /// cluster's share moved by [`TRAFFIC_SHIFT_PERCENT`] points or more.
@@ -402,6 +460,38 @@ pub fn shifted(before: &WorkloadTraffic, now: &WorkloadTraffic) -> Vec<(String, 
         }
     }
     out
+}
+
+/// The following workloads whose traffic in `now` shifted since their last plan; records
+/// `now` as what they are planned with.
+fn shifted_followers(
+    planned_with: &mut WorkloadTraffic,
+    followers: &Followers,
+    now: &WorkloadTraffic,
+) -> Vec<WorkloadRef> {
+    let following = followers.snapshot();
+    let mut moved = Vec::new();
+    for key in &following {
+        let before: WorkloadTraffic = planned_with
+            .get(key)
+            .map(|t| [(key.clone(), t.clone())].into())
+            .unwrap_or_default();
+        let after: WorkloadTraffic = now
+            .get(key)
+            .map(|t| [(key.clone(), t.clone())].into())
+            .unwrap_or_default();
+        if shifted(&before, &after).is_empty() {
+            continue;
+        }
+        match now.get(key) {
+            Some(t) => planned_with.insert(key.clone(), t.clone()),
+            None => planned_with.remove(key),
+        };
+        moved.push(WorkloadRef::new(key.0.clone(), key.1.clone()));
+    }
+    let following: std::collections::BTreeSet<_> = following.into_iter().collect();
+    planned_with.retain(|key, _| following.contains(key));
+    moved
 }
 
 impl std::fmt::Debug for Refresher {
@@ -460,7 +550,7 @@ impl Refresher {
             status_interval: Duration::from_secs(30),
             written: BTreeMap::new(),
             trigger: None,
-            planned_with: Arc::default(),
+            planned_with: WorkloadTraffic::new(),
         })
     }
 
@@ -472,9 +562,14 @@ impl Refresher {
         self
     }
 
-    /// Asks `trigger` for a plan of each workload whose traffic shifts (see [`shifted`]).
-    pub fn with_trigger(mut self, trigger: crate::signals::ReconcileTrigger) -> Self {
-        self.trigger = Some(trigger);
+    /// Asks `trigger` for a plan of each of `followers` whose own traffic shifts (see
+    /// [`shifted`]).
+    pub fn with_trigger(
+        mut self,
+        trigger: crate::signals::ReconcileTrigger,
+        followers: Arc<Followers>,
+    ) -> Self {
+        self.trigger = Some((trigger, followers));
         self
     }
 
@@ -533,20 +628,16 @@ impl Refresher {
                                 "the traffic query labels more workloads than the hub keeps; aggregate it by cluster, namespace and workload"
                             );
                         }
-                        if let Some(trigger) = &self.trigger {
-                            let moved = shifted(&self.planned_with, &workloads);
+                        // Recorded first: the plans asked for must see it.
+                        let workloads = Arc::new(workloads);
+                        self.cache.record_workloads(workloads.clone(), at);
+                        if let Some((trigger, followers)) = self.trigger.clone() {
+                            let moved = shifted_followers(&mut self.planned_with, &followers, &workloads);
                             if !moved.is_empty() {
                                 debug!(workloads = moved.len(), "traffic shifted; planning them again");
-                                trigger.workloads(
-                                    moved
-                                        .into_iter()
-                                        .map(|(namespace, name)| WorkloadRef::new(namespace, name)),
-                                );
+                                trigger.workloads(moved);
                             }
                         }
-                        let workloads = Arc::new(workloads);
-                        self.planned_with = workloads.clone();
-                        self.cache.record_workloads(workloads, at);
                     }
                 }
                 Err(error) => {
@@ -702,6 +793,71 @@ mod tests {
             shifted(&at(1.0, 0.0), &WorkloadTraffic::new()),
             vec![key],
             "traffic gone"
+        );
+    }
+
+    #[test]
+    fn a_traffic_answer_with_too_many_workloads_keeps_the_first_in_name_order() {
+        let result: Vec<serde_json::Value> = (0..MAX_TRAFFIC_WORKLOADS + 3)
+            .rev()
+            .map(|i| {
+                series(
+                    json!({"cluster": "eu-1", "namespace": "ns", "workload": format!("w{i:06}")}),
+                    "1",
+                )
+            })
+            .collect();
+        let (kept, left_out) = per_workload(&data(json!({"resultType": "vector", "result": result})));
+        assert_eq!(kept.len(), MAX_TRAFFIC_WORKLOADS);
+        assert_eq!(left_out, 3);
+        assert!(kept.contains_key(&("ns".to_owned(), "w000000".to_owned())));
+        assert!(!kept.contains_key(&("ns".to_owned(), format!("w{:06}", MAX_TRAFFIC_WORKLOADS))));
+        let huge = data(json!({"resultType": "vector", "result": [
+            series(json!({"cluster": "eu-1"}), "1e308"),
+            series(json!({"cluster": "eu-1"}), "1e308"),
+        ]}));
+        assert_eq!(
+            per_cluster(&huge).expect("by cluster")["eu-1"],
+            f64::MAX,
+            "sums saturate"
+        );
+    }
+
+    #[test]
+    fn only_followers_are_planned_again_and_a_slow_drift_adds_up_to_a_shift() {
+        let followers = Followers::default();
+        let web = WorkloadRef::new("shop", "web");
+        followers.set(&web, true);
+        let at = |eu: f64, us: f64| {
+            WorkloadTraffic::from([
+                (
+                    ("shop".to_owned(), "web".to_owned()),
+                    BTreeMap::from([("eu-1".to_owned(), eu), ("us-1".to_owned(), us)]),
+                ),
+                (
+                    ("shop".to_owned(), "api".to_owned()),
+                    BTreeMap::from([("eu-1".to_owned(), us), ("us-1".to_owned(), eu)]),
+                ),
+            ])
+        };
+        let mut planned = WorkloadTraffic::new();
+        assert_eq!(
+            shifted_followers(&mut planned, &followers, &at(50.0, 50.0)),
+            vec![web.clone()],
+            "new traffic of a follower; api does not follow its traffic"
+        );
+        // One point per refresh: no single step is a shift, the third adds up to one.
+        assert!(shifted_followers(&mut planned, &followers, &at(51.0, 49.0)).is_empty());
+        assert!(shifted_followers(&mut planned, &followers, &at(51.5, 48.5)).is_empty());
+        assert_eq!(
+            shifted_followers(&mut planned, &followers, &at(52.0, 48.0)),
+            vec![web.clone()]
+        );
+        followers.set(&web, false);
+        assert!(shifted_followers(&mut planned, &followers, &at(90.0, 10.0)).is_empty());
+        assert!(
+            planned.is_empty(),
+            "what was kept for a workload that stopped following is dropped"
         );
     }
 

@@ -1105,6 +1105,7 @@ async fn rest_api_serves_clusters_placements_history_and_simulations_as_document
         objects_version: Arc::default(),
         cache: Default::default(),
         unplaced: Arc::default(),
+        followers: Arc::default(),
     };
     let closed = nave_hub::rest::router(
         sources,

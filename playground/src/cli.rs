@@ -67,7 +67,8 @@ pub enum Scenario {
         /// Scenario seconds per real second (60: a scenario minute lasts a real second), 1 to 600.
         #[arg(long, default_value_t = crate::scenario::DEFAULT_TIME_SCALE, value_parser = time_scale)]
         time_scale: f64,
-        /// The runs, comma-separated: worst-fit, best-fit, spread, proximity, static.
+        /// The runs, comma-separated: worst-fit, best-fit, spread, proximity, static, and traffic
+        /// (which needs the `prometheus` binary).
         #[arg(
             long,
             value_delimiter = ',',

@@ -57,7 +57,19 @@ pub struct UpOptions {
     /// Time between two rounds of the agents' probes of each other; `None` keeps the agent's
     /// default (10 s).
     pub agent_probe_interval: Option<Duration>,
+    /// The hub's `--prometheus-traffic-query` when Prometheus runs: by default the simulated
+    /// ingress traffic ([`SIM_TRAFFIC_QUERY`]), so policy `traffic` works in the playground.
+    pub traffic_query: Option<String>,
+    /// How often Prometheus scrapes; `None` is [`SCRAPE_INTERVAL`].
+    pub scrape_interval: Option<Duration>,
+    /// The hub's `--prometheus-ttl`; `None` keeps its default (30 s).
+    pub prometheus_ttl: Option<Duration>,
 }
+
+/// The hub's traffic query over nave-sim's simulated ingress: each Service's requests per
+/// second by cluster, the Service's name as the workload's (a MultiClusterDeployment's Service
+/// has its name).
+pub const SIM_TRAFFIC_QUERY: &str = r#"sum by (cluster, namespace, workload) (label_replace(nave_sim_ingress_requests_per_second, "workload", "$1", "service", "(.*)"))"#;
 
 impl UpOptions {
     /// Serve `fleet` over HTTP, write under `dir`, agents with their default timings, no
@@ -71,6 +83,9 @@ impl UpOptions {
             agent_heartbeat: None,
             agent_status_interval: None,
             agent_probe_interval: None,
+            traffic_query: Some(SIM_TRAFFIC_QUERY.to_owned()),
+            scrape_interval: None,
+            prometheus_ttl: None,
         }
     }
 }
@@ -320,7 +335,8 @@ impl Playground {
         } else if let Some(binary) = prometheus::find_binary() {
             let targets = scrape_targets(&self.fleet, &self.dir, &self.hub_metrics_url, &agent_metrics)?;
             let dir = self.dir.join("prometheus");
-            match Prometheus::start_at(prometheus_addr, &binary, &dir, &targets, SCRAPE_INTERVAL).await {
+            let every = opts.scrape_interval.unwrap_or(SCRAPE_INTERVAL);
+            match Prometheus::start_at(prometheus_addr, &binary, &dir, &targets, every).await {
                 Ok(p) => (Some(p), None),
                 Err(e) => {
                     tracing::warn!(error = %e, "Prometheus did not start; scores use requests");
@@ -351,9 +367,14 @@ impl Playground {
             kubeconfig: Some(management_kubeconfig),
             log_json: false,
             failover: nave_hub::cli::FailoverArgs::default(),
-            prometheus: nave_hub::cli::PrometheusArgs {
-                prometheus_url: self.prometheus.as_ref().map(|p| p.url().to_owned()),
-                ..nave_hub::cli::PrometheusArgs::default()
+            prometheus: {
+                let defaults = nave_hub::cli::PrometheusArgs::default();
+                nave_hub::cli::PrometheusArgs {
+                    prometheus_url: self.prometheus.as_ref().map(|p| p.url().to_owned()),
+                    prometheus_traffic_query: opts.traffic_query.clone(),
+                    prometheus_ttl: opts.prometheus_ttl.unwrap_or(defaults.prometheus_ttl),
+                    ..defaults
+                }
             },
             leader_election: nave_hub::cli::LeaderElectionArgs::default(),
         };

@@ -80,6 +80,11 @@ async fn a_tiny_scenario_runs_static_and_worst_fit_and_reports_consistent_figure
             "{policy}: every arrival and scale-up is an event, ready or not"
         );
         assert!(number(run, "pod_seconds") > 0.0, "{policy}: pods ran: {run}");
+        let local = number(run, "local_fraction");
+        assert!(
+            (0.0..=1.0).contains(&local) && local > 0.0,
+            "{policy}: some requests are served where they arrive, at most all: {local}"
+        );
         assert!(
             number(run, "pending_pod_seconds") <= number(run, "pod_seconds"),
             "{policy}: pending pod-seconds within pod-seconds: {run}"
@@ -109,5 +114,52 @@ async fn a_tiny_scenario_runs_static_and_worst_fit_and_reports_consistent_figure
     assert!(
         json["seed"].as_u64() == Some(7) && json["time_scale"].as_f64() == Some(120.0),
         "{json}"
+    );
+}
+
+/// The same tiny scenario with the `traffic` run, which reads the simulated ingress traffic
+/// through the real Prometheus: it serves a larger share of the requests where they arrive than
+/// worst-fit, which ignores where they arrive.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tiny_scenario_serves_more_requests_where_they_arrive_with_policy_traffic() {
+    if nave_playground::prometheus::find_binary().is_none() {
+        assert!(
+            std::env::var("NAVE_REQUIRE_PROMETHEUS").is_ok_and(|v| v != "1")
+                || std::env::var("NAVE_REQUIRE_PROMETHEUS").is_err(),
+            "NAVE_REQUIRE_PROMETHEUS=1 but `prometheus` is not on PATH; install the Debian package `prometheus`"
+        );
+        println!("skipped: `prometheus` is not on PATH (policy traffic in a scenario)");
+        return;
+    }
+    // Room enough everywhere (no other tenants at the start): where replicas go is a matter of
+    // policy, not of room.
+    let shape = Shape {
+        regular_clusters: 2,
+        nodes: 4,
+        burst_nodes: 1,
+        workloads: 3,
+        background_percent: vec![0],
+        duration: Duration::from_secs(600),
+        traffic_shift: None,
+        ..Shape::testbed()
+    };
+    // A scenario minute per real second: Prometheus scrapes and the hub reads every half a
+    // scenario minute or so, often enough for ten minutes.
+    let options = Options {
+        plan: Plan::generate(&shape, 7).expect("a valid plan"),
+        time_scale: 60.0,
+        runs: vec![
+            RunKind::Nave(nave_api::PlacementPolicy::WorstFit),
+            RunKind::Nave(nave_api::PlacementPolicy::Traffic),
+        ],
+    };
+    let report = run(&options, |_| {}).await.expect("both runs succeed");
+    println!("{}", report.table());
+    let local = |i: usize| report.runs[i].local_fraction.expect("traffic was simulated");
+    assert!(
+        local(1) > local(0),
+        "traffic serves more requests where they arrive than worst-fit: {} vs {}",
+        local(1),
+        local(0)
     );
 }

@@ -92,7 +92,7 @@ fn everywhere(t: &mut Table<'_>, request: &Request) -> (u64, u64, Vec<Note>) {
 }
 
 /// The traffic replicas are divided by: policy `traffic` with traffic measured and no static
-/// weights (which take precedence; the hub refuses both together).
+/// weights (which take precedence; the schema refuses both together).
 fn dividing_traffic(request: &Request) -> Option<&Traffic> {
     match &request.policy.strategy {
         Strategy::Traffic(t) if request.policy.weights.is_empty() && t.measured() => Some(t),
@@ -615,7 +615,7 @@ fn grow(t: &mut Table<'_>, ranked: &[usize], request: &Request, need: u64, notes
         for (i, near) in order.into_iter().map(|(i, near, _)| (i, near)) {
             let give = left.min(t.cands[i].free);
             if give > 0
-                && !weighted
+                && (!weighted || by_traffic)
                 && let Some(max) = policy.max_clusters
                 && !notes.contains(&Note::OverflowBeyondMaxClusters { max })
             {
@@ -761,7 +761,31 @@ fn shrink(t: &mut Table<'_>, request: &Request, surplus: u64) {
     }
     if left > 0 {
         let holders: Vec<usize> = (0..t.cands.len()).filter(|&i| t.cands[i].kept > 0).collect();
-        let seats: Vec<u64> = holders.iter().map(|&i| t.cands[i].kept).collect();
+        // Under policy `traffic`, clusters without traffic lose theirs first, so the replica
+        // that `minClusters` put in one would go at the first scale-down: one replica stays in
+        // each of the first `minClusters` holders (most traffic, then most replicas).
+        let mut protected: Vec<usize> = Vec::new();
+        if dividing_traffic(request).is_some()
+            && let Some(min) = request.policy.min_clusters
+        {
+            protected = holders
+                .iter()
+                .copied()
+                .filter(|&i| t.cands[i].role == Role::Regular)
+                .collect();
+            protected.sort_by_key(|&i| {
+                (
+                    std::cmp::Reverse(t.cands[i].weight),
+                    std::cmp::Reverse(t.cands[i].kept),
+                    i,
+                )
+            });
+            protected.truncate(min.min(request.replicas) as usize);
+        }
+        let seats: Vec<u64> = holders
+            .iter()
+            .map(|&i| t.cands[i].kept - u64::from(protected.contains(&i)))
+            .collect();
         // Proportional to weight when weights are set (or traffic divides), else to what each
         // holds now.
         let weights: Vec<u64> = if !weighted(request) {

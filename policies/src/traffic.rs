@@ -8,8 +8,10 @@ use std::fmt;
 /// second, typically), and whose requests they are.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Traffic {
-    /// Traffic by cluster name. Values that are not finite and positive count as none.
-    pub by_cluster: BTreeMap<String, f64>,
+    /// Traffic by cluster name, finite and positive values only.
+    by_cluster: BTreeMap<String, f64>,
+    /// Their sum, saturated at `f64::MAX`.
+    total: f64,
     /// Whose traffic it is.
     pub scope: TrafficScope,
 }
@@ -29,38 +31,87 @@ pub enum TrafficScope {
 const PARTS: f64 = 1_000_000.0;
 
 impl Traffic {
-    /// Traffic of the given scope by cluster.
+    /// Traffic of the given scope by cluster. Values that are not finite and positive count as
+    /// none and are left out; the total saturates rather than overflow.
     pub fn new(by_cluster: BTreeMap<String, f64>, scope: TrafficScope) -> Self {
-        Traffic { by_cluster, scope }
+        let by_cluster: BTreeMap<String, f64> = by_cluster
+            .into_iter()
+            .filter(|(_, v)| v.is_finite() && *v > 0.0)
+            .collect();
+        let total = by_cluster
+            .values()
+            .fold(0.0, |sum: f64, v| (sum + v).min(f64::MAX));
+        Traffic {
+            by_cluster,
+            total,
+            scope,
+        }
     }
 
-    fn value(v: f64) -> f64 {
-        if v.is_finite() && v > 0.0 { v } else { 0.0 }
+    /// The clusters traffic arrives at, with their traffic.
+    pub fn by_cluster(&self) -> &BTreeMap<String, f64> {
+        &self.by_cluster
     }
 
     /// Traffic arriving at `cluster` (zero when none was measured).
     pub fn of(&self, cluster: &str) -> f64 {
-        self.by_cluster.get(cluster).copied().map_or(0.0, Self::value)
+        self.by_cluster.get(cluster).copied().unwrap_or(0.0)
     }
 
     /// Traffic over every cluster.
     pub fn total(&self) -> f64 {
-        self.by_cluster.values().copied().map(Self::value).sum()
+        self.total
     }
 
     /// Whether any traffic was measured at all.
     pub fn measured(&self) -> bool {
-        self.total() > 0.0
+        self.total > 0.0
     }
 
     /// `cluster`'s share of the total, from 0 to 1 (zero when nothing was measured).
     pub fn share(&self, cluster: &str) -> f64 {
-        let total = self.total();
-        if total > 0.0 {
-            self.of(cluster) / total
+        if self.total > 0.0 {
+            (self.of(cluster) / self.total).min(1.0)
         } else {
             0.0
         }
+    }
+
+    /// `replicas` divided among `clusters` in proportion to their traffic by Webster's method
+    /// (ties to the earlier), room aside: what each would hold if requests alone decided.
+    /// Clusters without traffic get none; every replica goes somewhere when any of `clusters`
+    /// has traffic, none otherwise.
+    pub fn apportion<'a>(
+        &self,
+        replicas: u32,
+        clusters: impl IntoIterator<Item = &'a str>,
+    ) -> BTreeMap<String, u32> {
+        let weighted: Vec<(&str, f64)> = clusters
+            .into_iter()
+            .map(|c| (c, self.of(c)))
+            .filter(|(_, t)| *t > 0.0)
+            .collect();
+        if weighted.is_empty() {
+            return BTreeMap::new();
+        }
+        let mut seats = vec![0u32; weighted.len()];
+        for _ in 0..replicas {
+            // The highest traffic / (2 × seats + 1); the first of equals wins.
+            let quotient = |seats: &[u32], k: usize| weighted[k].1 / f64::from(2 * seats[k] + 1);
+            let mut best = 0;
+            for k in 1..weighted.len() {
+                if quotient(&seats, k) > quotient(&seats, best) {
+                    best = k;
+                }
+            }
+            seats[best] += 1;
+        }
+        weighted
+            .iter()
+            .zip(seats)
+            .filter(|(_, n)| *n > 0)
+            .map(|((c, _), n)| ((*c).to_owned(), n))
+            .collect()
     }
 
     /// `cluster`'s weight in the division: millionths of the total, at least 1 where any
@@ -150,5 +201,32 @@ mod tests {
         close(t.locality(&at(&[("a", 1), ("b", 1), ("c", 2)])), 0.5);
         assert_eq!(t.locality(&at(&[])), None, "no replica");
         assert_eq!(traffic(&[]).locality(&at(&[("a", 1)])), None, "no traffic");
+    }
+
+    #[test]
+    fn huge_values_saturate_rather_than_make_every_share_zero() {
+        let t = traffic(&[("a", f64::MAX), ("b", f64::MAX), ("c", 1.0)]);
+        assert!(t.total().is_finite());
+        assert!(t.weight("a") > 0 && t.weight("b") > 0, "{t:?}");
+        assert!(t.measured());
+    }
+
+    #[test]
+    fn apportioning_follows_the_traffic_and_ignores_clusters_without_any() {
+        let t = traffic(&[("a", 60.0), ("b", 40.0), ("c", 0.0)]);
+        let seats = t.apportion(5, ["a", "b", "c", "d"]);
+        assert_eq!(seats, BTreeMap::from([("a".to_owned(), 3), ("b".to_owned(), 2)]));
+        assert_eq!(
+            t.apportion(5, ["b"]),
+            BTreeMap::from([("b".to_owned(), 5)]),
+            "only b allowed"
+        );
+        assert!(t.apportion(5, ["c", "d"]).is_empty(), "no traffic there");
+        let tie = traffic(&[("a", 1.0), ("b", 1.0)]);
+        assert_eq!(
+            tie.apportion(1, ["a", "b"]),
+            BTreeMap::from([("a".to_owned(), 1)]),
+            "ties to the earlier"
+        );
     }
 }

@@ -168,8 +168,9 @@ async fn invalid(
     reason: &'static str,
     message: String,
 ) -> Result<Action, Error> {
-    // Not planned: what it asked of a provisioner no longer stands.
+    // Not planned: what it asked of a provisioner no longer stands, nor does its traffic count.
     ctx.sources.unplaced.set(&render::workload_ref(mcd), None);
+    ctx.sources.followers.set(&render::workload_ref(mcd), false);
     let generation = mcd.metadata.generation;
     let mut status = mcd.status.clone().unwrap_or_default();
     let was = conditions::find(&status.conditions, types::SCHEDULED).cloned();
@@ -247,6 +248,10 @@ async fn apply(mcd: Arc<MultiClusterDeployment>, ctx: &Context) -> Result<Action
     // What fits nowhere, for a provisioner; a new cluster does not help `everywhere`, which it
     // would only give more replicas to run.
     let placement_spec = &mcd.spec.placement;
+    ctx.sources.followers.set(
+        &workload,
+        placement_spec.policy == nave_api::PlacementPolicy::Traffic && placement_spec.rescheduling.enabled,
+    );
     ctx.sources.unplaced.set(
         &workload,
         // Built only when something is unplaced: most reconciles place everything.
@@ -738,6 +743,7 @@ async fn cleanup(mcd: Arc<MultiClusterDeployment>, ctx: &Context) -> Result<Acti
         .map_err(Error::store("deleting the placement"))?;
     ctx.sources.index.forget(&workload);
     ctx.sources.unplaced.set(&workload, None);
+    ctx.sources.followers.set(&workload, false);
     ctx.metrics.forget_mcd(&workload);
     info!(workload = %workload, "removed from every cluster");
     Ok(Action::await_change())

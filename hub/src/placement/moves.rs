@@ -40,7 +40,7 @@ use std::time::Duration;
 
 use kube::runtime::events::EventType;
 use nave_api::wire::{PendingPod, WorkloadRef};
-use nave_policies::{Decision, Fleet, Ledger, Request, Role, Strategy, Traffic, decide};
+use nave_policies::{Decision, Fleet, Ledger, Request, Role, Strategy, Traffic, TrafficScope, decide};
 
 use super::reports::{Pending, Reports, deployment_status};
 use super::stored::{Moving, StoredDecision};
@@ -225,9 +225,12 @@ fn retract_with_margin(
 type TrafficMove = (Decision, BTreeMap<String, u32>, (f64, f64));
 
 /// Replicas moved to where `traffic` arrives when that raises the share of requests served where
-/// they arrive by [`TRAFFIC_MARGIN_PERCENT`] points: the replicas each cluster holds beyond what a
-/// placement from scratch gives it are evacuated, as many as fit elsewhere. Returns the decision,
-/// what moved, and the share before and after.
+/// they arrive by [`TRAFFIC_MARGIN_PERCENT`] points: the replicas each cluster holds beyond its
+/// share of the traffic (among the clusters that may take replicas, room aside) are evacuated,
+/// as many as fit elsewhere. Only the workload's own traffic moves replicas: the clusters' traffic
+/// stands in for it at placement, not for a move (a workload whose own series comes and goes
+/// would otherwise move between the two). Returns the decision, what moved, and the share
+/// before and after.
 fn follow_traffic(
     fleet: &Fleet,
     ledger: &Ledger,
@@ -235,22 +238,27 @@ fn follow_traffic(
     baseline: &Decision,
     traffic: &Traffic,
 ) -> Option<TrafficMove> {
+    if traffic.scope != TrafficScope::Workload {
+        return None;
+    }
     let before = traffic.locality(&baseline.assignment)?;
-    let fresh = Request {
-        current: BTreeMap::new(),
-        evacuate: BTreeMap::new(),
-        ..request.clone()
-    };
-    let ideal = decide(fleet, ledger, &fresh);
+    // Room aside: this workload's own replicas take room in the clusters that hold them, which
+    // a placement from scratch would count against those clusters.
+    let open = baseline
+        .clusters
+        .iter()
+        .filter(|c| c.filter.is_none() && c.role == Role::Regular)
+        .map(|c| &*c.cluster);
+    let ideal = traffic.apportion(baseline.placed(), open);
     let margin = f64::from(TRAFFIC_MARGIN_PERCENT) / 100.0;
-    if traffic.locality(&ideal.assignment)? < before + margin {
+    if traffic.locality(&ideal)? < before + margin {
         return None;
     }
     let surplus: BTreeMap<String, u32> = request
         .current
         .iter()
         .filter_map(|(cluster, &n)| {
-            let share = ideal.replicas_in(cluster);
+            let share = ideal.get(cluster).copied().unwrap_or(0);
             (n > share).then(|| (cluster.clone(), n - share))
         })
         .collect();

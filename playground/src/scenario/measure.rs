@@ -47,6 +47,12 @@ pub struct Measurements {
     /// Arrivals and scale-ups whose total was not reached before the workload changed again,
     /// left, or the run ended: the time from the event until then.
     pub unready: Vec<Duration>,
+    /// Requests that arrived for the workloads (rate × real seconds).
+    pub requests: f64,
+    /// Of which served in the cluster they arrived at: for each workload and moment, the sum over
+    /// clusters of the lower of the cluster's share of its traffic and its share of the ready
+    /// replicas (each ready replica serving an equal part); none while no replica is ready.
+    pub local_requests: f64,
 }
 
 /// The monitor of one run.
@@ -127,9 +133,22 @@ impl Monitor {
         lock(&self.state).desired(name, replicas, now);
     }
 
+    /// Requests per second arriving for workload `name` now, by cluster index (as the clusters
+    /// were given to [`Monitor::start`]).
+    pub fn traffic(&self, name: &str, by_cluster: Vec<f64>, now: Instant) {
+        let mut state = lock(&self.state);
+        state.advance(now);
+        state.traffic.insert(name.to_owned(), by_cluster);
+    }
+
     /// Workload `name` was deleted: it wants nothing any more.
     pub fn gone(&self, name: &str, now: Instant) {
         lock(&self.state).gone(name, now);
+    }
+
+    /// The workloads that arrived and have not left, by name.
+    pub fn live(&self) -> Vec<String> {
+        lock(&self.state).workloads.keys().cloned().collect()
     }
 
     /// Stops counting at `now`, stops the watches and answers what was measured.
@@ -211,6 +230,8 @@ struct State {
     /// Counting, from [`Monitor::begin`] until [`Monitor::finish`].
     window: Option<Window>,
     workloads: BTreeMap<String, Wanted>,
+    /// Requests per second arriving for each workload, by cluster index.
+    traffic: HashMap<String, Vec<f64>>,
     measured: Measurements,
 }
 
@@ -257,6 +278,42 @@ impl State {
             let ready = holdings.get(name.as_str()).map_or(0, |h| h.0);
             m.wanted_seconds += f64::from(wanted.desired) * dt;
             m.unserved_seconds += f64::from(wanted.desired.saturating_sub(ready)) * dt;
+        }
+        if self.traffic.is_empty() {
+            return;
+        }
+        let mut ready_in: HashMap<&str, Vec<u32>> = HashMap::new();
+        for ((cluster, _), pod) in &self.pods {
+            if pod.ready {
+                let counts = ready_in.entry(pod.workload.as_str()).or_default();
+                if counts.len() <= *cluster {
+                    counts.resize(*cluster + 1, 0);
+                }
+                counts[*cluster] += 1;
+            }
+        }
+        for (name, rates) in &self.traffic {
+            if !self.workloads.contains_key(name) {
+                continue;
+            }
+            let total: f64 = rates.iter().sum();
+            m.requests += total * dt;
+            let Some(counts) = ready_in.get(name.as_str()) else {
+                continue;
+            };
+            let ready: u32 = counts.iter().sum();
+            if total <= 0.0 || ready == 0 {
+                continue;
+            }
+            let local: f64 = rates
+                .iter()
+                .enumerate()
+                .map(|(i, rate)| {
+                    let replicas = f64::from(counts.get(i).copied().unwrap_or(0)) / f64::from(ready);
+                    (rate / total).min(replicas)
+                })
+                .sum();
+            m.local_requests += local * total * dt;
         }
     }
 
@@ -333,6 +390,7 @@ impl State {
 
     fn gone(&mut self, name: &str, now: Instant) {
         self.advance(now);
+        self.traffic.remove(name);
         if let Some(since) = self.workloads.remove(name).and_then(|w| w.since) {
             self.measured.unready.push(now.saturating_duration_since(since));
         }
@@ -393,6 +451,31 @@ mod tests {
     }
 
     const S: Duration = Duration::from_secs(1);
+
+    #[test]
+    fn requests_count_as_local_up_to_the_share_of_ready_replicas_where_they_arrive() {
+        let t0 = Instant::now();
+        let mut state = started(2, None, t0);
+        state.desired("a", 2, t0);
+        // 75 requests/s arrive at cluster 0, 25 at cluster 1.
+        state.traffic.insert("a".to_owned(), vec![75.0, 25.0]);
+        // 1 s with nothing ready: 100 requests, none local.
+        state.on_event(0, Event::Apply(pod("p1", "a", "Running", true)), t0 + S);
+        // 1 s with one ready replica in cluster 0: 75 of 100 local.
+        state.on_event(1, Event::Apply(pod("p2", "a", "Running", true)), t0 + 2 * S);
+        // 2 s with one in each: min(0.75, 0.5) + min(0.25, 0.5) = 0.75, 150 of 200 local.
+        let m = state.finish(t0 + 4 * S);
+        assert!(
+            (m.requests - 400.0).abs() < 1e-9,
+            "100/s for 4 s; got {}",
+            m.requests
+        );
+        assert!(
+            (m.local_requests - 225.0).abs() < 1e-9,
+            "0 + 75 + 150 served where they arrive; got {}",
+            m.local_requests
+        );
+    }
 
     #[test]
     fn pending_and_pod_seconds_integrate_between_events() {

@@ -60,6 +60,9 @@ pub struct Shape {
     pub workloads: usize,
     /// How long the scenario lasts, in scenario time.
     pub duration: Duration,
+    /// When the traffic shifts ([`Event::TrafficShifts`]), as a fraction of the run; `None`
+    /// keeps it where it is.
+    pub traffic_shift: Option<f64>,
 }
 
 impl Shape {
@@ -78,6 +81,7 @@ impl Shape {
             background_percent: vec![60, 40, 20, 10, 0],
             workloads: 40,
             duration: Duration::from_secs(40 * 60),
+            traffic_shift: Some(0.5),
         }
     }
 
@@ -107,6 +111,13 @@ impl Shape {
         }
         if self.workloads == 0 {
             return Err("a scenario needs at least one workload".to_owned());
+        }
+        if let Some(at) = self.traffic_shift
+            && !(0.0..1.0).contains(&at)
+        {
+            return Err(format!(
+                "traffic shift: {at} is not a fraction of the run (0 to 1)"
+            ));
         }
         if self.duration < Duration::from_secs(60) {
             return Err("a scenario lasts at least one scenario minute".to_owned());
@@ -162,6 +173,9 @@ pub enum Event {
         /// The group.
         group: String,
     },
+    /// The day moves on: every workload's traffic swaps its two busy regions (see
+    /// [`Plan::traffic`]).
+    TrafficShifts,
 }
 
 /// An event and when it happens, in scenario time from the start.
@@ -201,7 +215,31 @@ pub struct Plan {
     pub background: Vec<Background>,
     /// Everything that happens, in order of time.
     pub events: Vec<Timed>,
+    /// Each workload's traffic: requests per second in all, and which of the two busy regions
+    /// is its home (see [`Plan::traffic`]).
+    pub traffic: BTreeMap<String, Demand>,
 }
+
+/// A workload's traffic: how many requests per second arrive for it, and where most of them do.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Demand {
+    /// Requests per second over every cluster.
+    pub requests_per_second: f64,
+    /// Its home: 0 for the first busy region ([`BUSY`]), 1 for the second.
+    pub home: usize,
+}
+
+/// The two regions most traffic arrives at: the regular clusters in `eu-west` (`cluster-1`) and
+/// `us-east` (`cluster-3`).
+pub const BUSY: [usize; 2] = [0, 2];
+/// Share of a workload's traffic arriving in its home region.
+const HOME_SHARE: f64 = 0.7;
+/// Share arriving in the other busy region; the rest is divided evenly over the other regular
+/// clusters (none arrives at the burst cluster).
+const AWAY_SHARE: f64 = 0.15;
+/// Seeds the traffic's random stream apart from the workloads', so that adding traffic changed
+/// nothing else of a seed's scenario.
+const TRAFFIC_SALT: u64 = 0x7472_6166_6669_6321;
 
 /// CPU (millicores) and memory (bytes) of one tenant pod: a tenth of a regular node.
 pub fn tenant_pod_size(shape: &Shape) -> (i128, i128) {
@@ -257,6 +295,29 @@ impl Plan {
 
         let mut events = tenant_churn(shape, &regular, &background);
         events.extend(workload_stream(shape, &mut Rng::new(seed)));
+        let mut rng = Rng::new(seed ^ TRAFFIC_SALT);
+        let traffic = events
+            .iter()
+            .filter_map(|e| match &e.event {
+                Event::Arrive(w) => Some(w.name.clone()),
+                _ => None,
+            })
+            .collect::<std::collections::BTreeSet<_>>()
+            .into_iter()
+            .map(|name| {
+                let demand = Demand {
+                    requests_per_second: (rng.between(20.0, 500.0) * 10.0).round() / 10.0,
+                    home: usize::from(rng.between(0.0, 1.0) >= 0.6),
+                };
+                (name, demand)
+            })
+            .collect();
+        if let Some(at) = shape.traffic_shift {
+            events.push(Timed {
+                at: Duration::from_secs_f64(shape.duration.as_secs_f64() * at),
+                event: Event::TrafficShifts,
+            });
+        }
         // Stable: events at the same moment keep the order they were generated in.
         events.sort_by_key(|e| e.at);
         Ok(Plan {
@@ -266,7 +327,38 @@ impl Plan {
             burst,
             background,
             events,
+            traffic,
         })
+    }
+
+    /// Requests per second arriving for workload `name` at each regular cluster (by index in
+    /// [`Plan::regular`]), before or after the traffic shifts: 70% in its home region, 15% in
+    /// the other busy one, the rest divided evenly over the other regular clusters. After the
+    /// shift the two busy regions swap. Empty for a workload the plan does not know.
+    pub fn traffic(&self, name: &str, shifted: bool) -> Vec<f64> {
+        let Some(demand) = self.traffic.get(name) else {
+            return Vec::new();
+        };
+        let n = self.regular.len();
+        let busy: Vec<usize> = BUSY.iter().map(|&i| i.min(n - 1)).collect();
+        let home = busy[demand.home ^ usize::from(shifted)];
+        let away = busy[1 - (demand.home ^ usize::from(shifted))];
+        let rest: Vec<usize> = (0..n).filter(|i| !busy.contains(i)).collect();
+        let mut shares = vec![0.0; n];
+        shares[home] += HOME_SHARE;
+        shares[away] += AWAY_SHARE;
+        let spare = 1.0 - HOME_SHARE - AWAY_SHARE;
+        if rest.is_empty() {
+            shares[home] += spare;
+        } else {
+            for &i in &rest {
+                shares[i] += spare / rest.len() as f64;
+            }
+        }
+        shares
+            .into_iter()
+            .map(|s| s * demand.requests_per_second)
+            .collect()
     }
 
     /// The fleet with every node's timing scaled: `time_scale` scenario seconds pass per real
@@ -310,7 +402,7 @@ impl Plan {
                 Event::Leave { name } => {
                     live.remove(name.as_str());
                 }
-                Event::TenantArrives { .. } | Event::TenantLeaves { .. } => {}
+                Event::TenantArrives { .. } | Event::TenantLeaves { .. } | Event::TrafficShifts => {}
             }
             peak = peak.max(live.values().map(|(r, cpu)| r * cpu).sum());
         }

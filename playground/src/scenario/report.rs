@@ -62,6 +62,10 @@ pub struct RunResult {
     pub unserved_fraction: f64,
     /// Share of the pod-seconds spent in the burst cluster (0 to 1).
     pub burst_fraction: f64,
+    /// Share of the workloads' requests served in the cluster they arrive at (0 to 1; see
+    /// [`Measurements::local_requests`]); `null` when no traffic was simulated.
+    #[serde(default)]
+    pub local_fraction: Option<f64>,
     /// Pod-seconds of the workloads' pods (scenario seconds).
     pub pod_seconds: f64,
     /// Of which Pending (scenario seconds).
@@ -99,6 +103,7 @@ impl RunResult {
             clusters_used: round(ratio_any(m.cluster_seconds, m.workload_seconds), 2),
             unserved_fraction: round(ratio(m.unserved_seconds, m.wanted_seconds), 4),
             burst_fraction: round(ratio(m.burst_seconds, m.pod_seconds), 4),
+            local_fraction: (m.requests > 0.0).then(|| round(ratio(m.local_requests, m.requests), 4)),
             pod_seconds: round(m.pod_seconds * time_scale, 0),
             pending_pod_seconds: round(m.pending_seconds * time_scale, 0),
             ready_events: m.ready.len(),
@@ -168,13 +173,22 @@ impl Report {
     /// The table `nave-sim scenario` prints.
     pub fn table(&self) -> String {
         let mut s = format!(
-            "{:<10} {:>9} {:>10} {:>10} {:>10} {:>6} {:>14} {:>7}\n",
-            "policy", "pending", "unserved", "ready p50", "ready p99", "moved", "clusters used", "burst"
+            "{:<10} {:>9} {:>10} {:>10} {:>10} {:>6} {:>14} {:>7} {:>7}\n",
+            "policy",
+            "pending",
+            "unserved",
+            "ready p50",
+            "ready p99",
+            "moved",
+            "clusters used",
+            "burst",
+            "local"
         );
+        let percent = |v: Option<f64>| v.map_or_else(|| "-".to_owned(), |v| format!("{:.1}%", v * 100.0));
         let seconds = |v: Option<f64>| v.map_or_else(|| "-".to_owned(), |v| format!("{v:.0} s"));
         for r in &self.runs {
             s.push_str(&format!(
-                "{:<10} {:>8.1}% {:>9.1}% {:>10} {:>10} {:>6} {:>14.2} {:>6.1}%\n",
+                "{:<10} {:>8.1}% {:>9.1}% {:>10} {:>10} {:>6} {:>14.2} {:>6.1}% {:>7}\n",
                 r.policy,
                 r.pending_fraction * 100.0,
                 r.unserved_fraction * 100.0,
@@ -183,6 +197,7 @@ impl Report {
                 r.moved,
                 r.clusters_used,
                 r.burst_fraction * 100.0,
+                percent(r.local_fraction),
             ));
         }
         s
@@ -210,7 +225,8 @@ impl Report {
              run ended (never ready: {}).\n\
              moved: replicas the hub moved between clusters (placement history). clusters used: mean number of\n  \
              clusters holding at least one pod of a workload, over the time it has pods. burst: share of\n  \
-             pod-seconds in the burst cluster.\n",
+             pod-seconds in the burst cluster. local: share of the workloads' requests served in the cluster\n  \
+             they arrive at (each ready replica serving an equal part; none while no replica is ready).\n",
             events.join(", ")
         )
     }

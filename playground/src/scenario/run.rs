@@ -44,6 +44,10 @@ const BURST_THRESHOLD: i32 = 80;
 const IMAGE: &str = "registry.k8s.io/pause:3.10";
 /// Longest a run waits for its environment (clusters, hub, agents, watches) to be ready.
 const START_DEADLINE: Duration = Duration::from_secs(90);
+/// How often Prometheus scrapes in a `traffic` run, and how long the hub counts a value, in
+/// scenario time (production: 15-60 s and 30 s of real time).
+const TRAFFIC_SCRAPE: Duration = Duration::from_secs(60);
+const TRAFFIC_TTL: Duration = Duration::from_secs(180);
 
 /// What one run places the workloads with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -61,6 +65,17 @@ impl RunKind {
         RunKind::Nave(PlacementPolicy::BestFit),
         RunKind::Nave(PlacementPolicy::Spread),
         RunKind::Nave(PlacementPolicy::Proximity),
+        RunKind::Static,
+    ];
+
+    /// Every run there is: [`RunKind::ALL`] and `traffic`, which needs Prometheus (the hub reads
+    /// the simulated ingress traffic from it) and so is not among the default runs.
+    pub const KNOWN: [RunKind; 6] = [
+        RunKind::Nave(PlacementPolicy::WorstFit),
+        RunKind::Nave(PlacementPolicy::BestFit),
+        RunKind::Nave(PlacementPolicy::Spread),
+        RunKind::Nave(PlacementPolicy::Proximity),
+        RunKind::Nave(PlacementPolicy::Traffic),
         RunKind::Static,
     ];
 
@@ -83,8 +98,8 @@ impl FromStr for RunKind {
     type Err = String;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        RunKind::ALL.into_iter().find(|k| k.name() == s).ok_or_else(|| {
-            let names: Vec<&str> = RunKind::ALL.iter().map(|k| k.name()).collect();
+        RunKind::KNOWN.into_iter().find(|k| k.name() == s).ok_or_else(|| {
+            let names: Vec<&str> = RunKind::KNOWN.iter().map(|k| k.name()).collect();
             format!("unknown run {s:?}; expected one of {}", names.join(", "))
         })
     }
@@ -170,12 +185,23 @@ impl Env {
                     }
                 }
             }
-            RunKind::Nave(_) => {
+            RunKind::Nave(policy) => {
                 let dir = tempfile::tempdir().context("creating the run's directory")?;
                 let floor = |d: Duration, min: u64| d.max(Duration::from_millis(min));
+                let by_traffic = policy == PlacementPolicy::Traffic;
+                if by_traffic && crate::prometheus::find_binary().is_none() {
+                    anyhow::bail!(
+                        "the traffic run reads the simulated traffic through Prometheus, and `{}` is not on PATH \
+                         (install the Debian package `prometheus`, or leave traffic out of --policies)",
+                        crate::prometheus::BINARY
+                    );
+                }
                 let opts = UpOptions {
                     agent_heartbeat: Some(floor(real(AGENT_HEARTBEAT, scale), 100)),
                     agent_status_interval: Some(floor(real(AGENT_STATUS, scale), 200)),
+                    prometheus: by_traffic,
+                    scrape_interval: Some(floor(real(TRAFFIC_SCRAPE, scale), 500)),
+                    prometheus_ttl: Some(floor(real(TRAFFIC_TTL, scale), 1500)),
                     ..UpOptions::new(plan.fleet(true, scale), dir.path())
                 };
                 let clusters = PlaygroundClusters::start(opts).await?;
@@ -185,6 +211,21 @@ impl Env {
                     return Err(e);
                 }
                 let playground = clusters.start_nave().await?;
+                if by_traffic {
+                    // The clock starts once every cluster has been scraped: traffic set before
+                    // then would reach the hub late, and the run would measure the scrape.
+                    let ready = match &playground.prometheus {
+                        Some(prometheus) => prometheus.wait_targets_up(START_DEADLINE).await,
+                        None => Err(anyhow::anyhow!(
+                            "{}",
+                            playground.prometheus_absent.clone().unwrap_or_default()
+                        )),
+                    };
+                    if let Err(e) = ready {
+                        playground.shutdown().await;
+                        anyhow::bail!("the traffic run needs Prometheus scraping every cluster: {e}");
+                    }
+                }
                 Ok(Env::Nave {
                     playground: Box::new(playground),
                     _dir: dir,
@@ -332,8 +373,10 @@ async fn drive(env: &mut Env, plan: &Plan, kind: RunKind, scale: f64) -> anyhow:
         },
     };
 
+    let traffic = Traffic::new(env.workload_clusters(), plan);
     let t0 = Instant::now();
     monitor.begin(t0);
+    let mut shifted = false;
     for timed in &plan.events {
         tokio::time::sleep_until(t0 + real(timed.at, scale)).await;
         env.check_running()?;
@@ -341,6 +384,9 @@ async fn drive(env: &mut Env, plan: &Plan, kind: RunKind, scale: f64) -> anyhow:
         match &timed.event {
             Event::Arrive(w) => {
                 monitor.desired(&w.name, w.replicas, now);
+                let rates = plan.traffic(&w.name, shifted);
+                traffic.set(&w.name, &rates).await?;
+                monitor.traffic(&w.name, traffic.by_index(&rates), now);
                 placer.arrive(w).await?;
             }
             Event::Scale { name, replicas } => {
@@ -349,7 +395,16 @@ async fn drive(env: &mut Env, plan: &Plan, kind: RunKind, scale: f64) -> anyhow:
             }
             Event::Leave { name } => {
                 monitor.gone(name, now);
+                traffic.set(name, &[]).await?;
                 placer.leave(name).await?;
+            }
+            Event::TrafficShifts => {
+                shifted = true;
+                for name in monitor.live() {
+                    let rates = plan.traffic(&name, shifted);
+                    traffic.set(&name, &rates).await?;
+                    monitor.traffic(&name, traffic.by_index(&rates), now);
+                }
             }
             Event::TenantArrives { cluster, group, pods } => {
                 let client = clients.get(cluster).context("a tenant in an unknown cluster")?;
@@ -372,6 +427,63 @@ async fn drive(env: &mut Env, plan: &Plan, kind: RunKind, scale: f64) -> anyhow:
         Env::Static { .. } => (0, None),
     };
     Ok(RunResult::new(kind.name(), &measured, scale, moved, counters))
+}
+
+/// The simulated ingress traffic of the regular clusters: set through each cluster's admin
+/// routes, where Prometheus scrapes it in a `traffic` run.
+struct Traffic {
+    http: reqwest::Client,
+    /// The regular clusters' API servers, in the plan's order.
+    urls: Vec<String>,
+    /// Each regular cluster's index among the monitor's clusters.
+    index: Vec<usize>,
+    /// How many clusters the monitor watches.
+    watched: usize,
+}
+
+impl Traffic {
+    fn new(clusters: &[SimCluster], plan: &Plan) -> Traffic {
+        let position = |name: &str| clusters.iter().position(|c| c.name() == name);
+        let regular: Vec<(usize, String)> = plan
+            .regular
+            .iter()
+            .filter_map(|c| position(&c.name).map(|i| (i, clusters[i].url().to_owned())))
+            .collect();
+        Traffic {
+            http: reqwest::Client::new(),
+            urls: regular.iter().map(|(_, url)| url.clone()).collect(),
+            index: regular.iter().map(|(i, _)| *i).collect(),
+            watched: clusters.len(),
+        }
+    }
+
+    /// Sets the requests per second arriving for Service `name` at each regular cluster
+    /// (`rates` in the plan's order; empty clears them).
+    async fn set(&self, name: &str, rates: &[f64]) -> anyhow::Result<()> {
+        for (i, url) in self.urls.iter().enumerate() {
+            let rate = rates.get(i).copied().unwrap_or(0.0);
+            let answer = self
+                .http
+                .put(format!("{url}/_sim/v1/traffic/{NAMESPACE}/{name}"))
+                .json(&json!({"requestsPerSecond": rate}))
+                .send()
+                .await
+                .with_context(|| format!("setting the traffic of {name}"))?;
+            if !answer.status().is_success() {
+                anyhow::bail!("setting the traffic of {name}: {}", answer.status());
+            }
+        }
+        Ok(())
+    }
+
+    /// `rates` (in the plan's order) by the monitor's cluster index.
+    fn by_index(&self, rates: &[f64]) -> Vec<f64> {
+        let mut out = vec![0.0; self.watched];
+        for (rate, &i) in rates.iter().zip(&self.index) {
+            out[i] = *rate;
+        }
+        out
+    }
 }
 
 /// The pod template of a workload's Deployments.

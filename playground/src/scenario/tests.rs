@@ -1,7 +1,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use super::plan::{Event, Rng, even_split, tenant_pod_size};
+use super::plan::{BUSY, Event, Rng, even_split, tenant_pod_size};
 use super::report::{HubCounters, moved_replicas, percentile};
 use super::*;
 
@@ -101,6 +101,7 @@ fn events_are_ordered_and_refer_to_live_workloads() {
     let mut live: BTreeSet<String> = BTreeSet::new();
     let mut arrived = 0;
     let mut tenants = 0;
+    let mut shifts = 0;
     for timed in &plan.events {
         match &timed.event {
             Event::Arrive(w) => {
@@ -116,12 +117,52 @@ fn events_are_ordered_and_refer_to_live_workloads() {
             }
             Event::Leave { name } => assert!(live.remove(name), "{name} leaves while not live"),
             Event::TenantArrives { .. } | Event::TenantLeaves { .. } => tenants += 1,
+            Event::TrafficShifts => shifts += 1,
         }
     }
+    assert_eq!(shifts, 1, "the traffic shifts once, half-way");
     assert_eq!(arrived, 40);
     assert!(tenants >= 4, "tenants come and go: {tenants} events");
     assert!(!live.is_empty(), "some workloads stay to the end");
     assert!(plan.readiness_events() > arrived, "some scale-ups");
+}
+
+#[test]
+fn traffic_is_skewed_to_two_regions_and_they_swap_when_it_shifts() {
+    let plan = testbed();
+    assert_eq!(plan.traffic.len(), 40, "every workload has traffic");
+    let close = |a: f64, b: f64| (a - b).abs() < 1e-9;
+    let mut homes = [0, 0];
+    for (name, demand) in &plan.traffic {
+        let before = plan.traffic(name, false);
+        let after = plan.traffic(name, true);
+        assert_eq!(before.len(), plan.regular.len());
+        assert!(
+            close(before.iter().sum::<f64>(), demand.requests_per_second),
+            "{name}: {before:?}"
+        );
+        let (home, away) = (BUSY[demand.home], BUSY[1 - demand.home]);
+        assert!(
+            close(before[home], 0.7 * demand.requests_per_second),
+            "{name}: {before:?}"
+        );
+        assert!(
+            close(before[away], 0.15 * demand.requests_per_second),
+            "{name}: {before:?}"
+        );
+        assert!(
+            close(after[home], before[away]) && close(after[away], before[home]),
+            "{name}: swapped"
+        );
+        homes[demand.home] += 1;
+    }
+    assert!(
+        homes[0] > 0 && homes[1] > 0,
+        "both busy regions are some workloads' home: {homes:?}"
+    );
+    assert_eq!(plan.traffic("nobody", false), Vec::<f64>::new());
+    let again = Plan::generate(&Shape::testbed(), plan.seed).expect("valid");
+    assert_eq!(again.traffic, plan.traffic, "the same seed, the same traffic");
 }
 
 #[test]
@@ -269,6 +310,12 @@ fn run_names_parse_and_unknown_ones_are_named() {
         .map(|s| s.parse().expect("known"))
         .collect();
     assert_eq!(all, RunKind::ALL);
+    assert_eq!(
+        "traffic".parse::<RunKind>(),
+        Ok(RunKind::Nave(nave_api::PlacementPolicy::Traffic)),
+        "traffic is a run, not a default one"
+    );
+    assert!(!RunKind::ALL.contains(&RunKind::Nave(nave_api::PlacementPolicy::Traffic)));
     let error = "first-fit".parse::<RunKind>().expect_err("unknown");
     assert!(
         error.contains("first-fit") && error.contains("worst-fit"),

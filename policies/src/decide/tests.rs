@@ -1231,3 +1231,18 @@ fn traffic_is_steady_existing_replicas_stay_when_it_shifts() {
         "a scale-up gives the new replicas to the cluster short of its share; seen\n{up}"
     );
 }
+
+#[test]
+fn traffic_scale_down_keeps_min_clusters() {
+    let fleet = fleet([mk_cluster("a"), mk_cluster("b"), mk_cluster("c")]);
+    let down = ask(5)
+        .min(2)
+        .strategy(by_traffic(&[("a", 100.0)]))
+        .current(&[("a", 5), ("b", 1)])
+        .on(&fleet);
+    assert_eq!(
+        placed(&down),
+        [("a", 4), ("b", 1)],
+        "the replica minClusters put in b stays; seen\n{down}"
+    );
+}
