@@ -74,6 +74,13 @@ struct McdLabels {
     cluster: String,
 }
 
+/// Labels of the per-MCD gauges.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct WorkloadLabels {
+    namespace: String,
+    name: String,
+}
+
 /// Labels of the per-cluster gauges.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ClusterLabels {
@@ -123,6 +130,7 @@ pub struct HubMetrics {
     mcd_desired: Family<McdLabels, Gauge>,
     mcd_ready: Family<McdLabels, Gauge>,
     mcd_failing: Family<McdLabels, Gauge>,
+    mcd_traffic_locality: Family<WorkloadLabels, FloatGauge>,
     prometheus_queries: Family<SignalLabels, Counter>,
     prometheus_errors: Family<SignalLabels, Counter>,
     unplaced_replicas: Gauge,
@@ -225,6 +233,12 @@ impl HubMetrics {
             "1 while a cluster's agent reports a MultiClusterDeployment's objects not applied or its Deployment unable to progress, else 0",
             mcd_failing.clone(),
         );
+        let mcd_traffic_locality = Family::<WorkloadLabels, FloatGauge>::default();
+        registry.register(
+            "nave_mcd_traffic_locality",
+            "Policy traffic: share of a MultiClusterDeployment's requests its placement serves in the cluster they arrive at (0 to 1; each replica serving an equal part)",
+            mcd_traffic_locality.clone(),
+        );
         let prometheus_queries = Family::<SignalLabels, Counter>::default();
         registry.register(
             "nave_prometheus_queries",
@@ -277,6 +291,7 @@ impl HubMetrics {
             mcd_desired,
             mcd_ready,
             mcd_failing,
+            mcd_traffic_locality,
             prometheus_queries,
             prometheus_errors,
             mcd_clusters: Mutex::default(),
@@ -403,8 +418,26 @@ impl HubMetrics {
         }
     }
 
+    /// Sets the share of an MCD's requests its placement serves where they arrive; `None` (not
+    /// placed by traffic, or no traffic measured) removes the series.
+    pub fn observe_traffic_locality(&self, workload: &WorkloadRef, locality: Option<f64>) {
+        let labels = WorkloadLabels {
+            namespace: workload.namespace.clone(),
+            name: workload.name.clone(),
+        };
+        match locality {
+            Some(share) => {
+                self.mcd_traffic_locality.get_or_create(&labels).set(share);
+            }
+            None => {
+                self.mcd_traffic_locality.remove(&labels);
+            }
+        }
+    }
+
     /// Removes every series of a deleted MCD.
     pub fn forget_mcd(&self, workload: &WorkloadRef) {
+        self.observe_traffic_locality(workload, None);
         let mut known = self.mcd_clusters.lock().unwrap_or_else(|e| e.into_inner());
         for cluster in known.remove(workload).unwrap_or_default() {
             self.remove_mcd_series(workload, &cluster);

@@ -21,6 +21,7 @@ pub mod inputs;
 pub mod moves;
 pub mod reports;
 pub mod stored;
+pub mod traffic;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -191,7 +192,7 @@ pub struct Inputs<'a> {
     /// The fleet, with usage and network measurements.
     pub fleet: &'a Fleet,
     /// The traffic measured by cluster and by workload (policy `traffic`).
-    pub traffic: &'a crate::usage::TrafficView,
+    pub traffic: &'a traffic::TrafficView,
     /// Room taken by replicas not reported running yet (this workload's included).
     pub ledger: &'a Ledger,
     /// The agents' latest reports.

@@ -510,7 +510,7 @@ impl Playground {
         s.push_str(&format!("hub                 {}\n", self.hub_url));
         match (&self.prometheus, &self.prometheus_absent) {
             (Some(p), _) => s.push_str(&format!(
-                "prometheus          {}  (the hub reads cluster usage from it)\n",
+                "prometheus          {}  (the hub reads cluster usage and traffic from it)\n",
                 p.url()
             )),
             (None, Some(why)) => s.push_str(&format!("{why}\n")),

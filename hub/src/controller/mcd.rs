@@ -171,6 +171,8 @@ async fn invalid(
     // Not planned: what it asked of a provisioner no longer stands, nor does its traffic count.
     ctx.sources.unplaced.set(&render::workload_ref(mcd), None);
     ctx.sources.followers.set(&render::workload_ref(mcd), false);
+    ctx.metrics
+        .observe_traffic_locality(&render::workload_ref(mcd), None);
     let generation = mcd.metadata.generation;
     let mut status = mcd.status.clone().unwrap_or_default();
     let was = conditions::find(&status.conditions, types::SCHEDULED).cloned();
@@ -248,9 +250,21 @@ async fn apply(mcd: Arc<MultiClusterDeployment>, ctx: &Context) -> Result<Action
     // What fits nowhere, for a provisioner; a new cluster does not help `everywhere`, which it
     // would only give more replicas to run.
     let placement_spec = &mcd.spec.placement;
-    ctx.sources.followers.set(
+    let by_traffic = placement_spec.policy == nave_api::PlacementPolicy::Traffic;
+    ctx.sources
+        .followers
+        .set(&workload, by_traffic && placement_spec.rescheduling.enabled);
+    ctx.metrics.observe_traffic_locality(
         &workload,
-        placement_spec.policy == nave_api::PlacementPolicy::Traffic && placement_spec.rescheduling.enabled,
+        by_traffic
+            .then(|| {
+                gathered
+                    .view
+                    .traffic
+                    .of(&workload.namespace, &workload.name)
+                    .locality(&decision.assignment)
+            })
+            .flatten(),
     );
     ctx.sources.unplaced.set(
         &workload,

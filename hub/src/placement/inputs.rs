@@ -312,7 +312,7 @@ pub fn policy(placement: &Placement) -> Policy {
         PlacementPolicy::BestFit => Strategy::BestFit,
         PlacementPolicy::Spread => Strategy::Spread,
         PlacementPolicy::Everywhere => Strategy::Everywhere,
-        // The caller puts in the workload's traffic (see `crate::usage::TrafficView::of`).
+        // The caller puts in the workload's traffic (see `super::traffic::TrafficView::of`).
         PlacementPolicy::Traffic => Strategy::Traffic(nave_policies::Traffic::default()),
         PlacementPolicy::Proximity => {
             let origin = placement.proximity.as_ref().map(|p| &p.origin);

@@ -64,7 +64,7 @@ struct World {
     valid: Valid,
     previous: Option<Previous>,
     fleet: Fleet,
-    traffic: crate::usage::TrafficView,
+    traffic: crate::placement::traffic::TrafficView,
     reports: Reports,
     pending: Pending,
     health: HealthSnapshot,
