@@ -755,6 +755,44 @@ fn the_hub_chart_renders_a_coherent_install_with_sqlite_by_default() {
 }
 
 #[test]
+fn the_hub_chart_points_the_hub_at_prometheus_with_a_traffic_query_when_asked() {
+    let Some(helm) = helm() else { return };
+    let hub_args = |set: &[&str]| {
+        let rendered = render(&helm, "nave-hub", set);
+        let (_, container) = check_coherent(&rendered, &External::default(), HUB_PROBES);
+        parse_args(
+            nave_hub::cli::Cli::command(),
+            Some("run"),
+            &container,
+            &["RUST_LOG", "POD_NAME", "POD_NAMESPACE"],
+        )
+    };
+    let default = hub_args(&[]);
+    assert_eq!(string_arg(&default, "prometheus_url"), None, "no Prometheus unless asked");
+    let query = r#"sum by (cluster, namespace, workload) (rate(requests_total{code!~"5.."}[2m]))"#;
+    // `--set` splits on commas unless they are escaped.
+    let set_query = format!("prometheus.trafficQuery={}", query.replace(',', "\\,"));
+    let args = hub_args(&[
+        "prometheus.url=http://prometheus.monitoring:9090",
+        &set_query,
+        "prometheus.ttl=45s",
+    ]);
+    assert_eq!(
+        string_arg(&args, "prometheus_url").as_deref(),
+        Some("http://prometheus.monitoring:9090")
+    );
+    assert_eq!(
+        string_arg(&args, "prometheus_traffic_query").as_deref(),
+        Some(query),
+        "the query reaches the hub unchanged, quotes, braces and commas included"
+    );
+    assert_eq!(
+        args.get_one::<std::time::Duration>("prometheus_ttl").copied(),
+        Some(std::time::Duration::from_secs(45))
+    );
+}
+
+#[test]
 fn the_hub_chart_takes_postgres_and_every_secret_from_existing_secrets() {
     let Some(helm) = helm() else { return };
     let rendered = render(
