@@ -484,6 +484,10 @@ async fn run_term(leading: &mut Leading, term: u64, term_over: &CancellationToke
         backoff = (backoff * 2).min(std::time::Duration::from_secs(5));
     }
     metrics.set_leading(term);
+    // Who follows their traffic is learnt again by this term's first pass: an MCD deleted while
+    // another replica led is not among them.
+    sources.followers.clear();
+    metrics.forget_traffic_locality();
     let triggered = trigger.attach();
     info!(term, "this replica leads: placing workloads");
     let ctx = Arc::new(Context::new(

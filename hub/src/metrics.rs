@@ -435,6 +435,11 @@ impl HubMetrics {
         }
     }
 
+    /// Removes every MCD's traffic locality (a new term sets them again as it plans).
+    pub fn forget_traffic_locality(&self) {
+        self.mcd_traffic_locality.clear();
+    }
+
     /// Removes every series of a deleted MCD.
     pub fn forget_mcd(&self, workload: &WorkloadRef) {
         self.observe_traffic_locality(workload, None);

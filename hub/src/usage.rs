@@ -392,6 +392,11 @@ impl Followers {
         }
     }
 
+    /// Forgets every workload (a new term learns them again).
+    pub fn clear(&self) {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).clear();
+    }
+
     /// The workloads that follow their traffic.
     pub fn snapshot(&self) -> Vec<(String, String)> {
         self.0

@@ -86,31 +86,25 @@ impl Traffic {
         replicas: u32,
         clusters: impl IntoIterator<Item = &'a str>,
     ) -> BTreeMap<String, u32> {
-        let weighted: Vec<(&str, f64)> = clusters
+        let weighted: Vec<(&str, u64)> = clusters
             .into_iter()
-            .map(|c| (c, self.of(c)))
-            .filter(|(_, t)| *t > 0.0)
+            .map(|c| (c, self.weight(c)))
+            .filter(|(_, w)| *w > 0)
             .collect();
-        if weighted.is_empty() {
-            return BTreeMap::new();
-        }
-        let mut seats = vec![0u32; weighted.len()];
-        for _ in 0..replicas {
-            // The highest traffic / (2 × seats + 1); the first of equals wins.
-            let quotient = |seats: &[u32], k: usize| weighted[k].1 / f64::from(2 * seats[k] + 1);
-            let mut best = 0;
-            for k in 1..weighted.len() {
-                if quotient(&seats, k) > quotient(&seats, best) {
-                    best = k;
-                }
-            }
-            seats[best] += 1;
-        }
+        let slots = vec![
+            crate::divide::Slot {
+                base: 0,
+                room: u64::MAX,
+            };
+            weighted.len()
+        ];
+        let weights: Vec<u64> = weighted.iter().map(|(_, w)| *w).collect();
+        let seats = crate::divide::webster(&slots, &weights, u64::from(replicas));
         weighted
             .iter()
             .zip(seats)
             .filter(|(_, n)| *n > 0)
-            .map(|((c, _), n)| ((*c).to_owned(), n))
+            .map(|((c, _), n)| ((*c).to_owned(), u32::try_from(n).unwrap_or(u32::MAX)))
             .collect()
     }
 

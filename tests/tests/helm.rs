@@ -768,7 +768,11 @@ fn the_hub_chart_points_the_hub_at_prometheus_with_a_traffic_query_when_asked() 
         )
     };
     let default = hub_args(&[]);
-    assert_eq!(string_arg(&default, "prometheus_url"), None, "no Prometheus unless asked");
+    assert_eq!(
+        string_arg(&default, "prometheus_url"),
+        None,
+        "no Prometheus unless asked"
+    );
     let query = r#"sum by (cluster, namespace, workload) (rate(requests_total{code!~"5.."}[2m]))"#;
     // `--set` splits on commas unless they are escaped.
     let set_query = format!("prometheus.trafficQuery={}", query.replace(',', "\\,"));
@@ -789,6 +793,12 @@ fn the_hub_chart_points_the_hub_at_prometheus_with_a_traffic_query_when_asked() 
     assert_eq!(
         args.get_one::<std::time::Duration>("prometheus_ttl").copied(),
         Some(std::time::Duration::from_secs(45))
+    );
+    let error = template(&helm, &chart("nave-hub"), &[&set_query])
+        .expect_err("a traffic query without a Prometheus to ask is refused");
+    assert!(
+        error.contains("prometheus.trafficQuery needs prometheus.url"),
+        "{error}"
     );
 }
 

@@ -257,14 +257,9 @@ async fn apply(mcd: Arc<MultiClusterDeployment>, ctx: &Context) -> Result<Action
     ctx.metrics.observe_traffic_locality(
         &workload,
         by_traffic
-            .then(|| {
-                gathered
-                    .view
-                    .traffic
-                    .of(&workload.namespace, &workload.name)
-                    .locality(&decision.assignment)
-            })
-            .flatten(),
+            .then(|| gathered.view.traffic.of(&workload.namespace, &workload.name))
+            .filter(|t| t.scope == nave_policies::TrafficScope::Workload)
+            .and_then(|t| t.locality(&decision.assignment)),
     );
     ctx.sources.unplaced.set(
         &workload,

@@ -254,15 +254,41 @@ fn follow_traffic(
     if traffic.locality(&ideal)? < before + margin {
         return None;
     }
+    // One replica stays in each of the first `minClusters` holders (most traffic, then most
+    // replicas), as a scale-down keeps them: the traffic alone would take it from a cluster
+    // without any.
+    let mut protected: Vec<&String> = request
+        .current
+        .iter()
+        .filter(|(c, n)| **n > 0 && fleet.get(c).is_some_and(|cl| !cl.burst_only))
+        .map(|(c, _)| c)
+        .collect();
+    protected.sort_by(|a, b| {
+        traffic
+            .of(b)
+            .total_cmp(&traffic.of(a))
+            .then(request.current[*b].cmp(&request.current[*a]))
+            .then(a.cmp(b))
+    });
+    protected.truncate(request.policy.min_clusters.unwrap_or(0).min(request.replicas) as usize);
     let surplus: BTreeMap<String, u32> = request
         .current
         .iter()
         .filter_map(|(cluster, &n)| {
             let share = ideal.get(cluster).copied().unwrap_or(0);
-            (n > share).then(|| (cluster.clone(), n - share))
+            let keep = share.max(u32::from(protected.contains(&cluster)));
+            (n > keep).then(|| (cluster.clone(), n - keep))
         })
         .collect();
     let (decision, moved) = evacuate_what_fits(fleet, ledger, request, baseline, surplus)?;
+    let short = |d: &Decision| {
+        d.notes
+            .iter()
+            .any(|n| matches!(n, nave_policies::Note::MinClustersNotMet { .. }))
+    };
+    if short(&decision) && !short(baseline) {
+        return None;
+    }
     let after = traffic.locality(&decision.assignment)?;
     (after >= before + margin).then_some((decision, moved, (before, after)))
 }

@@ -430,3 +430,19 @@ fn following_traffic_waits_for_the_cooldown_moves_only_what_fits_and_can_be_turn
     let decision = adapt.decide(&roomy, &Ledger::new(), &req, baseline.clone());
     assert_eq!(decision, baseline, "rescheduling disabled: replicas stay");
 }
+
+#[test]
+fn following_traffic_keeps_the_replica_min_clusters_put_where_no_traffic_arrives() {
+    let fleet = fleet(vec![cluster("a", 10), cluster("b", 10), cluster("c", 10)]);
+    let mut req = following(&[("a", 50.0), ("b", 50.0)], 6, &[("a", 5), ("b", 0), ("c", 1)]);
+    req.policy.min_clusters = Some(2);
+    let baseline = decide(&fleet, &Ledger::new(), &req);
+    let mut adapt = Adapt::new(None, true, 5 * MINUTE, 10 * MINUTE, BTreeMap::new(), at(600));
+    let decision = adapt.decide(&fleet, &Ledger::new(), &req, baseline);
+    assert_eq!(
+        decision.assignment,
+        [("a".to_owned(), 3), ("b".to_owned(), 2), ("c".to_owned(), 1)].into(),
+        "two of a's follow the traffic to b; c keeps the replica minClusters asks for: {decision}"
+    );
+    assert_eq!(adapt.trigger(), Some(TRIGGER_TRAFFIC));
+}
