@@ -41,10 +41,14 @@
 //! - **Partial**: what fits is placed and the rest is counted in [`Decision::unplaced`].
 //! - **Deterministic**: ordered maps and sorted vectors only; every tie goes to the earlier name.
 //!
+//! [`autoscale`] holds the arithmetic of multi-cluster autoscaling: the HPA's proposal,
+//! stabilization and rate rules over metrics aggregated across clusters.
+//!
 //! The pieces the adaptive behaviour builds on are here too: [`Utilization`] per cluster and the
 //! bursting threshold ([`Bursting`]), and [`Request::evacuate`] to move stuck replicas away.
 #![forbid(unsafe_code)]
 
+pub mod autoscale;
 mod capacity;
 mod decide;
 mod decision;
