@@ -183,6 +183,10 @@ async fn every_dashboard_query_returns_data_from_the_real_prometheus() {
     };
     let options = EnvOptions {
         prometheus: Some(binary),
+        hub_prometheus: nave_hub::cli::PrometheusArgs {
+            prometheus_traffic_query: Some(nave_playground::up::SIM_TRAFFIC_QUERY.to_owned()),
+            ..nave_hub::cli::PrometheusArgs::default()
+        },
         ..EnvOptions::default()
     };
     let env = Env::start_with(nave_e2e::fleet(3), Database::Sqlite, options)
@@ -206,6 +210,32 @@ async fn every_dashboard_query_returns_data_from_the_real_prometheus() {
     .await
     .expect("web scaled");
     env.wait_rolled_out("default", "web", 6).await;
+
+    // A workload placed by its traffic, which arrives at two clusters' ingresses.
+    let names: Vec<String> = env.fleet.clusters.iter().map(|c| c.name().to_owned()).collect();
+    for (cluster, rate) in names.iter().zip([30.0, 10.0]) {
+        let answer = reqwest::Client::new()
+            .put(format!(
+                "{}/_sim/v1/traffic/default/api",
+                env.cluster_url(cluster)
+            ))
+            .json(&json!({"requestsPerSecond": rate}))
+            .send()
+            .await
+            .expect("the simulator answers");
+        assert!(
+            answer.status().is_success(),
+            "traffic set in {cluster}: {}",
+            answer.status()
+        );
+    }
+    mcds.create(
+        &PostParams::default(),
+        &Mcd::new("api").replicas(2).policy("traffic").build(),
+    )
+    .await
+    .expect("api created");
+    env.wait_rolled_out("default", "api", 2).await;
 
     let server = env.prometheus().expect("Prometheus runs");
     let queries = queries();

@@ -16,7 +16,7 @@ const NS: &str = "default";
 
 /// Each cluster's ingress traffic of the Service `service`, by workload: the simulator's series
 /// relabelled as the hub expects (`cluster`, `namespace`, `workload`).
-const TRAFFIC_QUERY: &str = r#"sum by (cluster, namespace, workload) (label_replace(nave_sim_ingress_requests_per_second, "workload", "$1", "service", "(.*)"))"#;
+const TRAFFIC_QUERY: &str = nave_playground::up::SIM_TRAFFIC_QUERY;
 
 async fn set_traffic(env: &Env, cluster: &str, service: &str, requests_per_second: f64) {
     let answer = reqwest::Client::new()
