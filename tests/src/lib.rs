@@ -547,6 +547,29 @@ impl Env {
             .unwrap_or_else(|| panic!("no workload cluster named {name}"))
     }
 
+    /// Sets the requests per second arriving at workload cluster `cluster`'s simulated ingress
+    /// for Service `namespace/service` (0 removes them); see nave-sim's `PUT /traffic`.
+    ///
+    /// # Panics
+    ///
+    /// When the simulator does not take it.
+    pub async fn set_traffic(&self, cluster: &str, namespace: &str, service: &str, requests_per_second: f64) {
+        let answer = reqwest::Client::new()
+            .put(format!(
+                "{}/_sim/v1/traffic/{namespace}/{service}",
+                self.cluster_url(cluster)
+            ))
+            .json(&serde_json::json!({"requestsPerSecond": requests_per_second}))
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("setting {cluster}'s traffic: {e}"));
+        assert!(
+            answer.status().is_success(),
+            "setting {cluster}'s traffic of {namespace}/{service}: {}",
+            answer.status()
+        );
+    }
+
     /// Stops the agent of cluster `name` (what it applied keeps running).
     pub async fn stop_agent(&mut self, name: &str) {
         if let Some(agent) = self.agents.remove(name) {

@@ -214,20 +214,7 @@ async fn every_dashboard_query_returns_data_from_the_real_prometheus() {
     // A workload placed by its traffic, which arrives at two clusters' ingresses.
     let names: Vec<String> = env.fleet.clusters.iter().map(|c| c.name().to_owned()).collect();
     for (cluster, rate) in names.iter().zip([30.0, 10.0]) {
-        let answer = reqwest::Client::new()
-            .put(format!(
-                "{}/_sim/v1/traffic/default/api",
-                env.cluster_url(cluster)
-            ))
-            .json(&json!({"requestsPerSecond": rate}))
-            .send()
-            .await
-            .expect("the simulator answers");
-        assert!(
-            answer.status().is_success(),
-            "traffic set in {cluster}: {}",
-            answer.status()
-        );
+        env.set_traffic(cluster, "default", "api", rate).await;
     }
     mcds.create(
         &PostParams::default(),

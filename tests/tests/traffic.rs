@@ -18,23 +18,6 @@ const NS: &str = "default";
 /// relabelled as the hub expects (`cluster`, `namespace`, `workload`).
 const TRAFFIC_QUERY: &str = nave_playground::up::SIM_TRAFFIC_QUERY;
 
-async fn set_traffic(env: &Env, cluster: &str, service: &str, requests_per_second: f64) {
-    let answer = reqwest::Client::new()
-        .put(format!(
-            "{}/_sim/v1/traffic/{NS}/{service}",
-            env.cluster_url(cluster)
-        ))
-        .json(&json!({"requestsPerSecond": requests_per_second}))
-        .send()
-        .await
-        .expect("the simulator answers");
-    assert!(
-        answer.status().is_success(),
-        "setting {cluster}'s traffic: {}",
-        answer.status()
-    );
-}
-
 async fn explanation(env: &Env, name: &str) -> Result<String, String> {
     let placement = env.rest(&format!("/placements/{NS}/{name}")).await?;
     Ok(placement["explanation"].as_str().unwrap_or_default().to_owned())
@@ -61,9 +44,9 @@ async fn replicas_go_where_the_traffic_arrives_and_follow_it_when_it_shifts() {
 
     // 4 of 5 requests for `web` arrive in eu-west-1; another Service's traffic arrives only in
     // us-east-1 and must not count for `web`.
-    set_traffic(&env, "eu-west-1", "web", 80.0).await;
-    set_traffic(&env, "us-east-1", "web", 20.0).await;
-    set_traffic(&env, "us-east-1", "other", 500.0).await;
+    env.set_traffic("eu-west-1", NS, "web", 80.0).await;
+    env.set_traffic("us-east-1", NS, "web", 20.0).await;
+    env.set_traffic("us-east-1", NS, "other", 500.0).await;
     wait_for("the hub to read each cluster's traffic", DEADLINE, || async {
         let eu = env.rest("/clusters/eu-west-1").await?["usage"]["traffic"].as_f64();
         let us = env.rest("/clusters/us-east-1").await?["usage"]["traffic"].as_f64();
@@ -106,8 +89,8 @@ async fn replicas_go_where_the_traffic_arrives_and_follow_it_when_it_shifts() {
 
     // The traffic turns around: the replicas follow, make-before-break. (Prometheus may scrape
     // between the two changes, and the hub may follow that half-way state first.)
-    set_traffic(&env, "eu-west-1", "web", 20.0).await;
-    set_traffic(&env, "us-east-1", "web", 80.0).await;
+    env.set_traffic("eu-west-1", NS, "web", 20.0).await;
+    env.set_traffic("us-east-1", NS, "web", 80.0).await;
     env.event(NS, "web", "FollowedTraffic").await;
     wait_for("web to run 1:3 as the traffic now arrives", DEADLINE, || async {
         let running = env.replicas_by_cluster(NS, "web").await;
