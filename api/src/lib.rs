@@ -29,6 +29,7 @@
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::CustomResourceExt;
 
+pub mod autoscaler;
 pub mod cluster;
 pub mod conditions;
 pub mod deployment;
@@ -42,6 +43,10 @@ pub mod template;
 mod tests;
 pub mod wire;
 
+pub use autoscaler::{
+    MultiClusterHorizontalPodAutoscaler, MultiClusterHorizontalPodAutoscalerSpec,
+    MultiClusterHorizontalPodAutoscalerStatus,
+};
 pub use cluster::{
     ClusterCapacity, ResourceAmounts, WorkloadCluster, WorkloadClusterSpec, WorkloadClusterStatus,
 };
@@ -111,6 +116,7 @@ pub const CRDGEN_COMMAND: &str = "cargo run -p nave-api --bin crdgen";
 pub fn crds() -> Vec<CustomResourceDefinition> {
     [
         MultiClusterDeployment::crd(),
+        MultiClusterHorizontalPodAutoscaler::crd(),
         MultiClusterService::crd(),
         WorkloadCluster::crd(),
     ]

@@ -645,6 +645,7 @@ fn crd_yaml_parses_back_to_the_same_crd() {
         names,
         [
             "multiclusterdeployments.nave.dev.yaml",
+            "multiclusterhorizontalpodautoscalers.nave.dev.yaml",
             "multiclusterservices.nave.dev.yaml",
             "workloadclusters.nave.dev.yaml"
         ]

@@ -139,6 +139,27 @@ fn cases() -> Vec<Case> {
             ],
         },
         Case {
+            rule_contains: "self.minReplicas <= self.maxReplicas",
+            valid: vec![
+                json!({"maxReplicas": 3}),
+                json!({"minReplicas": 3, "maxReplicas": 3}),
+            ],
+            invalid: vec![json!({"minReplicas": 4, "maxReplicas": 3})],
+        },
+        Case {
+            rule_contains: "self.type != 'Resource' || has(self.resource)",
+            valid: vec![json!({"type": "Resource", "resource": {"name": "cpu"}})],
+            invalid: vec![json!({"type": "Resource"})],
+        },
+        Case {
+            rule_contains: "self.kind == 'MultiClusterDeployment'",
+            valid: vec![
+                json!({"name": "web"}),
+                json!({"name": "web", "kind": "MultiClusterDeployment"}),
+            ],
+            invalid: vec![json!({"name": "web", "kind": "Deployment"})],
+        },
+        Case {
             rule_contains: "self.policy != 'traffic'",
             valid: vec![
                 json!({"policy": "traffic"}),

@@ -224,3 +224,18 @@ fn everywhere_example_runs_one_collector_per_selected_cluster() {
         .deployment_spec()
         .expect("the example template is a valid DeploymentSpec");
 }
+
+#[test]
+fn autoscaling_example_scales_its_workload_by_cpu() {
+    use nave_api::MultiClusterHorizontalPodAutoscaler;
+    let docs = documents("autoscaling.yaml");
+    let mcds = of_kind(&docs, "MultiClusterDeployment");
+    let hpas = of_kind(&docs, "MultiClusterHorizontalPodAutoscaler");
+    assert_eq!((mcds.len(), hpas.len()), (1, 1));
+    assert_fits_crd::<MultiClusterDeployment>(mcds[0]);
+    assert_fits_crd::<MultiClusterHorizontalPodAutoscaler>(hpas[0]);
+    let hpa: MultiClusterHorizontalPodAutoscaler = serde_json::from_value(hpas[0].clone()).unwrap();
+    assert_eq!(hpa.spec.scale_target_ref.name, mcds[0]["metadata"]["name"]);
+    assert_eq!((hpa.spec.min_replicas, hpa.spec.max_replicas), (Some(2), 20));
+    assert_eq!(hpa.spec.metrics.len(), 1);
+}

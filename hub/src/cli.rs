@@ -94,6 +94,53 @@ pub struct RunArgs {
     /// Telling a provisioner what fits nowhere.
     #[command(flatten)]
     pub provisioner: ProvisionerArgs,
+    /// MultiClusterHorizontalPodAutoscalers.
+    #[command(flatten)]
+    pub autoscale: AutoscaleArgs,
+}
+
+/// How the leader evaluates MultiClusterHorizontalPodAutoscalers (see the `autoscaler`
+/// module); their metrics come from `--prometheus-url`.
+#[derive(Debug, Clone, PartialEq, clap::Args)]
+pub struct AutoscaleArgs {
+    /// Time between two evaluations of every MultiClusterHorizontalPodAutoscaler (the HPA's
+    /// `--horizontal-pod-autoscaler-sync-period`).
+    #[arg(long, env = "NAVE_AUTOSCALE_INTERVAL", default_value = "15s", value_parser = nave_runtime::positive_duration)]
+    pub autoscale_interval: Duration,
+    /// The window of the CPU usage rate (`rate(container_cpu_usage_seconds_total[...])`), a
+    /// PromQL duration: a few scrape intervals at least.
+    #[arg(long, env = "NAVE_AUTOSCALE_RATE_WINDOW", default_value = "1m", value_parser = promql_duration)]
+    pub autoscale_rate_window: String,
+}
+
+impl Default for AutoscaleArgs {
+    fn default() -> Self {
+        AutoscaleArgs {
+            autoscale_interval: Duration::from_secs(15),
+            autoscale_rate_window: "1m".to_owned(),
+        }
+    }
+}
+
+/// A PromQL duration such as `30s`, `1m` or `1h30m`: digits and units, nothing else.
+fn promql_duration(value: &str) -> Result<String, String> {
+    let units = ["ms", "s", "m", "h", "d", "w", "y"];
+    let mut rest = value;
+    if rest.is_empty() {
+        return Err("a duration such as 30s or 1m".to_owned());
+    }
+    while !rest.is_empty() {
+        let digits = rest.chars().take_while(char::is_ascii_digit).count();
+        if digits == 0 {
+            return Err(format!("{value:?} is not a PromQL duration such as 30s or 1m"));
+        }
+        rest = &rest[digits..];
+        let Some(unit) = units.iter().find(|u| rest.starts_with(*u)) else {
+            return Err(format!("{value:?} is not a PromQL duration such as 30s or 1m"));
+        };
+        rest = &rest[unit.len()..];
+    }
+    Ok(value.to_owned())
 }
 
 /// Where to tell a provisioner (Cluster API, a cloud autoscaler, a script) about replicas that

@@ -54,6 +54,7 @@
 pub mod admin_cli;
 pub mod agent_api;
 pub mod api_error;
+pub mod autoscaler;
 pub mod cli;
 pub mod cluster_health;
 pub mod controller;
@@ -192,6 +193,17 @@ pub async fn run_until(args: RunArgs, shutdown: CancellationToken) -> Result<(),
         Some(_) => UsageCache::new(args.prometheus.prometheus_ttl),
         None => UsageCache::default(),
     });
+    // MultiClusterHorizontalPodAutoscalers read the same Prometheus.
+    let autoscale_prometheus = match &args.prometheus.prometheus_url {
+        Some(url) => Some(
+            prometheus_http_query::Client::try_from(url.as_str()).map_err(|e| Error::Prometheus {
+                url: url.clone(),
+                message: e.to_string(),
+            })?,
+        ),
+        None => None,
+    };
+    let autoscale = (autoscale_prometheus, args.autoscale.clone());
     let refresher = match args.prometheus.source() {
         Some(source) => Some(
             usage::Refresher::new(&source, usage.clone(), metrics.clone())?
@@ -352,6 +364,7 @@ pub async fn run_until(args: RunArgs, shutdown: CancellationToken) -> Result<(),
             rules,
             refresher,
             webhook,
+            autoscale,
         },
         election,
         shutdown.clone(),
@@ -401,6 +414,8 @@ struct Leading {
     rules: cluster_health::Rules,
     refresher: Option<usage::Refresher>,
     webhook: Option<provisioner::Webhook>,
+    /// MultiClusterHorizontalPodAutoscalers: the Prometheus they read, and how often.
+    autoscale: (Option<prometheus_http_query::Client>, cli::AutoscaleArgs),
 }
 
 /// Leads whenever this replica holds the lead, until `shutdown`: each term runs what only the
@@ -468,6 +483,7 @@ async fn run_term(leading: &mut Leading, term: u64, term_over: &CancellationToke
         rules,
         refresher,
         webhook,
+        autoscale,
     } = leading;
     // A new term: the work sets are complete again once this leader's first pass is done. Read
     // everything the previous leader and the other replicas wrote, after the claim of the term
@@ -526,6 +542,16 @@ async fn run_term(leading: &mut Leading, term: u64, term_over: &CancellationToke
             {
                 let signals = signals.clone();
                 move || signals.published()
+            },
+            term_over.clone(),
+        ),
+        autoscaler::run(
+            autoscaler::Autoscaling {
+                client: client.clone(),
+                prometheus: autoscale.0.clone(),
+                interval: autoscale.1.autoscale_interval,
+                rate_window: autoscale.1.autoscale_rate_window.clone(),
+                recorder: ctx.recorder.clone(),
             },
             term_over.clone(),
         ),

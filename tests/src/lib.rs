@@ -98,6 +98,8 @@ pub struct EnvOptions {
     /// Clusters whose agents do not start with the environment (declared, not joined), until
     /// [`Env::start_agent`] starts them.
     pub dormant: Vec<String>,
+    /// How the hub evaluates MultiClusterHorizontalPodAutoscalers.
+    pub hub_autoscale: nave_hub::cli::AutoscaleArgs,
 }
 
 /// Namespace of the hub's Lease when the environment elects a leader.
@@ -291,6 +293,7 @@ impl Env {
             prometheus = Some(server);
         }
         let hub_args = nave_hub::cli::RunArgs {
+            autoscale: options.hub_autoscale.clone(),
             provisioner: options.hub_provisioner.clone(),
             database_url,
             listen,

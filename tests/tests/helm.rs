@@ -590,7 +590,7 @@ fn the_hub_chart_renders_a_coherent_install_with_sqlite_by_default() {
                 ("ClusterRole", 1),
                 ("ClusterRoleBinding", 1),
                 ("ConfigMap", 1),
-                ("CustomResourceDefinition", 3),
+                ("CustomResourceDefinition", 4),
                 ("Deployment", 1),
                 ("PersistentVolumeClaim", 1),
                 ("Secret", 3),
@@ -1734,6 +1734,10 @@ async fn the_charts_grant_exactly_what_the_hub_and_the_agents_use() {
         Database::Sqlite,
         EnvOptions {
             leader_election: Some(lease),
+            hub_autoscale: nave_hub::cli::AutoscaleArgs {
+                autoscale_interval: std::time::Duration::from_millis(200),
+                ..nave_hub::cli::AutoscaleArgs::default()
+            },
             ..EnvOptions::default()
         },
     )
@@ -1741,6 +1745,43 @@ async fn the_charts_grant_exactly_what_the_hub_and_the_agents_use() {
     .expect("the environment starts");
     assert_eq!(nave_e2e::HUB_NAMESPACE, NS);
     place_and_delete_a_workload(&mut env).await;
+    // An autoscaler: the hub reads its target and writes its status (no Prometheus here, so it
+    // says it reads no metrics).
+    let mcds: kube::Api<nave_api::MultiClusterDeployment> =
+        kube::Api::namespaced(env.client.clone(), "default");
+    mcds.create(
+        &Default::default(),
+        &nave_testkit::Mcd::new("scaled").replicas(1).build(),
+    )
+    .await
+    .expect("scaled created");
+    let hpas: kube::Api<nave_api::MultiClusterHorizontalPodAutoscaler> =
+        kube::Api::namespaced(env.client.clone(), "default");
+    let hpa: nave_api::MultiClusterHorizontalPodAutoscaler = serde_json::from_value(serde_json::json!({
+        "apiVersion": nave_api::API_VERSION, "kind": "MultiClusterHorizontalPodAutoscaler",
+        "metadata": {"name": "scaled", "namespace": "default"},
+        "spec": {"scaleTargetRef": {"name": "scaled"}, "maxReplicas": 3,
+            "metrics": [{"type": "Resource",
+                "resource": {"name": "cpu", "target": {"type": "Utilization", "averageUtilization": 50}}}]}
+    }))
+    .expect("an autoscaler");
+    hpas.create(&Default::default(), &hpa)
+        .await
+        .expect("autoscaler created");
+    nave_testkit::wait_for("the autoscaler's status", nave_e2e::DEADLINE, || async {
+        let hpa = hpas.get("scaled").await.map_err(|e| e.to_string())?;
+        let active = hpa
+            .status
+            .iter()
+            .flat_map(|s| &s.conditions)
+            .any(|c| c.type_ == "ScalingActive");
+        if active {
+            Ok(())
+        } else {
+            Err(format!("{:?}", hpa.status))
+        }
+    })
+    .await;
     // The fleet was declared before the agents joined: the hub puts its finalizer on each.
     let clusters: kube::Api<nave_api::WorkloadCluster> = kube::Api::all(env.client.clone());
     nave_testkit::wait_for(

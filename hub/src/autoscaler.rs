@@ -1,0 +1,516 @@
+//! MultiClusterHorizontalPodAutoscalers: the leader scales each one's MultiClusterDeployment
+//! from the utilization of its pods in every cluster, read from Prometheus, with the HPA's rules
+//! ([`nave_policies::autoscale`]).
+//!
+//! ```text
+//!  every --autoscale-interval: list MultiClusterHorizontalPodAutoscalers
+//!    └─ each: its MultiClusterDeployment (spec.replicas) ─┐
+//!       Prometheus: usage and requests of the workload's  ├─► Autoscaler::step ─► patch
+//!       pods (nave.dev/workload), summed over clusters ───┘    spec.replicas, Event, status
+//! ```
+//!
+//! The pods are the agents' (labelled `nave.dev/workload: <namespace>.<name>`); usage comes from
+//! cAdvisor (`container_cpu_usage_seconds_total`, `container_memory_working_set_bytes`) and
+//! requests from kube-state-metrics (`kube_pod_container_resource_requests`), joined on
+//! `kube_pod_labels` (kube-state-metrics must export the `nave.dev/workload` pod label:
+//! `--metric-labels-allowlist=pods=[nave.dev/workload]`); every series carries the `cluster`
+//! label as for usage scoring. What each MultiClusterHorizontalPodAutoscaler remembers (its
+//! recent proposals and changes) is kept in memory for the term, as the HPA controller keeps it.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::events::{Event, EventType, Recorder};
+use kube::{Resource, ResourceExt};
+use nave_api::autoscaler::{
+    MetricStatus, MetricType, MetricValueStatus, PolicyType, ResourceMetricStatus, ResourceName,
+    ScalingRules, SelectPolicy,
+};
+use nave_api::wire::WORKLOAD_LABEL;
+use nave_api::{
+    MultiClusterDeployment, MultiClusterHorizontalPodAutoscaler, MultiClusterHorizontalPodAutoscalerStatus,
+};
+use nave_policies::autoscale::{
+    Autoscaler, Behavior, Change, Limit, Measurement, Rules, ScalingPolicy, Select,
+};
+use prometheus_http_query::response::Data;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+
+/// What the autoscaling loop needs.
+pub struct Autoscaling {
+    /// The management cluster.
+    pub client: kube::Client,
+    /// The Prometheus usage is read from; `None` without `--prometheus-url`.
+    pub prometheus: Option<prometheus_http_query::Client>,
+    /// Time between two evaluations.
+    pub interval: Duration,
+    /// The CPU rate's window, a PromQL duration.
+    pub rate_window: String,
+    /// Records the Events.
+    pub recorder: Recorder,
+}
+
+impl std::fmt::Debug for Autoscaling {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Autoscaling")
+            .field("interval", &self.interval)
+            .field("rate_window", &self.rate_window)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Field manager of the hub's writes of `spec.replicas`.
+const MANAGER: &str = "nave-hub-autoscaler";
+
+/// Evaluates every MultiClusterHorizontalPodAutoscaler each interval until `shutdown`.
+pub async fn run(autoscaling: Autoscaling, shutdown: CancellationToken) {
+    let origin = Instant::now();
+    let mut remembered: BTreeMap<(String, String), Autoscaler> = BTreeMap::new();
+    let mut tick = tokio::time::interval(autoscaling.interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            () = autoscaling.pass(origin, &mut remembered) => {}
+        }
+    }
+}
+
+impl Autoscaling {
+    async fn pass(&self, origin: Instant, remembered: &mut BTreeMap<(String, String), Autoscaler>) {
+        let api: Api<MultiClusterHorizontalPodAutoscaler> = Api::all(self.client.clone());
+        let list = match api.list(&Default::default()).await {
+            Ok(list) => list.items,
+            Err(error) => {
+                warn!(error = %error, "listing MultiClusterHorizontalPodAutoscalers failed; trying again next interval");
+                return;
+            }
+        };
+        let keys: std::collections::BTreeSet<(String, String)> = list
+            .iter()
+            .map(|h| (h.namespace().unwrap_or_default(), h.name_any()))
+            .collect();
+        remembered.retain(|key, _| keys.contains(key));
+        for hpa in &list {
+            if hpa.metadata.deletion_timestamp.is_some() {
+                continue;
+            }
+            let key = (hpa.namespace().unwrap_or_default(), hpa.name_any());
+            let autoscaler = remembered.entry(key).or_default();
+            if let Err(error) = self.evaluate(hpa, autoscaler, origin.elapsed()).await {
+                warn!(
+                    autoscaler = %hpa.name_any(),
+                    namespace = hpa.namespace().unwrap_or_default(),
+                    error = %error,
+                    "evaluating a MultiClusterHorizontalPodAutoscaler failed"
+                );
+            }
+        }
+    }
+
+    async fn evaluate(
+        &self,
+        hpa: &MultiClusterHorizontalPodAutoscaler,
+        autoscaler: &mut Autoscaler,
+        now: Duration,
+    ) -> Result<(), kube::Error> {
+        let namespace = hpa.namespace().unwrap_or_default();
+        let spec = &hpa.spec;
+        let target = &spec.scale_target_ref.name;
+        let mut status = hpa.status.clone().unwrap_or_default();
+        status.observed_generation = hpa.metadata.generation;
+        let mcds: Api<MultiClusterDeployment> = Api::namespaced(self.client.clone(), &namespace);
+        let Some(mcd) = mcds.get_opt(target).await? else {
+            set(
+                &mut status,
+                "AbleToScale",
+                false,
+                "FailedGetScale",
+                format!("MultiClusterDeployment {namespace}/{target} not found"),
+            );
+            return self.write_status(hpa, status).await;
+        };
+        let current = u32::try_from(mcd.spec.replicas.max(0)).unwrap_or(u32::MAX);
+        status.current_replicas = i32::try_from(current).unwrap_or(i32::MAX);
+        set(
+            &mut status,
+            "AbleToScale",
+            true,
+            "SucceededGetScale",
+            format!("the autoscaler can read and change {target}'s replicas"),
+        );
+
+        // The metrics: every one must be read, or nothing changes (as the HPA).
+        let mut measurements = Vec::new();
+        let mut current_metrics = Vec::new();
+        let mut failure = None;
+        for metric in &spec.metrics {
+            let Some(resource) = metric.resource.as_ref() else {
+                continue;
+            };
+            let read = match &self.prometheus {
+                None => Err("the hub reads no Prometheus (--prometheus-url)".to_owned()),
+                Some(client) => {
+                    self.utilization(client, &namespace, &mcd.name_any(), resource.name)
+                        .await
+                }
+            };
+            match read {
+                Ok(percent) => {
+                    measurements.push(Measurement {
+                        current: percent,
+                        target: f64::from(resource.target.average_utilization),
+                    });
+                    current_metrics.push(MetricStatus {
+                        type_: MetricType::Resource,
+                        resource: ResourceMetricStatus {
+                            name: resource.name,
+                            current: MetricValueStatus {
+                                average_utilization: percent.round().clamp(0.0, f64::from(i32::MAX)) as i32,
+                            },
+                        },
+                    });
+                }
+                Err(why) => {
+                    failure = Some(format!("{} utilization: {why}", resource.name.as_str()));
+                    break;
+                }
+            }
+        }
+        status.current_metrics = current_metrics;
+        if let Some(why) = failure {
+            set(
+                &mut status,
+                "ScalingActive",
+                false,
+                "FailedGetResourceMetric",
+                why,
+            );
+            status.desired_replicas = status.current_replicas;
+            return self.write_status(hpa, status).await;
+        }
+        set(
+            &mut status,
+            "ScalingActive",
+            true,
+            "ValidMetricFound",
+            "the utilization of every metric was read".to_owned(),
+        );
+
+        let min = u32::try_from(spec.min_replicas.unwrap_or(1).max(1)).unwrap_or(1);
+        let max = u32::try_from(spec.max_replicas.max(1)).unwrap_or(1);
+        let step = autoscaler.step(
+            now,
+            current,
+            &measurements,
+            min,
+            max,
+            &behavior(spec.behavior.as_ref()),
+        );
+        status.desired_replicas = i32::try_from(step.desired).unwrap_or(i32::MAX);
+        let (limited, reason, message) = match step.limit {
+            Some(Limit::TooFew(n)) => (
+                true,
+                "TooFewReplicas",
+                format!("the desired count is below minReplicas={n}"),
+            ),
+            Some(Limit::TooMany(n)) => (
+                true,
+                "TooManyReplicas",
+                format!("the desired count is above maxReplicas={n}"),
+            ),
+            Some(Limit::ScaleUpRate(n)) => (
+                true,
+                "ScaleUpLimit",
+                format!("a scale-up policy allows {n} replicas now"),
+            ),
+            Some(Limit::ScaleDownRate(n)) => (
+                true,
+                "ScaleDownLimit",
+                format!("a scale-down policy allows no fewer than {n} replicas now"),
+            ),
+            Some(Limit::Stabilized(n)) => (
+                true,
+                "ScaleDownStabilized",
+                format!("recent proposals hold it at {n}"),
+            ),
+            None => (
+                false,
+                "DesiredWithinRange",
+                "the desired count is within the acceptable range".to_owned(),
+            ),
+        };
+        set(&mut status, "ScalingLimited", limited, reason, message);
+        if step.desired != current {
+            let why = describe(&spec.metrics, &measurements);
+            mcds.patch(
+                target,
+                &PatchParams::apply(MANAGER),
+                &Patch::Merge(serde_json::json!({"spec": {"replicas": step.desired}})),
+            )
+            .await?;
+            status.last_scale_time = Some(Time(jiff::Timestamp::now()));
+            set(
+                &mut status,
+                "AbleToScale",
+                true,
+                "SucceededRescale",
+                format!("scaled {target} from {current} to {}", step.desired),
+            );
+            let note = format!("New size: {}; reason: {why}", step.desired);
+            info!(namespace, autoscaler = %hpa.name_any(), from = current, to = step.desired, %why, "rescaled");
+            let event = Event {
+                type_: EventType::Normal,
+                reason: "SuccessfulRescale".to_owned(),
+                note: Some(note),
+                action: "Rescale".to_owned(),
+                secondary: Some(mcd.object_ref(&())),
+            };
+            if let Err(error) = self.recorder.publish(&event, &hpa.object_ref(&())).await {
+                warn!(error = %error, "publishing an event failed");
+            }
+        } else {
+            debug!(namespace, autoscaler = %hpa.name_any(), replicas = current, "no change");
+        }
+        self.write_status(hpa, status).await
+    }
+
+    /// The workload's `resource` utilization in percent of its pods' requests, over every
+    /// cluster.
+    async fn utilization(
+        &self,
+        client: &prometheus_http_query::Client,
+        namespace: &str,
+        name: &str,
+        resource: ResourceName,
+    ) -> Result<f64, String> {
+        let (usage, requests) = queries(namespace, name, resource, &self.rate_window);
+        let usage = scalar(client, &usage).await?;
+        let requests = scalar(client, &requests).await?;
+        match (usage, requests) {
+            (Some(used), Some(asked)) if asked > 0.0 => Ok(100.0 * used / asked),
+            (_, Some(asked)) if asked <= 0.0 => {
+                Err("its pods request none; utilization needs requests".to_owned())
+            }
+            _ => Err("no pod of the workload measured yet".to_owned()),
+        }
+    }
+
+    async fn write_status(
+        &self,
+        hpa: &MultiClusterHorizontalPodAutoscaler,
+        status: MultiClusterHorizontalPodAutoscalerStatus,
+    ) -> Result<(), kube::Error> {
+        if hpa.status.as_ref() == Some(&status) {
+            return Ok(());
+        }
+        let api: Api<MultiClusterHorizontalPodAutoscaler> =
+            Api::namespaced(self.client.clone(), &hpa.namespace().unwrap_or_default());
+        api.patch_status(
+            &hpa.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"status": status})),
+        )
+        .await?;
+        Ok(())
+    }
+}
+
+/// The PromQL of a workload's usage and requests of `resource`, summed over its pods in every
+/// cluster that have been measured for the whole rate window. Namespace and name are DNS labels; quotes and backslashes are escaped anyway.
+pub fn queries(namespace: &str, name: &str, resource: ResourceName, rate_window: &str) -> (String, String) {
+    let quote = |s: &str| s.replace('\\', "\\\\").replace('"', "\\\"");
+    let ns = quote(namespace);
+    let workload = quote(&format!("{namespace}.{name}"));
+    let label = format!("label_{}", WORKLOAD_LABEL.replace(['.', '/', '-'], "_"));
+    let labelled = format!(
+        r#"max by (cluster, namespace, pod) (kube_pod_labels{{namespace="{ns}",{label}="{workload}"}})"#
+    );
+    // Only pods measured over the whole window count, for usage and requests alike: a pod that
+    // has just started has a partial rate (the HPA's CPU initialization period, in effect).
+    let measured = match resource {
+        ResourceName::Cpu => format!(
+            r#"max by (cluster, namespace, pod) (container_cpu_usage_seconds_total{{namespace="{ns}",container!="",container!="POD"}} offset {rate_window})"#
+        ),
+        ResourceName::Memory => format!(
+            r#"max by (cluster, namespace, pod) (container_memory_working_set_bytes{{namespace="{ns}",container!="",container!="POD"}})"#
+        ),
+    };
+    let pods = format!("({labelled} and on (cluster, namespace, pod) {measured})");
+    let usage = match resource {
+        ResourceName::Cpu => format!(
+            r#"rate(container_cpu_usage_seconds_total{{namespace="{ns}",container!="",container!="POD"}}[{rate_window}])"#
+        ),
+        ResourceName::Memory => {
+            format!(
+                r#"container_memory_working_set_bytes{{namespace="{ns}",container!="",container!="POD"}}"#
+            )
+        }
+    };
+    let requests = format!(
+        r#"kube_pod_container_resource_requests{{namespace="{ns}",resource="{}"}}"#,
+        resource.as_str()
+    );
+    (
+        format!(
+            "sum(sum by (cluster, namespace, pod) ({usage}) * on (cluster, namespace, pod) group_left() {pods})"
+        ),
+        format!(
+            "sum(sum by (cluster, namespace, pod) ({requests}) * on (cluster, namespace, pod) group_left() {pods})"
+        ),
+    )
+}
+
+/// The single value of an instant query summed to one series; `None` when it has none.
+async fn scalar(client: &prometheus_http_query::Client, query: &str) -> Result<Option<f64>, String> {
+    let answer = client
+        .query(query)
+        .get()
+        .await
+        .map_err(|e| format!("the query failed: {e}"))?;
+    match answer.data() {
+        Data::Vector(v) => Ok(v
+            .first()
+            .map(|s| s.sample().value())
+            .filter(|v| v.is_finite() && *v >= 0.0)),
+        Data::Scalar(s) => Ok(Some(s.value()).filter(|v| v.is_finite() && *v >= 0.0)),
+        Data::Matrix(_) => Err("the query returned a range vector".to_owned()),
+    }
+}
+
+/// `cpu utilization 150% above target 50%`, for the metrics measured.
+fn describe(metrics: &[nave_api::autoscaler::MetricSpec], measurements: &[Measurement]) -> String {
+    metrics
+        .iter()
+        .filter_map(|m| m.resource.as_ref())
+        .zip(measurements)
+        .map(|(r, m)| {
+            let side = if m.current > m.target { "above" } else { "below" };
+            format!(
+                "{} utilization {:.0}% {side} target {:.0}%",
+                r.name.as_str(),
+                m.current,
+                m.target
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The engine's behaviour from the spec's, each direction's default for what is unset.
+pub fn behavior(spec: Option<&nave_api::autoscaler::ScalingBehavior>) -> Behavior {
+    let rules = |given: Option<&ScalingRules>, default: Rules| -> Rules {
+        let Some(given) = given else {
+            return default;
+        };
+        Rules {
+            stabilization: given
+                .stabilization_window_seconds
+                .map_or(default.stabilization, |s| {
+                    Duration::from_secs(u64::try_from(s).unwrap_or(0))
+                }),
+            policies: given.policies.as_ref().map_or(default.policies, |policies| {
+                policies
+                    .iter()
+                    .map(|p| ScalingPolicy {
+                        change: match p.type_ {
+                            PolicyType::Pods => Change::Pods(u32::try_from(p.value).unwrap_or(0)),
+                            PolicyType::Percent => Change::Percent(u32::try_from(p.value).unwrap_or(0)),
+                        },
+                        period: Duration::from_secs(u64::try_from(p.period_seconds).unwrap_or(0)),
+                    })
+                    .collect()
+            }),
+            select: match given.select_policy {
+                None => default.select,
+                Some(SelectPolicy::Max) => Select::Max,
+                Some(SelectPolicy::Min) => Select::Min,
+                Some(SelectPolicy::Disabled) => Select::Disabled,
+            },
+        }
+    };
+    Behavior {
+        up: rules(spec.and_then(|b| b.scale_up.as_ref()), Rules::default_up()),
+        down: rules(spec.and_then(|b| b.scale_down.as_ref()), Rules::default_down()),
+    }
+}
+
+/// Sets condition `type_` in `status`, its transition time moved only when its status changes.
+fn set(
+    status: &mut MultiClusterHorizontalPodAutoscalerStatus,
+    type_: &str,
+    value: bool,
+    reason: &str,
+    message: String,
+) {
+    let value = if value { "True" } else { "False" };
+    let now = Time(jiff::Timestamp::now());
+    match status.conditions.iter_mut().find(|c| c.type_ == type_) {
+        Some(c) => {
+            if c.status != value {
+                c.last_transition_time = now;
+            }
+            c.status = value.to_owned();
+            c.reason = reason.to_owned();
+            c.message = message;
+        }
+        None => status.conditions.push(Condition {
+            type_: type_.to_owned(),
+            status: value.to_owned(),
+            reason: reason.to_owned(),
+            message,
+            last_transition_time: now,
+            observed_generation: None,
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_queries_join_usage_and_requests_on_the_workloads_pods() {
+        let (usage, requests) = queries("shop", "web", ResourceName::Cpu, "1m");
+        assert!(usage.contains(r#"rate(container_cpu_usage_seconds_total{namespace="shop",container!="",container!="POD"}[1m])"#), "{usage}");
+        assert!(
+            usage.contains(r#"kube_pod_labels{namespace="shop",label_nave_dev_workload="shop.web"}"#),
+            "{usage}"
+        );
+        assert!(
+            requests.contains(r#"kube_pod_container_resource_requests{namespace="shop",resource="cpu"}"#),
+            "{requests}"
+        );
+        let (memory, _) = queries("shop", "web", ResourceName::Memory, "1m");
+        assert!(memory.contains("container_memory_working_set_bytes"), "{memory}");
+        let (odd, _) = queries("a\"b", "c", ResourceName::Cpu, "1m");
+        assert!(odd.contains(r#"namespace="a\"b""#), "quotes are escaped: {odd}");
+    }
+
+    #[test]
+    fn the_behavior_takes_each_direction_s_default_for_what_is_unset() {
+        assert_eq!(behavior(None), Behavior::default());
+        let spec: nave_api::autoscaler::ScalingBehavior = serde_json::from_value(serde_json::json!({
+            "scaleDown": {"stabilizationWindowSeconds": 0, "policies": [{"type": "Pods", "value": 1, "periodSeconds": 60}]}
+        }))
+        .expect("a behavior");
+        let b = behavior(Some(&spec));
+        assert_eq!(b.up, Rules::default_up());
+        assert_eq!(b.down.stabilization, Duration::ZERO);
+        assert_eq!(
+            b.down.policies,
+            vec![ScalingPolicy {
+                change: Change::Pods(1),
+                period: Duration::from_secs(60)
+            }]
+        );
+        assert_eq!(b.down.select, Select::Max);
+    }
+}

@@ -1,0 +1,237 @@
+//! MultiClusterHorizontalPodAutoscaler end to end against the real Prometheus: the simulated
+//! clusters' pods declare their CPU use, Prometheus scrapes it with the pods' requests and labels,
+//! and the hub scales the MultiClusterDeployment up while its pods are busy and down once they
+//! are idle, within minReplicas and maxReplicas.
+
+use std::time::Duration;
+
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use nave_api::{MultiClusterDeployment, MultiClusterHorizontalPodAutoscaler};
+use nave_e2e::{DEADLINE, Database, Env, EnvOptions, prometheus};
+use nave_sim::config::CPU_USAGE_ANNOTATION;
+use nave_testkit::wait_for;
+use serde_json::json;
+
+const NS: &str = "default";
+
+/// `web`: `replicas` pods requesting 100m of CPU, each using `usage`.
+fn web(replicas: i64, usage: &str) -> MultiClusterDeployment {
+    serde_json::from_value(json!({
+        "apiVersion": nave_api::API_VERSION, "kind": "MultiClusterDeployment",
+        "metadata": {"name": "web", "namespace": NS},
+        "spec": {
+            "replicas": replicas,
+            "placement": {"policy": "spread"},
+            "template": {"spec": {
+                "selector": {"matchLabels": {"app": "web"}},
+                "template": {
+                    "metadata": {"labels": {"app": "web"}, "annotations": {CPU_USAGE_ANNOTATION: usage}},
+                    "spec": {"containers": [{"name": "app", "image": "busybox:1.36",
+                        "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}}}]}
+                }
+            }}
+        }
+    }))
+    .expect("a well-formed MultiClusterDeployment")
+}
+
+async fn replicas(mcds: &Api<MultiClusterDeployment>) -> Result<i32, String> {
+    Ok(mcds.get("web").await.map_err(|e| e.to_string())?.spec.replicas)
+}
+
+/// Waits until `web` has `want` replicas in its spec, showing the autoscaler's status meanwhile.
+async fn scaled_to(
+    mcds: &Api<MultiClusterDeployment>,
+    hpas: &Api<MultiClusterHorizontalPodAutoscaler>,
+    want: i32,
+    what: &str,
+) {
+    wait_for(&format!("web to be scaled {what} ({want})"), DEADLINE, || async {
+        match replicas(mcds).await? {
+            n if n == want => Ok(()),
+            n => {
+                let status = hpas.get("web").await.map_err(|e| e.to_string())?.status;
+                Err(format!("{n} replicas; autoscaler status {status:?}"))
+            }
+        }
+    })
+    .await;
+}
+
+fn condition(hpa: &MultiClusterHorizontalPodAutoscaler, type_: &str) -> Option<(String, String)> {
+    hpa.status
+        .as_ref()?
+        .conditions
+        .iter()
+        .find(|c| c.type_ == type_)
+        .map(|c| (c.status.clone(), c.reason.clone()))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_workload_scales_up_while_its_pods_are_busy_and_down_once_they_are_idle() {
+    let Some(binary) = prometheus::binary_or_skip("multi-cluster autoscaling") else {
+        return;
+    };
+    let options = EnvOptions {
+        prometheus: Some(binary),
+        hub_prometheus: nave_hub::cli::PrometheusArgs {
+            prometheus_ttl: Duration::from_secs(5),
+            ..nave_hub::cli::PrometheusArgs::default()
+        },
+        // Evaluated every second, CPU rates over 10 s of 1 s scrapes.
+        hub_autoscale: nave_hub::cli::AutoscaleArgs {
+            autoscale_interval: Duration::from_secs(1),
+            autoscale_rate_window: "10s".to_owned(),
+        },
+        ..EnvOptions::default()
+    };
+    let env = Env::start_with(nave_e2e::fleet(2), Database::Sqlite, options)
+        .await
+        .expect("the environment starts");
+    let mcds: Api<MultiClusterDeployment> = Api::namespaced(env.client.clone(), NS);
+    let hpas: Api<MultiClusterHorizontalPodAutoscaler> = Api::namespaced(env.client.clone(), NS);
+
+    // Two pods using 150m of their 100m: 150% against a target of 50%.
+    mcds.create(&PostParams::default(), &web(2, "150m"))
+        .await
+        .expect("web created");
+    env.wait_rolled_out(NS, "web", 2).await;
+    let hpa: MultiClusterHorizontalPodAutoscaler = serde_json::from_value(json!({
+        "apiVersion": nave_api::API_VERSION, "kind": "MultiClusterHorizontalPodAutoscaler",
+        "metadata": {"name": "web", "namespace": NS},
+        "spec": {
+            "scaleTargetRef": {"kind": "MultiClusterDeployment", "name": "web"},
+            "minReplicas": 1,
+            "maxReplicas": 5,
+            "metrics": [{"type": "Resource",
+                "resource": {"name": "cpu", "target": {"type": "Utilization", "averageUtilization": 50}}}],
+            "behavior": {"scaleDown": {"stabilizationWindowSeconds": 0}}
+        }
+    }))
+    .expect("a well-formed autoscaler");
+    hpas.create(&PostParams::default(), &hpa)
+        .await
+        .expect("autoscaler created");
+    let created = std::time::Instant::now();
+
+    scaled_to(&mcds, &hpas, 5, "up to maxReplicas").await;
+    let up = created.elapsed();
+    let note = env.event(NS, "web", "SuccessfulRescale").await;
+    assert!(
+        note.starts_with("New size: ")
+            && note.contains("cpu utilization")
+            && note.contains("above target 50%"),
+        "the event says why; seen {note:?}"
+    );
+    wait_for("the autoscaler to say maxReplicas holds it", DEADLINE, || async {
+        let hpa = hpas.get("web").await.map_err(|e| e.to_string())?;
+        let status = hpa.status.clone().unwrap_or_default();
+        match condition(&hpa, "ScalingLimited") {
+            Some((s, r)) if s == "True" && r == "TooManyReplicas" && status.desired_replicas == 5 => Ok(()),
+            seen => Err(format!("ScalingLimited {seen:?}, status {status:?}")),
+        }
+    })
+    .await;
+    env.wait_rolled_out(NS, "web", 5).await;
+    let up_ready = created.elapsed();
+
+    // The pods go idle (10m of 100m): down to minReplicas.
+    mcds.patch(
+        "web",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"template": {"spec": {"template": {"metadata": {
+            "annotations": {CPU_USAGE_ANNOTATION: "10m"}}}}}}})),
+    )
+    .await
+    .expect("web's pods idle");
+    let idle = std::time::Instant::now();
+    scaled_to(&mcds, &hpas, 1, "down to minReplicas").await;
+    let down = idle.elapsed();
+    env.wait_rolled_out(NS, "web", 1).await;
+    // Reported, not asserted: BENCHMARKS.md "Multi-cluster autoscaling".
+    println!(
+        "autoscaling: autoscaler created -> spec.replicas 5 in {:.1} s, 5 ready in {:.1} s; pods idle -> spec.replicas 1 in {:.1} s",
+        up.as_secs_f64(),
+        up_ready.as_secs_f64(),
+        down.as_secs_f64()
+    );
+    let hpa = hpas.get("web").await.expect("the autoscaler");
+    assert_eq!(
+        condition(&hpa, "ScalingActive"),
+        Some(("True".to_owned(), "ValidMetricFound".to_owned())),
+        "{:?}",
+        hpa.status
+    );
+    env.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_prometheus_the_autoscaler_says_so_and_changes_nothing() {
+    let options = EnvOptions {
+        hub_autoscale: nave_hub::cli::AutoscaleArgs {
+            autoscale_interval: Duration::from_millis(200),
+            ..nave_hub::cli::AutoscaleArgs::default()
+        },
+        ..EnvOptions::default()
+    };
+    let env = Env::start_with(nave_e2e::fleet(1), Database::Sqlite, options)
+        .await
+        .expect("the environment starts");
+    let mcds: Api<MultiClusterDeployment> = Api::namespaced(env.client.clone(), NS);
+    let hpas: Api<MultiClusterHorizontalPodAutoscaler> = Api::namespaced(env.client.clone(), NS);
+    mcds.create(&PostParams::default(), &web(2, "150m"))
+        .await
+        .expect("web created");
+    let hpa: MultiClusterHorizontalPodAutoscaler = serde_json::from_value(json!({
+        "apiVersion": nave_api::API_VERSION, "kind": "MultiClusterHorizontalPodAutoscaler",
+        "metadata": {"name": "web", "namespace": NS},
+        "spec": {"scaleTargetRef": {"name": "web"}, "maxReplicas": 5,
+            "metrics": [{"type": "Resource",
+                "resource": {"name": "cpu", "target": {"type": "Utilization", "averageUtilization": 50}}}]}
+    }))
+    .expect("a well-formed autoscaler");
+    hpas.create(&PostParams::default(), &hpa)
+        .await
+        .expect("autoscaler created");
+    wait_for("the autoscaler to say it reads no metrics", DEADLINE, || async {
+        let hpa = hpas.get("web").await.map_err(|e| e.to_string())?;
+        match (
+            condition(&hpa, "ScalingActive"),
+            hpa.status
+                .as_ref()
+                .and_then(|s| s.conditions.iter().find(|c| c.type_ == "ScalingActive"))
+                .map(|c| c.message.clone()),
+        ) {
+            (Some((s, r)), Some(m))
+                if s == "False" && r == "FailedGetResourceMetric" && m.contains("--prometheus-url") =>
+            {
+                Ok(())
+            }
+            seen => Err(format!("{seen:?}")),
+        }
+    })
+    .await;
+    assert_eq!(replicas(&mcds).await, Ok(2), "nothing changes without metrics");
+
+    // A target that does not exist is named.
+    hpas.patch(
+        "web",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"scaleTargetRef": {"name": "nothing"}}})),
+    )
+    .await
+    .expect("retargeted");
+    wait_for(
+        "the autoscaler to say its target is missing",
+        DEADLINE,
+        || async {
+            let hpa = hpas.get("web").await.map_err(|e| e.to_string())?;
+            match condition(&hpa, "AbleToScale") {
+                Some((s, r)) if s == "False" && r == "FailedGetScale" => Ok(()),
+                seen => Err(format!("{seen:?}")),
+            }
+        },
+    )
+    .await;
+    env.shutdown().await;
+}
