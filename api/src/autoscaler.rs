@@ -63,7 +63,7 @@ pub struct MultiClusterHorizontalPodAutoscalerSpec {
     pub scale_target_ref: ScaleTargetRef,
 
     /// The fewest replicas in all. Default 1.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default = "default_min_replicas", skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1))]
     pub min_replicas: Option<i32>,
 
@@ -82,6 +82,10 @@ pub struct MultiClusterHorizontalPodAutoscalerSpec {
     /// minutes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub behavior: Option<ScalingBehavior>,
+}
+
+fn default_min_replicas() -> Option<i32> {
+    Some(1)
 }
 
 /// The scaled object.

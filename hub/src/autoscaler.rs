@@ -68,7 +68,7 @@ const MANAGER: &str = "nave-hub-autoscaler";
 /// Evaluates every MultiClusterHorizontalPodAutoscaler each interval until `shutdown`.
 pub async fn run(autoscaling: Autoscaling, shutdown: CancellationToken) {
     let origin = Instant::now();
-    let mut remembered: BTreeMap<(String, String), Autoscaler> = BTreeMap::new();
+    let mut remembered: BTreeMap<String, Autoscaler> = BTreeMap::new();
     let mut tick = tokio::time::interval(autoscaling.interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -84,7 +84,7 @@ pub async fn run(autoscaling: Autoscaling, shutdown: CancellationToken) {
 }
 
 impl Autoscaling {
-    async fn pass(&self, origin: Instant, remembered: &mut BTreeMap<(String, String), Autoscaler>) {
+    async fn pass(&self, origin: Instant, remembered: &mut BTreeMap<String, Autoscaler>) {
         let api: Api<MultiClusterHorizontalPodAutoscaler> = Api::all(self.client.clone());
         let list = match api.list(&Default::default()).await {
             Ok(list) => list.items,
@@ -93,17 +93,18 @@ impl Autoscaling {
                 return;
             }
         };
-        let keys: std::collections::BTreeSet<(String, String)> = list
-            .iter()
-            .map(|h| (h.namespace().unwrap_or_default(), h.name_any()))
-            .collect();
+        // By uid: an autoscaler deleted and created again under the same name starts afresh.
+        let key = |h: &MultiClusterHorizontalPodAutoscaler| {
+            h.uid()
+                .unwrap_or_else(|| format!("{}/{}", h.namespace().unwrap_or_default(), h.name_any()))
+        };
+        let keys: std::collections::BTreeSet<String> = list.iter().map(key).collect();
         remembered.retain(|key, _| keys.contains(key));
         for hpa in &list {
             if hpa.metadata.deletion_timestamp.is_some() {
                 continue;
             }
-            let key = (hpa.namespace().unwrap_or_default(), hpa.name_any());
-            let autoscaler = remembered.entry(key).or_default();
+            let autoscaler = remembered.entry(key(hpa)).or_default();
             if let Err(error) = self.evaluate(hpa, autoscaler, origin.elapsed()).await {
                 warn!(
                     autoscaler = %hpa.name_any(),
@@ -128,6 +129,7 @@ impl Autoscaling {
         status.observed_generation = hpa.metadata.generation;
         let mcds: Api<MultiClusterDeployment> = Api::namespaced(self.client.clone(), &namespace);
         let Some(mcd) = mcds.get_opt(target).await? else {
+            status.current_metrics.clear();
             set(
                 &mut status,
                 "AbleToScale",
@@ -135,19 +137,54 @@ impl Autoscaling {
                 "FailedGetScale",
                 format!("MultiClusterDeployment {namespace}/{target} not found"),
             );
+            set(
+                &mut status,
+                "ScalingActive",
+                false,
+                "FailedGetScale",
+                "no target to scale".to_owned(),
+            );
             return self.write_status(hpa, status).await;
         };
+        if mcd.spec.placement.policy == nave_api::PlacementPolicy::Everywhere {
+            status.current_metrics.clear();
+            let message = format!(
+                "{target} runs spec.replicas in every cluster (policy everywhere); an autoscaler scales a total"
+            );
+            set(
+                &mut status,
+                "AbleToScale",
+                false,
+                "InvalidTarget",
+                message.clone(),
+            );
+            set(&mut status, "ScalingActive", false, "InvalidTarget", message);
+            return self.write_status(hpa, status).await;
+        }
         let current = u32::try_from(mcd.spec.replicas.max(0)).unwrap_or(u32::MAX);
         status.current_replicas = i32::try_from(current).unwrap_or(i32::MAX);
-        set(
-            &mut status,
-            "AbleToScale",
-            true,
-            "SucceededGetScale",
-            format!("the autoscaler can read and change {target}'s replicas"),
-        );
+        if current == 0 {
+            status.current_metrics.clear();
+            status.desired_replicas = 0;
+            set(
+                &mut status,
+                "AbleToScale",
+                true,
+                "SucceededGetScale",
+                format!("{target} has 0 replicas"),
+            );
+            set(
+                &mut status,
+                "ScalingActive",
+                false,
+                "ScalingDisabled",
+                "scaling is disabled since the replica count of the target is zero".to_owned(),
+            );
+            return self.write_status(hpa, status).await;
+        }
 
-        // The metrics: every one must be read, or nothing changes (as the HPA).
+        // The metrics. As the HPA: when one cannot be read, the others may still scale up, and
+        // nothing scales down.
         let mut measurements = Vec::new();
         let mut current_metrics = Vec::new();
         let mut failure = None;
@@ -163,10 +200,11 @@ impl Autoscaling {
                 }
             };
             match read {
-                Ok(percent) => {
+                Ok((percent, measured)) => {
                     measurements.push(Measurement {
                         current: percent,
                         target: f64::from(resource.target.average_utilization),
+                        measured,
                     });
                     current_metrics.push(MetricStatus {
                         type_: MetricType::Resource,
@@ -179,30 +217,35 @@ impl Autoscaling {
                     });
                 }
                 Err(why) => {
-                    failure = Some(format!("{} utilization: {why}", resource.name.as_str()));
-                    break;
+                    failure.get_or_insert(format!("{} utilization: {why}", resource.name.as_str()));
                 }
             }
         }
         status.current_metrics = current_metrics;
-        if let Some(why) = failure {
-            set(
+        match &failure {
+            Some(why) => set(
                 &mut status,
                 "ScalingActive",
                 false,
                 "FailedGetResourceMetric",
-                why,
-            );
-            status.desired_replicas = status.current_replicas;
-            return self.write_status(hpa, status).await;
+                why.clone(),
+            ),
+            None => set(
+                &mut status,
+                "ScalingActive",
+                true,
+                "ValidMetricFound",
+                "the utilization of every metric was read".to_owned(),
+            ),
         }
-        set(
-            &mut status,
-            "ScalingActive",
-            true,
-            "ValidMetricFound",
-            "the utilization of every metric was read".to_owned(),
-        );
+        if failure.is_some()
+            && nave_policies::autoscale::propose(current, &measurements)
+                .1
+                .is_none_or(|p| p <= current)
+        {
+            // Only the bounds still apply.
+            measurements.clear();
+        }
 
         let min = u32::try_from(spec.min_replicas.unwrap_or(1).max(1)).unwrap_or(1);
         let max = u32::try_from(spec.max_replicas.max(1)).unwrap_or(1);
@@ -236,18 +279,32 @@ impl Autoscaling {
                 "ScaleDownLimit",
                 format!("a scale-down policy allows no fewer than {n} replicas now"),
             ),
-            Some(Limit::Stabilized(n)) => (
-                true,
-                "ScaleDownStabilized",
-                format!("recent proposals hold it at {n}"),
-            ),
-            None => (
+            Some(Limit::Stabilized(_)) | None => (
                 false,
                 "DesiredWithinRange",
                 "the desired count is within the acceptable range".to_owned(),
             ),
         };
         set(&mut status, "ScalingLimited", limited, reason, message);
+        let (able_reason, able_message) = match step.limit {
+            Some(Limit::Stabilized(n)) if step.proposed < current => (
+                "ScaleDownStabilized",
+                format!(
+                    "recent recommendations were higher than current one, applying the highest recent recommendation ({n})"
+                ),
+            ),
+            Some(Limit::Stabilized(n)) => (
+                "ScaleUpStabilized",
+                format!(
+                    "recent recommendations were lower than current one, applying the lowest recent recommendation ({n})"
+                ),
+            ),
+            _ => (
+                "ReadyForNewScale",
+                "recommended size matches current size".to_owned(),
+            ),
+        };
+        set(&mut status, "AbleToScale", true, able_reason, able_message);
         if step.desired != current {
             let why = describe(&spec.metrics, &measurements);
             mcds.patch(
@@ -256,6 +313,7 @@ impl Autoscaling {
                 &Patch::Merge(serde_json::json!({"spec": {"replicas": step.desired}})),
             )
             .await?;
+            autoscaler.record(now, current, step.desired);
             status.last_scale_time = Some(Time(jiff::Timestamp::now()));
             set(
                 &mut status,
@@ -264,7 +322,14 @@ impl Autoscaling {
                 "SucceededRescale",
                 format!("scaled {target} from {current} to {}", step.desired),
             );
-            let note = format!("New size: {}; reason: {why}", step.desired);
+            let note = if why.is_empty() {
+                format!(
+                    "New size: {}; reason: within minReplicas and maxReplicas",
+                    step.desired
+                )
+            } else {
+                format!("New size: {}; reason: {why}", step.desired)
+            };
             info!(namespace, autoscaler = %hpa.name_any(), from = current, to = step.desired, %why, "rescaled");
             let event = Event {
                 type_: EventType::Normal,
@@ -283,24 +348,33 @@ impl Autoscaling {
     }
 
     /// The workload's `resource` utilization in percent of its pods' requests, over every
-    /// cluster.
+    /// cluster, and how many pods it is over.
     async fn utilization(
         &self,
         client: &prometheus_http_query::Client,
         namespace: &str,
         name: &str,
         resource: ResourceName,
-    ) -> Result<f64, String> {
-        let (usage, requests) = queries(namespace, name, resource, &self.rate_window);
-        let usage = scalar(client, &usage).await?;
-        let requests = scalar(client, &requests).await?;
-        match (usage, requests) {
-            (Some(used), Some(asked)) if asked > 0.0 => Ok(100.0 * used / asked),
-            (_, Some(asked)) if asked <= 0.0 => {
-                Err("its pods request none; utilization needs requests".to_owned())
-            }
-            _ => Err("no pod of the workload measured yet".to_owned()),
+    ) -> Result<(f64, u32), String> {
+        let q = queries(namespace, name, resource, &self.rate_window);
+        let pods = scalar(client, &q.pods).await?.unwrap_or(0.0);
+        if pods < 1.0 {
+            return Err(
+                "no pod of the workload measured over the rate window yet (kube-state-metrics must export the nave.dev/workload pod label)"
+                    .to_owned(),
+            );
         }
+        let used = scalar(client, &q.usage).await?.unwrap_or(0.0);
+        let asked = scalar(client, &q.requests).await?.unwrap_or(0.0);
+        if asked <= 0.0 {
+            return Err("its pods request none; utilization needs requests".to_owned());
+        }
+        let measured = if pods >= f64::from(u32::MAX) {
+            u32::MAX
+        } else {
+            pods as u32
+        };
+        Ok((100.0 * used / asked, measured))
     }
 
     async fn write_status(
@@ -313,59 +387,74 @@ impl Autoscaling {
         }
         let api: Api<MultiClusterHorizontalPodAutoscaler> =
             Api::namespaced(self.client.clone(), &hpa.namespace().unwrap_or_default());
+        // A merge patch keeps what it leaves out: the metrics are written even when none are.
+        let mut body = serde_json::to_value(&status).unwrap_or_default();
+        body["currentMetrics"] = serde_json::to_value(&status.current_metrics).unwrap_or_default();
         api.patch_status(
             &hpa.name_any(),
             &PatchParams::default(),
-            &Patch::Merge(serde_json::json!({"status": status})),
+            &Patch::Merge(serde_json::json!({"status": body})),
         )
         .await?;
         Ok(())
     }
 }
 
-/// The PromQL of a workload's usage and requests of `resource`, summed over its pods in every
-/// cluster that have been measured for the whole rate window. Namespace and name are DNS labels; quotes and backslashes are escaped anyway.
-pub fn queries(namespace: &str, name: &str, resource: ResourceName, rate_window: &str) -> (String, String) {
+/// The PromQL of a workload's pods, their usage and their requests of `resource`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Queries {
+    /// How many pods count.
+    pub pods: String,
+    /// Their usage, summed.
+    pub usage: String,
+    /// Their requests, summed.
+    pub requests: String,
+}
+
+/// The [`Queries`] of a workload's `resource`. The pods that count are the workload's (by the
+/// agents' label) that are measured now and were measured a rate window ago: a pod just started
+/// has a partial rate (the HPA's CPU initialization period, in effect), and usage and requests
+/// are over the same pods. Each container counts once (`max` over duplicate series, of a
+/// kube-state-metrics pair say). Namespace and name are DNS labels; quotes and backslashes are
+/// escaped anyway.
+pub fn queries(namespace: &str, name: &str, resource: ResourceName, rate_window: &str) -> Queries {
     let quote = |s: &str| s.replace('\\', "\\\\").replace('"', "\\\"");
     let ns = quote(namespace);
     let workload = quote(&format!("{namespace}.{name}"));
     let label = format!("label_{}", WORKLOAD_LABEL.replace(['.', '/', '-'], "_"));
-    let labelled = format!(
-        r#"max by (cluster, namespace, pod) (kube_pod_labels{{namespace="{ns}",{label}="{workload}"}})"#
-    );
-    // Only pods measured over the whole window count, for usage and requests alike: a pod that
-    // has just started has a partial rate (the HPA's CPU initialization period, in effect).
-    let measured = match resource {
-        ResourceName::Cpu => format!(
-            r#"max by (cluster, namespace, pod) (container_cpu_usage_seconds_total{{namespace="{ns}",container!="",container!="POD"}} offset {rate_window})"#
-        ),
-        ResourceName::Memory => format!(
-            r#"max by (cluster, namespace, pod) (container_memory_working_set_bytes{{namespace="{ns}",container!="",container!="POD"}})"#
-        ),
-    };
-    let pods = format!("({labelled} and on (cluster, namespace, pod) {measured})");
-    let usage = match resource {
-        ResourceName::Cpu => format!(
-            r#"rate(container_cpu_usage_seconds_total{{namespace="{ns}",container!="",container!="POD"}}[{rate_window}])"#
-        ),
-        ResourceName::Memory => {
+    let containers = r#"container!="",container!="POD""#;
+    let by_container = "cluster, namespace, pod, container";
+    let by_pod = "cluster, namespace, pod";
+    let (usage_now, then) = match resource {
+        ResourceName::Cpu => (
             format!(
-                r#"container_memory_working_set_bytes{{namespace="{ns}",container!="",container!="POD"}}"#
-            )
-        }
+                r#"sum by ({by_pod}) (max by ({by_container}) (rate(container_cpu_usage_seconds_total{{namespace="{ns}",{containers}}}[{rate_window}])))"#
+            ),
+            format!(
+                r#"max by ({by_pod}) (container_cpu_usage_seconds_total{{namespace="{ns}",{containers}}} offset {rate_window})"#
+            ),
+        ),
+        ResourceName::Memory => (
+            format!(
+                r#"sum by ({by_pod}) (max by ({by_container}) (container_memory_working_set_bytes{{namespace="{ns}",{containers}}}))"#
+            ),
+            format!(
+                r#"max by ({by_pod}) (container_memory_working_set_bytes{{namespace="{ns}",{containers}}})"#
+            ),
+        ),
     };
+    let pods = format!(
+        r#"(max by ({by_pod}) (kube_pod_labels{{namespace="{ns}",{label}="{workload}"}}) and on ({by_pod}) {then} and on ({by_pod}) {usage_now})"#
+    );
     let requests = format!(
-        r#"kube_pod_container_resource_requests{{namespace="{ns}",resource="{}"}}"#,
+        r#"sum by ({by_pod}) (max by ({by_container}) (kube_pod_container_resource_requests{{namespace="{ns}",resource="{}"}}))"#,
         resource.as_str()
     );
-    (
-        format!(
-            "sum(sum by (cluster, namespace, pod) ({usage}) * on (cluster, namespace, pod) group_left() {pods})"
-        ),
-        format!(
-            "sum(sum by (cluster, namespace, pod) ({requests}) * on (cluster, namespace, pod) group_left() {pods})"
-        ),
-    )
+    Queries {
+        pods: format!("count({pods})"),
+        usage: format!("sum({usage_now} * on ({by_pod}) group_left() {pods})"),
+        requests: format!("sum({requests} * on ({by_pod}) group_left() {pods})"),
+    }
 }
 
 /// The single value of an instant query summed to one series; `None` when it has none.
@@ -478,7 +567,8 @@ mod tests {
 
     #[test]
     fn the_queries_join_usage_and_requests_on_the_workloads_pods() {
-        let (usage, requests) = queries("shop", "web", ResourceName::Cpu, "1m");
+        let q = queries("shop", "web", ResourceName::Cpu, "1m");
+        let (usage, requests) = (q.usage, q.requests);
         assert!(usage.contains(r#"rate(container_cpu_usage_seconds_total{namespace="shop",container!="",container!="POD"}[1m])"#), "{usage}");
         assert!(
             usage.contains(r#"kube_pod_labels{namespace="shop",label_nave_dev_workload="shop.web"}"#),
@@ -488,9 +578,9 @@ mod tests {
             requests.contains(r#"kube_pod_container_resource_requests{namespace="shop",resource="cpu"}"#),
             "{requests}"
         );
-        let (memory, _) = queries("shop", "web", ResourceName::Memory, "1m");
+        let memory = queries("shop", "web", ResourceName::Memory, "1m").usage;
         assert!(memory.contains("container_memory_working_set_bytes"), "{memory}");
-        let (odd, _) = queries("a\"b", "c", ResourceName::Cpu, "1m");
+        let odd = queries("a\"b", "c", ResourceName::Cpu, "1m").usage;
         assert!(odd.contains(r#"namespace="a\"b""#), "quotes are escaped: {odd}");
     }
 

@@ -195,12 +195,22 @@ pub async fn run_until(args: RunArgs, shutdown: CancellationToken) -> Result<(),
     });
     // MultiClusterHorizontalPodAutoscalers read the same Prometheus.
     let autoscale_prometheus = match &args.prometheus.prometheus_url {
-        Some(url) => Some(
-            prometheus_http_query::Client::try_from(url.as_str()).map_err(|e| Error::Prometheus {
+        Some(url) => {
+            let failed = |e: &dyn std::fmt::Display| Error::Prometheus {
                 url: url.clone(),
                 message: e.to_string(),
-            })?,
-        ),
+            };
+            // A query that hangs must not stop every autoscaler for the rest of the term.
+            let http = reqwest::Client::builder()
+                .timeout(
+                    args.autoscale
+                        .autoscale_interval
+                        .max(std::time::Duration::from_secs(5)),
+                )
+                .build()
+                .map_err(|e| failed(&e))?;
+            Some(prometheus_http_query::Client::from(http, url).map_err(|e| failed(&e))?)
+        }
         None => None,
     };
     let autoscale = (autoscale_prometheus, args.autoscale.clone());

@@ -22,13 +22,71 @@ use std::time::Duration;
 pub const TOLERANCE: f64 = 0.1;
 
 /// One metric of the workload: its value now and the value it should have, in the same unit
-/// (utilization in percent of requests, or an average value per replica).
+/// (utilization in percent of requests, or an average value per replica), and over how many
+/// replicas it was measured.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Measurement {
-    /// The value now, over every replica in every cluster.
+    /// The value now, over the measured replicas in every cluster.
     pub current: f64,
     /// The target.
     pub target: f64,
+    /// How many replicas the value is over: those not measured (starting, Pending, unplaced)
+    /// count as the HPA counts missing pods.
+    pub measured: u32,
+}
+
+/// What `measurements` propose for a workload of `current` replicas, with the largest ratio of
+/// value to target: for each metric `ceil(measured × ratio)`, unchanged within [`TOLERANCE`];
+/// replicas not measured count as using nothing when the metric asks for more (so a scale-up
+/// is not repeated before its new replicas are measured) and as at the target when it asks for
+/// fewer; a metric that changes direction or falls within the tolerance once they count
+/// proposes no change. The largest proposal wins; `None` when no metric is usable.
+pub fn propose(current: u32, measurements: &[Measurement]) -> (Option<f64>, Option<u32>) {
+    let mut ratio: Option<f64> = None;
+    let mut proposed: Option<u32> = None;
+    for m in measurements {
+        if !(m.current.is_finite() && m.target.is_finite() && m.target > 0.0 && m.current >= 0.0) {
+            continue;
+        }
+        let r = m.current / m.target;
+        let measured = m.measured.min(current);
+        if !r.is_finite() || measured == 0 {
+            continue;
+        }
+        ratio = Some(ratio.map_or(r, |x| x.max(r)));
+        let missing = current - measured;
+        let within = |r: f64| (r - 1.0).abs() <= TOLERANCE;
+        let one = if missing == 0 {
+            if within(r) {
+                current
+            } else {
+                ceil_u32(f64::from(measured) * r)
+            }
+        } else {
+            let total = f64::from(current);
+            let counted = if r > 1.0 {
+                r * f64::from(measured) / total
+            } else {
+                (r * f64::from(measured) + f64::from(missing)) / total
+            };
+            if within(counted) || (r > 1.0) != (counted > 1.0) {
+                current
+            } else {
+                ceil_u32(total * counted)
+            }
+        };
+        proposed = Some(proposed.map_or(one, |p| p.max(one)));
+    }
+    (ratio, proposed)
+}
+
+fn ceil_u32(value: f64) -> u32 {
+    let up = value.ceil();
+    if up >= f64::from(u32::MAX) {
+        u32::MAX
+    } else {
+        up.max(0.0) as u32
+    }
 }
 
 /// How a scaling policy limits a change.
@@ -168,6 +226,9 @@ pub struct Step {
 /// What an autoscaler remembers between evaluations: its recent proposals and changes.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Autoscaler {
+    /// Whether the replicas at first sight were recorded as a proposal (so that a new
+    /// autoscaler, or one after a restart, holds a scale-down for the window as the HPA does).
+    seeded: bool,
     /// Proposals, oldest first, with when they were made.
     proposals: VecDeque<(Duration, u32)>,
     /// Changes made, oldest first: when, and by how many replicas (negative: down).
@@ -182,7 +243,8 @@ impl Autoscaler {
 
     /// Evaluates at `now` (any monotonic clock, as a duration since its origin) a workload that
     /// has `current` replicas, with `measurements` over its replicas, within `min..=max`, under
-    /// `behavior`; records the proposal, and the change when the step makes one.
+    /// `behavior`; records the proposal. The caller [`record`](Autoscaler::record)s the change
+    /// once it is made.
     ///
     /// As the HPA: a workload at 0 replicas stays there (scaling from zero is not done from
     /// metrics that need running replicas); without measurements nothing changes but the
@@ -197,24 +259,11 @@ impl Autoscaler {
         behavior: &Behavior,
     ) -> Step {
         let max = max.max(min);
-        let ratio = measurements
-            .iter()
-            .filter(|m| m.current.is_finite() && m.target.is_finite() && m.target > 0.0 && m.current >= 0.0)
-            .map(|m| m.current / m.target)
-            .filter(|r| r.is_finite())
-            .reduce(f64::max);
-        let proposed = match ratio {
-            _ if current == 0 => 0,
-            None => current,
-            Some(r) if (r - 1.0).abs() <= TOLERANCE => current,
-            Some(r) => {
-                let wanted = (f64::from(current) * r).ceil();
-                if wanted >= f64::from(u32::MAX) {
-                    u32::MAX
-                } else {
-                    wanted as u32
-                }
-            }
+        let (ratio, proposal) = propose(current, measurements);
+        let proposed = if current == 0 {
+            0
+        } else {
+            proposal.unwrap_or(current)
         };
         if current == 0 {
             return Step {
@@ -223,6 +272,10 @@ impl Autoscaler {
                 ratio,
                 limit: None,
             };
+        }
+        if !self.seeded {
+            self.seeded = true;
+            self.proposals.push_back((now, current));
         }
         self.proposals.push_back((now, proposed));
         let keep = behavior.up.stabilization.max(behavior.down.stabilization);
@@ -251,11 +304,14 @@ impl Autoscaler {
 
         // Stabilization: the lowest proposal of the scale-up window may scale up, the highest of
         // the scale-down window may scale down.
+        // A window holds the proposals younger than it, besides this one (the HPA's cut-off is
+        // exclusive, so a window of 0 holds this proposal alone).
         let within = |window: Duration| {
             self.proposals
                 .iter()
-                .filter(move |(at, _)| now.saturating_sub(*at) <= window)
+                .filter(move |(at, _)| now.saturating_sub(*at) < window)
                 .map(|(_, n)| *n)
+                .chain(std::iter::once(proposed))
         };
         let up_to = within(behavior.up.stabilization).min().unwrap_or(proposed);
         let down_to = within(behavior.down.stabilization).max().unwrap_or(proposed);
@@ -290,10 +346,6 @@ impl Autoscaler {
             desired = lowest;
             limit = Some(low);
         }
-        if desired != current {
-            self.changes
-                .push_back((now, i64::from(desired) - i64::from(current)));
-        }
         Step {
             desired,
             proposed,
@@ -302,14 +354,30 @@ impl Autoscaler {
         }
     }
 
-    /// Changes in the direction of `up` made within `period` before `now`, in replicas.
-    fn changed_within(&self, now: Duration, period: Duration, up: bool) -> u64 {
-        self.changes
+    /// Records that the workload's replicas went from `from` to `to` at `now` (the scaling
+    /// policies count it against their periods).
+    pub fn record(&mut self, now: Duration, from: u32, to: u32) {
+        if from != to {
+            self.changes.push_back((now, i64::from(to) - i64::from(from)));
+        }
+    }
+
+    /// The replicas at the start of `period` before `now`, as the HPA counts them: the current
+    /// count, less what was added and plus what was removed within the period.
+    fn period_start(&self, now: Duration, period: Duration, current: u32) -> u64 {
+        let (mut added, mut removed) = (0u64, 0u64);
+        for (_, n) in self
+            .changes
             .iter()
             .filter(|(at, _)| now.saturating_sub(*at) <= period)
-            .filter(|(_, n)| if up { *n > 0 } else { *n < 0 })
-            .map(|(_, n)| n.unsigned_abs())
-            .sum()
+        {
+            if *n > 0 {
+                added += n.unsigned_abs();
+            } else {
+                removed += n.unsigned_abs();
+            }
+        }
+        (u64::from(current) + removed).saturating_sub(added)
     }
 
     /// The most replicas the scale-up policies allow now.
@@ -318,7 +386,7 @@ impl Autoscaler {
             return current;
         }
         let allowed = rules.policies.iter().map(|p| {
-            let start = u64::from(current).saturating_sub(self.changed_within(now, p.period, true));
+            let start = self.period_start(now, p.period, current);
             let limit = match p.change {
                 Change::Pods(n) => start + u64::from(n),
                 Change::Percent(pct) => (start * (100 + u64::from(pct))).div_ceil(100),
@@ -338,7 +406,7 @@ impl Autoscaler {
             return current;
         }
         let allowed = rules.policies.iter().map(|p| {
-            let start = u64::from(current) + self.changed_within(now, p.period, false);
+            let start = self.period_start(now, p.period, current);
             let limit = match p.change {
                 Change::Pods(n) => start.saturating_sub(u64::from(n)),
                 Change::Percent(pct) => start * 100u64.saturating_sub(u64::from(pct)) / 100,
