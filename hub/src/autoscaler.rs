@@ -100,8 +100,42 @@ impl Autoscaling {
         };
         let keys: std::collections::BTreeSet<String> = list.iter().map(key).collect();
         remembered.retain(|key, _| keys.contains(key));
+        // Two autoscalers of one workload would take turns setting its replicas: neither acts,
+        // and both say why (as the HPA's AmbiguousSelector).
+        let mut per_target: BTreeMap<(String, String), Vec<String>> = BTreeMap::new();
+        for hpa in list.iter().filter(|h| h.metadata.deletion_timestamp.is_none()) {
+            per_target
+                .entry((
+                    hpa.namespace().unwrap_or_default(),
+                    hpa.spec.scale_target_ref.name.clone(),
+                ))
+                .or_default()
+                .push(hpa.name_any());
+        }
         for hpa in &list {
             if hpa.metadata.deletion_timestamp.is_some() {
+                continue;
+            }
+            let namespace = hpa.namespace().unwrap_or_default();
+            let target = &hpa.spec.scale_target_ref.name;
+            if let Some(names) = per_target.get(&(namespace.clone(), target.clone()))
+                && names.len() > 1
+            {
+                let mut status = hpa.status.clone().unwrap_or_default();
+                status.observed_generation = hpa.metadata.generation;
+                set(
+                    &mut status,
+                    "AbleToScale",
+                    false,
+                    "AmbiguousTarget",
+                    format!(
+                        "{target} is the target of several autoscalers ({}); none of them scales it",
+                        names.join(", ")
+                    ),
+                );
+                if let Err(error) = self.write_status(hpa, status).await {
+                    warn!(autoscaler = %hpa.name_any(), namespace, error = %error, "writing an autoscaler's status failed");
+                }
                 continue;
             }
             let autoscaler = remembered.entry(key(hpa)).or_default();

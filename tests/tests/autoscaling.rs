@@ -213,6 +213,30 @@ async fn without_prometheus_the_autoscaler_says_so_and_changes_nothing() {
     .await;
     assert_eq!(replicas(&mcds).await, Ok(2), "nothing changes without metrics");
 
+    // A second autoscaler of the same workload: neither acts, both say why.
+    let mut second = hpa.clone();
+    second.metadata.name = Some("web-too".to_owned());
+    hpas.create(&PostParams::default(), &second)
+        .await
+        .expect("second autoscaler created");
+    wait_for("both autoscalers to name the conflict", DEADLINE, || async {
+        let mut seen = Vec::new();
+        for name in ["web", "web-too"] {
+            let hpa = hpas.get(name).await.map_err(|e| e.to_string())?;
+            seen.push(condition(&hpa, "AbleToScale"));
+        }
+        let ambiguous = Some(("False".to_owned(), "AmbiguousTarget".to_owned()));
+        if seen.iter().all(|c| *c == ambiguous) {
+            Ok(())
+        } else {
+            Err(format!("{seen:?}"))
+        }
+    })
+    .await;
+    hpas.delete("web-too", &Default::default())
+        .await
+        .expect("second autoscaler deleted");
+
     // A target that does not exist is named.
     hpas.patch(
         "web",
