@@ -408,38 +408,21 @@ impl Followers {
     }
 }
 
-/// The workloads whose traffic in `now` differs from `before`: one appeared or disappeared, or a
+/// Whether a workload's traffic shifted from `before` to `now`: it appeared or disappeared, or a
 /// cluster's share moved by [`TRAFFIC_SHIFT_PERCENT`] points or more.
-pub fn shifted(before: &WorkloadTraffic, now: &WorkloadTraffic) -> Vec<(String, String)> {
-    let shares = |by_cluster: &BTreeMap<String, f64>| -> BTreeMap<String, f64> {
-        let traffic = Traffic::new(by_cluster.clone(), TrafficScope::Workload);
-        by_cluster
-            .keys()
-            .map(|c| (c.clone(), traffic.share(c) * 100.0))
-            .collect()
+pub fn shifted(before: Option<&BTreeMap<String, f64>>, now: Option<&BTreeMap<String, f64>>) -> bool {
+    let (a, b) = match (before, now) {
+        (None, None) => return false,
+        (Some(a), Some(b)) => (
+            Traffic::new(a.clone(), TrafficScope::Workload),
+            Traffic::new(b.clone(), TrafficScope::Workload),
+        ),
+        _ => return true,
     };
-    let mut out = Vec::new();
-    for key in before
+    a.by_cluster()
         .keys()
-        .chain(now.keys())
-        .collect::<std::collections::BTreeSet<_>>()
-    {
-        let (a, b) = match (before.get(key), now.get(key)) {
-            (Some(a), Some(b)) => (shares(a), shares(b)),
-            _ => {
-                out.push(key.clone());
-                continue;
-            }
-        };
-        let moved = a
-            .keys()
-            .chain(b.keys())
-            .any(|c| (a.get(c).unwrap_or(&0.0) - b.get(c).unwrap_or(&0.0)).abs() >= TRAFFIC_SHIFT_PERCENT);
-        if moved {
-            out.push(key.clone());
-        }
-    }
-    out
+        .chain(b.by_cluster().keys())
+        .any(|c| (a.share(c) - b.share(c)).abs() * 100.0 >= TRAFFIC_SHIFT_PERCENT)
 }
 
 /// The following workloads whose traffic in `now` shifted since their last plan; records
@@ -452,15 +435,7 @@ fn shifted_followers(
     let following = followers.snapshot();
     let mut moved = Vec::new();
     for key in &following {
-        let before: WorkloadTraffic = planned_with
-            .get(key)
-            .map(|t| [(key.clone(), t.clone())].into())
-            .unwrap_or_default();
-        let after: WorkloadTraffic = now
-            .get(key)
-            .map(|t| [(key.clone(), t.clone())].into())
-            .unwrap_or_default();
-        if shifted(&before, &after).is_empty() {
+        if !shifted(planned_with.get(key), now.get(key)) {
             continue;
         }
         match now.get(key) {
@@ -749,31 +724,19 @@ mod tests {
         );
         assert_eq!(other.of("eu-1"), 65.0);
 
-        let at = |eu: f64, us: f64| {
-            WorkloadTraffic::from([(
-                key.clone(),
-                BTreeMap::from([("eu-1".to_owned(), eu), ("us-1".to_owned(), us)]),
-            )])
-        };
+        let at = |eu: f64, us: f64| BTreeMap::from([("eu-1".to_owned(), eu), ("us-1".to_owned(), us)]);
         assert!(
-            shifted(&at(60.0, 40.0), &at(61.0, 40.0)).is_empty(),
+            !shifted(Some(&at(60.0, 40.0)), Some(&at(61.0, 40.0))),
             "a wobble is no shift"
         );
         assert!(
-            shifted(&at(60.0, 40.0), &at(120.0, 80.0)).is_empty(),
+            !shifted(Some(&at(60.0, 40.0)), Some(&at(120.0, 80.0))),
             "twice the traffic, same shares"
         );
-        assert_eq!(shifted(&at(60.0, 40.0), &at(40.0, 60.0)), vec![key.clone()]);
-        assert_eq!(
-            shifted(&WorkloadTraffic::new(), &at(1.0, 0.0)),
-            vec![key.clone()],
-            "new traffic"
-        );
-        assert_eq!(
-            shifted(&at(1.0, 0.0), &WorkloadTraffic::new()),
-            vec![key],
-            "traffic gone"
-        );
+        assert!(shifted(Some(&at(60.0, 40.0)), Some(&at(40.0, 60.0))));
+        assert!(shifted(None, Some(&at(1.0, 0.0))), "new traffic");
+        assert!(shifted(Some(&at(1.0, 0.0)), None), "traffic gone");
+        assert!(!shifted(None, None));
     }
 
     #[test]

@@ -550,6 +550,26 @@ impl Env {
             .unwrap_or_else(|| panic!("no workload cluster named {name}"))
     }
 
+    /// The value of the hub's series `series` (its name and labels as `/metrics` writes them,
+    /// e.g. `nave_unplaced_replicas` or `nave_mcd_failing{namespace="a",name="b",cluster="c"}`),
+    /// or why there is none.
+    pub async fn hub_metric(&self, series: &str) -> Result<f64, String> {
+        let text = reqwest::get(format!("{}/metrics", self.hub_metrics_url))
+            .await
+            .map_err(|e| e.to_string())?
+            .text()
+            .await
+            .map_err(|e| e.to_string())?;
+        let value = text
+            .lines()
+            .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
+            .ok_or_else(|| format!("no {series} in the hub's metrics"))?;
+        value
+            .trim()
+            .parse()
+            .map_err(|e| format!("{series} {value:?}: {e}"))
+    }
+
     /// Sets the requests per second arriving at workload cluster `cluster`'s simulated ingress
     /// for Service `namespace/service` (0 removes them); see nave-sim's `PUT /traffic`.
     ///

@@ -35,6 +35,25 @@ fn web(replicas: i64, usage: &str) -> MultiClusterDeployment {
     .expect("a well-formed MultiClusterDeployment")
 }
 
+/// `web`'s autoscaler: up to 5 replicas, aiming at 50% of the requested CPU, with `spec` merged
+/// in.
+fn autoscaler(spec: serde_json::Value) -> MultiClusterHorizontalPodAutoscaler {
+    let mut full = json!({
+        "maxReplicas": 5,
+        "metrics": [{"type": "Resource",
+            "resource": {"name": "cpu", "target": {"type": "Utilization", "averageUtilization": 50}}}]
+    });
+    for (k, v) in spec.as_object().into_iter().flatten() {
+        full[k] = v.clone();
+    }
+    serde_json::from_value(json!({
+        "apiVersion": nave_api::API_VERSION, "kind": "MultiClusterHorizontalPodAutoscaler",
+        "metadata": {"name": "web", "namespace": NS},
+        "spec": full
+    }))
+    .expect("a well-formed autoscaler")
+}
+
 async fn replicas(mcds: &Api<MultiClusterDeployment>) -> Result<i32, String> {
     Ok(mcds.get("web").await.map_err(|e| e.to_string())?.spec.replicas)
 }
@@ -96,19 +115,11 @@ async fn a_workload_scales_up_while_its_pods_are_busy_and_down_once_they_are_idl
         .await
         .expect("web created");
     env.wait_rolled_out(NS, "web", 2).await;
-    let hpa: MultiClusterHorizontalPodAutoscaler = serde_json::from_value(json!({
-        "apiVersion": nave_api::API_VERSION, "kind": "MultiClusterHorizontalPodAutoscaler",
-        "metadata": {"name": "web", "namespace": NS},
-        "spec": {
-            "scaleTargetRef": {"kind": "MultiClusterDeployment", "name": "web"},
-            "minReplicas": 1,
-            "maxReplicas": 5,
-            "metrics": [{"type": "Resource",
-                "resource": {"name": "cpu", "target": {"type": "Utilization", "averageUtilization": 50}}}],
-            "behavior": {"scaleDown": {"stabilizationWindowSeconds": 0}}
-        }
-    }))
-    .expect("a well-formed autoscaler");
+    let hpa = autoscaler(json!({
+        "scaleTargetRef": {"kind": "MultiClusterDeployment", "name": "web"},
+        "minReplicas": 1,
+        "behavior": {"scaleDown": {"stabilizationWindowSeconds": 0}}
+    }));
     hpas.create(&PostParams::default(), &hpa)
         .await
         .expect("autoscaler created");
@@ -182,14 +193,7 @@ async fn without_prometheus_the_autoscaler_says_so_and_changes_nothing() {
     mcds.create(&PostParams::default(), &web(2, "150m"))
         .await
         .expect("web created");
-    let hpa: MultiClusterHorizontalPodAutoscaler = serde_json::from_value(json!({
-        "apiVersion": nave_api::API_VERSION, "kind": "MultiClusterHorizontalPodAutoscaler",
-        "metadata": {"name": "web", "namespace": NS},
-        "spec": {"scaleTargetRef": {"name": "web"}, "maxReplicas": 5,
-            "metrics": [{"type": "Resource",
-                "resource": {"name": "cpu", "target": {"type": "Utilization", "averageUtilization": 50}}}]}
-    }))
-    .expect("a well-formed autoscaler");
+    let hpa = autoscaler(json!({"scaleTargetRef": {"name": "web"}}));
     hpas.create(&PostParams::default(), &hpa)
         .await
         .expect("autoscaler created");

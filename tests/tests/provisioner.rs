@@ -35,22 +35,6 @@ async fn receive(State(received): State<Received>, headers: HeaderMap, body: Str
     }
 }
 
-/// The hub's `nave_unplaced_replicas`, read from its metrics.
-async fn unplaced_metric(env: &Env) -> Result<f64, String> {
-    let text = reqwest::get(format!("{}/metrics", env.hub_metrics_url))
-        .await
-        .map_err(|e| e.to_string())?
-        .text()
-        .await
-        .map_err(|e| e.to_string())?;
-    text.lines()
-        .find_map(|l| l.strip_prefix("nave_unplaced_replicas "))
-        .ok_or_else(|| "no nave_unplaced_replicas".to_owned())?
-        .trim()
-        .parse()
-        .map_err(|e| format!("{e}"))
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replicas_that_fit_nowhere_reach_the_webhook_and_a_provisioned_cluster_takes_them() {
     let received: Received = Arc::default();
@@ -156,7 +140,7 @@ async fn replicas_that_fit_nowhere_reach_the_webhook_and_a_provisioned_cluster_t
     assert_eq!(demand.total.cpu_millis, 1500 * u64::from(batch.replicas));
     let expected = f64::from(batch.replicas);
     wait_for("nave_unplaced_replicas to count them", DEADLINE, || async {
-        let value = unplaced_metric(&env).await?;
+        let value = env.hub_metric("nave_unplaced_replicas").await?;
         if value == expected {
             Ok(())
         } else {
@@ -185,7 +169,7 @@ async fn replicas_that_fit_nowhere_reach_the_webhook_and_a_provisioned_cluster_t
     })
     .await;
     wait_for("nave_unplaced_replicas back to 0", DEADLINE, || async {
-        let value = unplaced_metric(&env).await?;
+        let value = env.hub_metric("nave_unplaced_replicas").await?;
         if value == 0.0 {
             Ok(())
         } else {

@@ -133,22 +133,10 @@ async fn replicas_go_where_the_traffic_arrives_and_follow_it_when_it_shifts() {
         );
     }
     wait_for("the hub to export web's traffic locality", DEADLINE, || async {
-        let text = reqwest::get(format!("{}/metrics", env.hub_metrics_url))
-            .await
-            .map_err(|e| e.to_string())?
-            .text()
-            .await
-            .map_err(|e| e.to_string())?;
-        let line = text
-            .lines()
-            .find(|l| l.starts_with(r#"nave_mcd_traffic_locality{namespace="default",name="web"}"#))
-            .map(str::to_owned);
-        match line
-            .as_deref()
-            .and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        {
-            Some(v) if (v - 0.95).abs() < 1e-6 => Ok(()),
-            _ => Err(format!("{line:?}")),
+        let series = r#"nave_mcd_traffic_locality{namespace="default",name="web"}"#;
+        match env.hub_metric(series).await? {
+            v if (v - 0.95).abs() < 1e-6 => Ok(()),
+            v => Err(format!("{series} {v}")),
         }
     })
     .await;
