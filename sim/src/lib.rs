@@ -10,12 +10,19 @@
 //!         ┌───────────────────────────────────────────┴──────────────────────┐
 //!         ▼                         ▼                          ▼              ▼
 //!   /api, /apis (rest)     discovery / openapi       /_sim/v1 hooks     /metrics
+//!         │ create/update/patch/apply ──► mutating admission webhooks (admission.rs, https)
 //!         │ create/update/patch/apply/delete (write.rs, sim-core rules)
 //!         ▼
 //!   Store (objects, global RV, event log) ──► watch streams, garbage collector
 //!         ▲
 //!   ControlPlane (scheduler, controllers, kubelet) via an in-process kube::Client
 //! ```
+//!
+//! Beyond the requirements it was written to, it emulates pod scheduling gates
+//! (`spec.schedulingGates`: validation, `PodScheduled=False/SchedulingGated`, see
+//! `controllers::scheduler`) and `admissionregistration.k8s.io/v1` MutatingWebhookConfigurations
+//! called over HTTPS on every create and update, the simulated controllers' included (see
+//! [`server::admission`] for what is and is not implemented).
 //!
 //! Entry points: [`SimCluster`] and [`SimFleet`] for tests and other crates, configured by
 //! [`ClusterConfig`] and [`FleetConfig`] (YAML files too); [`cli`] for the `serve` and `fleet`

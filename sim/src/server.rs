@@ -5,10 +5,11 @@
 //! ```text
 //!  TCP ─► [TLS: rustls, ALPN h2/http1.1] ─► hyper auto (h1 + h2) ─► Router
 //!    Router: /version /healthz /livez /readyz /openapi/* /metrics /_sim/v1/* (hooks + admin)
-//!            /api/** /apis/** ─► rest::handle ─► store / watch / discovery
+//!            /api/** /apis/** ─► rest::handle ─► [admission webhooks] ─► store / watch / discovery
 //!    middleware (outermost): Cache-Control, auth, faults, latency, request log
 //! ```
 
+pub mod admission;
 pub mod convert;
 pub mod crd;
 pub mod defaults;
@@ -79,6 +80,8 @@ pub struct ClusterState {
     pub shutdown: CancellationToken,
     /// The running control plane, once started.
     pub control_plane: RwLock<Option<ControlPlane>>,
+    /// The mutating admission webhooks, compiled from the MutatingWebhookConfigurations.
+    pub webhooks: admission::Webhooks,
     watch_drop: Mutex<CancellationToken>,
     address: Mutex<String>,
     listener: Mutex<Option<Arc<ListenerCtl>>>,
@@ -98,6 +101,7 @@ impl ClusterState {
             auth,
             shutdown: CancellationToken::new(),
             control_plane: RwLock::new(None),
+            webhooks: admission::Webhooks::default(),
             watch_drop: Mutex::new(CancellationToken::new()),
             address: Mutex::new("127.0.0.1:0".to_owned()),
             listener: Mutex::new(None),
@@ -153,6 +157,7 @@ impl ClusterState {
         if let Err(e) = self.bootstrap() {
             tracing::warn!(error = %e.message, "recreating the system objects after a reset failed");
         }
+        self.reload_webhooks();
     }
 }
 

@@ -1225,3 +1225,70 @@ async fn kubectl_sees_the_kubernetes_service_and_the_api_services() {
     );
     sim.shutdown().await;
 }
+
+const WEBHOOK: &str = "apiVersion: admissionregistration.k8s.io/v1
+kind: MutatingWebhookConfiguration
+metadata:
+  name: gate
+webhooks:
+- name: gate.nave.dev
+  clientConfig:
+    url: URL
+  rules:
+  - operations: [CREATE]
+    apiGroups: ['']
+    apiVersions: [v1]
+    resources: [pods]
+  sideEffects: None
+  admissionReviewVersions: [v1]
+  failurePolicy: Ignore
+";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_applies_lists_and_validates_mutating_webhook_configurations() {
+    let Some(bin) = kubectl_or_skip("kubectl_applies_lists_and_validates_mutating_webhook_configurations")
+    else {
+        return;
+    };
+    let sim = cluster("kwebhook", false).await;
+    let k = Kubectl::new(bin, &sim);
+    let good = k.file("good.yaml", &WEBHOOK.replace("URL", "https://127.0.0.1:1/mutate"));
+    k.ok(&["apply", "-f", &good]).await;
+    let ssa = k.file(
+        "ssa.yaml",
+        &WEBHOOK
+            .replace("URL", "https://127.0.0.1:1/mutate")
+            .replace("name: gate\n", "name: gate-ssa\n"),
+    );
+    k.ok(&["apply", "--server-side", "-f", &ssa]).await;
+    k.ok(&["apply", "--server-side", "-f", &ssa]).await;
+    let listed = k.ok(&["get", "mutatingwebhookconfigurations"]).await;
+    assert!(
+        contains_all(&listed, &["NAME", "WEBHOOKS", "AGE", "gate", "1"]),
+        "expected NAME WEBHOOKS AGE with gate and 1; seen {listed}"
+    );
+    let defaults = k
+        .ok(&[
+            "get",
+            "mutatingwebhookconfiguration",
+            "gate",
+            "-o",
+            "jsonpath={.webhooks[0].timeoutSeconds} {.webhooks[0].matchPolicy} {.webhooks[0].rules[0].scope}",
+        ])
+        .await;
+    assert_eq!(defaults, "10 Equivalent *", "expected upstream defaults");
+    let bad = k.file(
+        "bad.yaml",
+        &WEBHOOK
+            .replace("URL", "http://127.0.0.1:1/mutate")
+            .replace("name: gate\n", "name: plain\n"),
+    );
+    let err = k.fails(&["apply", "-f", &bad]).await;
+    assert!(
+        err.contains(
+            "webhooks[0].clientConfig.url: Invalid value: \"http\": 'https' is the only allowed URL scheme"
+        ),
+        "expected the https error; seen {err}"
+    );
+    sim.shutdown().await;
+}

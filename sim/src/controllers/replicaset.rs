@@ -342,8 +342,17 @@ async fn reconcile(ctx: &Arc<Ctx>, key: Key) -> Result<Option<Duration>, kube::E
         let updated = rs_api.patch_status(&key.1, &pp, &Patch::Merge(&patch)).await?;
         ctx.replicasets.apply(updated);
     }
+    // A pod that could not be created is tried again, as upstream's rate-limited requeue does
+    // (here after a fixed second): a refusal by an admission webhook or a quota is often
+    // temporary, and nothing else may change to wake this ReplicaSet.
+    if failure.is_some() {
+        return Ok(Some(next.map_or(CREATE_RETRY, |n| n.min(CREATE_RETRY))));
+    }
     Ok(next)
 }
+
+/// How soon a ReplicaSet whose pod creation failed tries again.
+const CREATE_RETRY: Duration = Duration::from_secs(1);
 
 #[cfg(test)]
 mod tests {

@@ -1,6 +1,11 @@
 //! The scheduler: places pending pods of `default-scheduler` with [`super::fit`], binds
 //! them through `pods/binding`, and marks the others `PodScheduled=False/Unschedulable`.
 //!
+//! A pod with `spec.schedulingGates` waits: it is never placed, and carries
+//! `PodScheduled=False/SchedulingGated` (the API server sets it at creation; the scheduler adds it
+//! when missing, writing only then). Removing the last gate is a pod change, which wakes the
+//! scheduler, and the pod is placed like any other.
+//!
 //! It works in rounds: a round takes every pending pod, builds one snapshot of node usage, and
 //! decides all of them in memory before writing. Bound pods stay "assumed" (counted on their node)
 //! until the cache shows the binding, so a round never double-books a node. Rounds run when pods or
@@ -18,6 +23,8 @@ use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
 use nave_resources::{Resources, pod_requests};
 use serde_json::json;
+
+use crate::server::podspec::{SCHEDULING_GATED_MESSAGE, scheduling_gated_condition};
 
 use super::cache::key_of;
 use super::fit::{NodeSnapshot, schedule};
@@ -40,12 +47,35 @@ fn wants_scheduling(p: &Pod) -> bool {
         && !is_terminal(p)
 }
 
+fn is_gated(p: &Pod) -> bool {
+    p.spec
+        .as_ref()
+        .and_then(|s| s.scheduling_gates.as_ref())
+        .is_some_and(|g| !g.is_empty())
+}
+
+/// Whether a pod already says it waits for its scheduling gates.
+fn is_marked_gated(p: &Pod) -> bool {
+    p.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| {
+            cs.iter().any(|c| {
+                c.type_ == "PodScheduled"
+                    && c.status == "False"
+                    && c.reason.as_deref() == Some("SchedulingGated")
+                    && c.message.as_deref() == Some(SCHEDULING_GATED_MESSAGE)
+            })
+        })
+}
+
 /// Wakes the scheduler on pending pods, freed room and node changes.
 pub(super) fn register(ctx: &Arc<Ctx>) {
     let wake = ctx.scheduler_wake.clone();
     let some_unschedulable = ctx.some_unschedulable.clone();
     ctx.pods.on_change(move |old, new| {
-        let pending = new.is_some_and(wants_scheduling);
+        // A gated pod that already says so needs nothing: waking for it would only spin.
+        let pending = new.is_some_and(|p| wants_scheduling(p) && !(is_gated(p) && is_marked_gated(p)));
         // Room is freed when a bound pod goes away or finishes.
         let freed = old.is_some_and(|o| super::node_of(o).is_some() && !is_terminal(o))
             && new.is_none_or(|n| is_terminal(n) || n.metadata.deletion_timestamp.is_some());
@@ -59,6 +89,8 @@ pub(super) fn register(ctx: &Arc<Ctx>) {
 
 enum Decision {
     Bind(Arc<Pod>, String),
+    /// Gated and not yet marked so.
+    Gated(Arc<Pod>),
     Unschedulable(Arc<Pod>, String),
 }
 
@@ -101,8 +133,18 @@ fn round(ctx: &Ctx, assumed: &mut HashMap<String, (String, Resources)>) -> Vec<D
             .get_uid(uid)
             .is_some_and(|p| super::node_of(&p).is_none())
     });
+    let mut out = Vec::with_capacity(pending.len());
+    pending.retain(|p| {
+        if !is_gated(p) {
+            return true;
+        }
+        if !is_marked_gated(p) {
+            out.push(Decision::Gated(p.clone()));
+        }
+        false
+    });
     if pending.is_empty() {
-        return Vec::new();
+        return out;
     }
     // Priority first, then first come first served.
     pending.sort_by(|a, b| {
@@ -136,7 +178,6 @@ fn round(ctx: &Ctx, assumed: &mut HashMap<String, (String, Resources)>) -> Vec<D
             nodes[i].add_pod(req);
         }
     }
-    let mut out = Vec::with_capacity(pending.len());
     for pod in pending {
         let req = pod.spec.as_ref().map(pod_requests).unwrap_or_default();
         match schedule(&pod, &req, &nodes) {
@@ -165,6 +206,10 @@ async fn write(ctx: &Arc<Ctx>, decisions: Vec<Decision>) -> Vec<String> {
                     }
                     Decision::Unschedulable(pod, msg) => {
                         mark_unschedulable(&ctx, &pod, msg).await;
+                        None
+                    }
+                    Decision::Gated(pod) => {
+                        mark_gated(&ctx, &pod).await;
                         None
                     }
                 }
@@ -265,5 +310,24 @@ async fn mark_unschedulable(ctx: &Ctx, pod: &Pod, msg: String) {
             );
         }
         Err(e) => tracing::debug!(pod = %pod.name_any(), error = %e, "marking unschedulable failed"),
+    }
+}
+
+/// Sets `PodScheduled=False/SchedulingGated`. A strategic merge patch merges conditions by type,
+/// so conditions other clients write meanwhile are kept.
+async fn mark_gated(ctx: &Ctx, pod: &Pod) {
+    let now = super::rollout::whole_seconds(super::Ctx::now()).to_string();
+    let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &pod.namespace().unwrap_or_default());
+    let pp = PatchParams {
+        field_manager: Some(MANAGER_SCHEDULER.into()),
+        ..Default::default()
+    };
+    let patch = json!({"status": {"conditions": [scheduling_gated_condition(&now)]}});
+    match api
+        .patch_status(&pod.name_any(), &pp, &Patch::Strategic(&patch))
+        .await
+    {
+        Ok(p) => ctx.pods.apply(p),
+        Err(e) => tracing::debug!(pod = %pod.name_any(), error = %e, "marking a gated pod failed"),
     }
 }

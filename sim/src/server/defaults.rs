@@ -247,6 +247,9 @@ pub fn apply(rt: &ResourceType, obj: &mut Value) {
                 default_pod_spec(spec);
             }
         }
+        ("admissionregistration.k8s.io", "mutatingwebhookconfigurations") => {
+            super::admission::default_configuration(obj);
+        }
         _ => {}
     }
 }

@@ -166,6 +166,91 @@ pub fn fold_string_data(rt: &ResourceType, obj: &mut Value) {
     }
 }
 
+/// The message of the `PodScheduled=False/SchedulingGated` condition (upstream's wording).
+pub const SCHEDULING_GATED_MESSAGE: &str = "Scheduling is blocked due to non-empty scheduling gates";
+
+/// The `PodScheduled=False/SchedulingGated` condition. Upstream leaves both times null; the
+/// transition time is set here, as the simulator's other conditions have one.
+pub fn scheduling_gated_condition(now: &str) -> Value {
+    serde_json::json!({
+        "type": "PodScheduled", "status": "False", "reason": "SchedulingGated",
+        "message": SCHEDULING_GATED_MESSAGE, "lastProbeTime": null, "lastTransitionTime": now,
+    })
+}
+
+/// Whether a pod has a non-empty `spec.schedulingGates`.
+pub fn is_gated(pod: &Value) -> bool {
+    pod.pointer("/spec/schedulingGates")
+        .and_then(Value::as_array)
+        .is_some_and(|g| !g.is_empty())
+}
+
+fn gate_names(spec: Option<&Value>) -> Vec<&str> {
+    spec.and_then(|s| s.get("schedulingGates"))
+        .and_then(Value::as_array)
+        .map(|gates| {
+            gates
+                .iter()
+                .map(|g| g["name"].as_str().unwrap_or_default())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Scheduling gates, as upstream's `validateSchedulingGates` and `ValidatePodSpec`: qualified,
+/// unique names; no gates on a pod that is already bound; and on a pod update
+/// (`validateOnlyDeletedSchedulingGates`) gates may only be removed.
+pub fn validate_scheduling_gates(rt: &ResourceType, obj: &Value, old: Option<&Value>) -> Vec<Cause> {
+    let Some((pointer, path)) = pod_spec_of(rt) else {
+        return Vec::new();
+    };
+    let spec = obj.pointer(pointer);
+    let names = gate_names(spec);
+    let mut causes = Vec::new();
+    for (i, name) in names.iter().enumerate() {
+        for e in nave_sim_core::selector::is_qualified_name(name) {
+            causes.push(Cause::new(
+                "FieldValueInvalid",
+                &format!("{path}.schedulingGates[{i}]"),
+                format!("Invalid value: {name:?}: {e}"),
+            ));
+        }
+        if names[..i].contains(name) {
+            causes.push(Cause::new(
+                "FieldValueDuplicate",
+                &format!("{path}.schedulingGates[{i}]"),
+                format!("Duplicate value: {name:?}"),
+            ));
+        }
+    }
+    let bound = spec
+        .and_then(|s| s.get("nodeName"))
+        .and_then(Value::as_str)
+        .is_some_and(|n| !n.is_empty());
+    if !names.is_empty() && bound {
+        causes.push(Cause::new(
+            "FieldValueForbidden",
+            &format!("{path}.nodeName"),
+            "Forbidden: cannot be set until all schedulingGates have been cleared",
+        ));
+    }
+    if rt.plural == "pods"
+        && let Some(old) = old
+    {
+        let before = gate_names(old.pointer(pointer));
+        for (i, name) in names.iter().enumerate() {
+            if !before.contains(name) {
+                causes.push(Cause::new(
+                    "FieldValueForbidden",
+                    &format!("{path}.schedulingGates[{i}].name"),
+                    format!("Forbidden: only deletion is allowed, but found new scheduling gate '{name}'"),
+                ));
+            }
+        }
+    }
+    causes
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;

@@ -379,6 +379,14 @@ fn builtin_table() -> Vec<B> {
             .cluster()
             .status()
             .special(Special::ApiService),
+        b(
+            "admissionregistration.k8s.io",
+            "v1",
+            "mutatingwebhookconfigurations",
+            "MutatingWebhookConfiguration",
+        )
+        .cluster()
+        .gen_(),
         b("scheduling.k8s.io", "v1", "priorityclasses", "PriorityClass")
             .cluster()
             .short(&["pc"]),

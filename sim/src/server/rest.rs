@@ -15,6 +15,7 @@ use nave_sim_core::selector::{self, FieldSelector, FieldSelectorKind, LabelSelec
 use serde_json::{Value, json};
 
 use super::ClusterState;
+use super::admission;
 use super::convert;
 use super::error::{ApiError, ApiResult, Cause};
 use super::meta::{self, meta_str};
@@ -412,6 +413,12 @@ async fn handle_inner(state: Arc<ClusterState>, req: Request) -> ApiResult<Respo
     }
     let ns_str = ns.clone().unwrap_or_default();
     let method = parts.method.clone();
+    let user = state.user_of(
+        parts
+            .headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok()),
+    );
     match (method.clone(), name, sub.as_deref()) {
         (Method::GET, None, None) => {
             if q.flag("watch") {
@@ -482,8 +489,10 @@ async fn handle_inner(state: Arc<ClusterState>, req: Request) -> ApiResult<Respo
                 return Err(ApiError::method_not_allowed("POST", Some(&rt)));
             }
             let opts = write_opts(&q, &parts.headers, None)?;
-            let obj = convert::input(&rt, obj);
-            let w = state.create(&storage_rt(&state, &rt), &ns_str, obj, &opts, false)?;
+            let admitted = admission::create(&state, &rt, &ns_str, obj, &opts, &user).await?;
+            let obj = convert::input(&rt, admitted.object);
+            let mut w = state.create(&storage_rt(&state, &rt), &ns_str, obj, &opts, false)?;
+            w.warnings.extend(admitted.warnings);
             Ok(render_object(
                 &rt,
                 &w.object,
@@ -533,7 +542,7 @@ async fn handle_inner(state: Arc<ClusterState>, req: Request) -> ApiResult<Respo
                     )],
                 ));
             }
-            let mut f = |cur: &Arc<Value>| -> ApiResult<Value> {
+            let f = |cur: &Arc<Value>| -> ApiResult<Value> {
                 if let Some(rv) = body_rv.as_deref().filter(|s| !s.is_empty())
                     && Some(rv) != meta_str(cur, "resourceVersion")
                 {
@@ -541,7 +550,19 @@ async fn handle_inner(state: Arc<ClusterState>, req: Request) -> ApiResult<Respo
                 }
                 Ok(body.clone())
             };
-            let w = state.update_with(&srt, &ns_str, &name, &opts, false, &mut f)?;
+            let w = admission::update(
+                &state,
+                &srt,
+                &rt,
+                &ns_str,
+                &name,
+                &opts,
+                false,
+                &user,
+                "UpdateOptions",
+                f,
+            )
+            .await?;
             Ok(render_object(&rt, &w.object, format, StatusCode::OK, &w.warnings))
         }
         (Method::PUT, Some(name), Some("scale")) => {
@@ -554,18 +575,14 @@ async fn handle_inner(state: Arc<ClusterState>, req: Request) -> ApiResult<Respo
         (Method::PATCH, Some(name), sub @ (None | Some("status"))) => {
             let ct = content_type(&parts.headers);
             let bytes = read_body(body).await?;
-            patch(
-                &state,
-                &rt,
-                &ns_str,
-                &name,
+            let target = PatchTarget {
+                rt: &rt,
+                ns: &ns_str,
+                name: &name,
                 sub,
-                &ct,
-                &bytes,
-                &q,
-                &parts.headers,
-                format,
-            )
+                user: &user,
+            };
+            patch(&state, &target, &ct, &bytes, &q, &parts.headers, format).await
         }
         (Method::PATCH, Some(name), Some("scale")) => {
             let ct = content_type(&parts.headers);
@@ -917,19 +934,31 @@ fn apply_patch_doc(ct: &str, cur: &Value, patch: &Value, rt: Option<&ResourceTyp
     }
 }
 
-#[allow(clippy::too_many_arguments)]
-fn patch(
+/// What a PATCH addresses.
+struct PatchTarget<'a> {
+    rt: &'a Arc<ResourceType>,
+    ns: &'a str,
+    name: &'a str,
+    sub: Option<&'a str>,
+    user: &'a str,
+}
+
+async fn patch(
     state: &ClusterState,
-    rt: &Arc<ResourceType>,
-    ns: &str,
-    name: &str,
-    sub: Option<&str>,
+    target: &PatchTarget<'_>,
     ct: &str,
     bytes: &[u8],
     q: &Query,
     headers: &HeaderMap,
     format: Format,
 ) -> ApiResult<Response> {
+    let PatchTarget {
+        rt,
+        ns,
+        name,
+        sub,
+        user,
+    } = *target;
     let apply = ct == "application/apply-patch+yaml" || ct == "application/apply-patch+cbor";
     check_patch_options(q, apply)?;
     let opts = write_opts(q, headers, sub)?;
@@ -948,7 +977,7 @@ fn patch(
         }
         let doc = parse_json(bytes)?;
         let view_rt = rt.clone();
-        let mut f = |cur: &Arc<Value>| -> ApiResult<Value> {
+        let f = |cur: &Arc<Value>| -> ApiResult<Value> {
             // Patches apply to the served representation.
             let served = convert::output(&view_rt, cur).into_owned();
             let patched = apply_patch_doc(ct, &served, &doc, Some(&view_rt))?;
@@ -959,7 +988,7 @@ fn patch(
             }
             Ok(convert::input(&view_rt, patched))
         };
-        let w = state.update_with(&srt, ns, name, &opts, false, &mut f)?;
+        let w = admission::update(state, &srt, rt, ns, name, &opts, false, user, "PatchOptions", f).await?;
         return Ok(render_object(rt, &w.object, format, StatusCode::OK, &w.warnings));
     }
     // Server-side apply.
@@ -1022,8 +1051,12 @@ fn patch(
         if let Some(m) = created.get_mut("metadata").and_then(Value::as_object_mut) {
             m.remove("resourceVersion");
         }
+        let served = convert::output(rt, &created).into_owned();
+        let admitted = admission::create(state, rt, ns, served, &opts, user).await?;
+        let created = convert::input(rt, admitted.object);
         match state.create(&srt, ns, created, &opts, true) {
-            Ok(w) => {
+            Ok(mut w) => {
+                w.warnings.extend(admitted.warnings);
                 return Ok(render_object(
                     rt,
                     &w.object,
@@ -1036,7 +1069,7 @@ fn patch(
             Err(e) => return Err(e),
         }
     }
-    let mut f = |cur: &Arc<Value>| -> ApiResult<Value> {
+    let f = |cur: &Arc<Value>| -> ApiResult<Value> {
         if let Some(p) = precondition.as_deref().filter(|p| !p.is_empty())
             && Some(p) != meta_str(cur, "resourceVersion")
         {
@@ -1044,7 +1077,8 @@ fn patch(
         }
         do_apply(Some(cur))
     };
-    let Written { object, warnings, .. } = state.update_with(&srt, ns, name, &opts, true, &mut f)?;
+    let Written { object, warnings, .. } =
+        admission::update(state, &srt, rt, ns, name, &opts, true, user, "PatchOptions", f).await?;
     Ok(render_object(rt, &object, format, StatusCode::OK, &warnings))
 }
 

@@ -134,6 +134,9 @@ fn builtin_columns(rt: &ResourceType) -> Option<Vec<Col>> {
             c("Name", s, 1),
         ],
         ("coordination.k8s.io", "leases") => vec![c("Name", s, 0), c("Holder", s, 0), c("Age", s, 0)],
+        ("admissionregistration.k8s.io", "mutatingwebhookconfigurations") => {
+            vec![c("Name", s, 0), c("Webhooks", i, 0), c("Age", s, 0)]
+        }
         ("batch", "jobs") => vec![
             c("Name", s, 0),
             c("Status", s, 0),
@@ -473,6 +476,10 @@ fn builtin_cells(rt: &ResourceType, obj: &Value) -> Vec<Value> {
                 json!(int(obj.get("count")).max(1).to_string()),
                 name,
             ]
+        }
+        ("admissionregistration.k8s.io", "mutatingwebhookconfigurations") => {
+            let n = obj["webhooks"].as_array().map_or(0, Vec::len);
+            vec![name, json!(n), a]
         }
         ("coordination.k8s.io", "leases") => {
             vec![

@@ -17,7 +17,7 @@ use super::error::{ApiError, ApiResult, Cause};
 use super::meta::{self, meta_mut, meta_str};
 use super::resources::{ResourceType, Special};
 use super::store::{CommitError, ObjKey};
-use super::{crd, defaults, podspec};
+use super::{admission, crd, defaults, podspec};
 
 /// `fieldValidation` query parameter.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -304,6 +304,12 @@ impl ClusterState {
             // QoS is computed from the defaulted spec.
             let qos = defaults::qos_class(&obj["spec"]);
             obj["status"]["qosClass"] = json!(qos);
+            if podspec::is_gated(&obj) {
+                // Upstream's pod strategy (`applySchedulingGatedCondition`) marks a gated pod at
+                // creation, so no scheduler is needed to explain why it waits.
+                obj["status"]["conditions"] =
+                    json!([podspec::scheduling_gated_condition(&meta::now_rfc3339())]);
+            }
         }
         if rt.special == Special::Crd {
             let registry = self.registry.read().unwrap_or_else(|e| e.into_inner()).clone();
@@ -605,9 +611,32 @@ impl ClusterState {
         Ok(Some(new))
     }
 
+    /// Recompiles the admission webhooks from the stored configurations.
+    pub fn reload_webhooks(&self) {
+        let (configs, _) = self.store.list(admission::TABLE, None, None);
+        self.webhooks.reload(&configs);
+    }
+
+    /// The defaulting a write's object gets before admission (upstream defaults while decoding):
+    /// type, built-in defaults, or a CR schema's pruning and defaults. Validation comes later.
+    pub fn default_for_admission(&self, rt: &ResourceType, obj: &mut Value) -> ApiResult<()> {
+        check_type(rt, obj)?;
+        if let Some(schema) = rt.custom.as_ref().and_then(|c| c.schema.as_ref()) {
+            schema.prune_unknown(obj);
+            schema.default(obj);
+        } else if !rt.is_custom() {
+            podspec::check_quantities(rt, obj)?;
+            defaults::apply(rt, obj);
+        }
+        Ok(())
+    }
+
     /// Hooks run after a committed write (registry updates for CRDs, a namespace's `default`
-    /// ServiceAccount).
+    /// ServiceAccount, the compiled admission webhooks).
     fn after_commit(&self, rt: &ResourceType, obj: &Value, deleted: bool) {
+        if admission::is_configuration(rt) {
+            self.reload_webhooks();
+        }
         if rt.special == Special::Crd {
             crd::sync_registry(self, obj, deleted);
             self.sync_api_services();
@@ -829,8 +858,12 @@ fn is_finished_deleting(rt: &ResourceType, obj: &Value) -> bool {
 /// Kind-specific validation of built-ins (immutable fields, obvious range checks).
 fn validate_builtin(rt: &ResourceType, obj: &Value, old: Option<&Value>) -> Vec<Cause> {
     let mut causes = podspec::validate_containers(rt, obj);
+    causes.extend(podspec::validate_scheduling_gates(rt, obj, old));
     if rt.is_custom() {
         return causes;
+    }
+    if admission::is_configuration(rt) {
+        causes.extend(admission::validate_configuration(obj));
     }
     if rt.group == "apps"
         && matches!(

@@ -149,6 +149,17 @@ const CRD: &[Entry] = &[
     ("status.conditions", Ssa::Map(&["type"]), Smp::Key("type")),
 ];
 
+const MUTATING_WEBHOOK_CONFIGURATION: &[Entry] = &[
+    ("webhooks", Ssa::Map(&["name"]), Smp::Key("name")),
+    ("webhooks[].rules", Ssa::Atomic, Smp::Replace),
+    ("webhooks[].admissionReviewVersions", Ssa::Atomic, Smp::Replace),
+    (
+        "webhooks[].matchConditions",
+        Ssa::Map(&["name"]),
+        Smp::Key("name"),
+    ),
+];
+
 /// The list types of one built-in kind.  Build it with [`BuiltinListTypes::new`] or
 /// [`crate::fieldpath::builtin`].
 #[derive(Debug, Clone)]
@@ -188,6 +199,9 @@ impl BuiltinListTypes {
             ("events.k8s.io", "Event") => (&[], &[], &["regarding"]),
             ("coordination.k8s.io", "Lease") => (&[], &[], &["spec"]),
             ("apiextensions.k8s.io", "CustomResourceDefinition") => (&[], CRD, SPEC_STATUS),
+            ("admissionregistration.k8s.io", "MutatingWebhookConfiguration") => {
+                (&[], MUTATING_WEBHOOK_CONFIGURATION, &[])
+            }
             _ => (&[], &[], &[]),
         };
         let atomic_maps: &[&str] = match (group, kind) {
@@ -198,6 +212,10 @@ impl BuiltinListTypes {
             ("", "Service") => SELECTOR,
             // `ObjectReference` is `+structType=atomic`.
             ("", "Event") => &["involvedObject", "related"],
+            // `LabelSelector` is `+structType=atomic`.
+            ("admissionregistration.k8s.io", "MutatingWebhookConfiguration") => {
+                &["webhooks[].namespaceSelector", "webhooks[].objectSelector"]
+            }
             _ => &[],
         };
         BuiltinListTypes {
