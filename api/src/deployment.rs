@@ -316,6 +316,12 @@ pub struct MultiClusterDeploymentStatus {
     #[serde(default)]
     pub available_replicas: i32,
 
+    /// Ready replicas known to run the current `spec.template`, summed over clusters: in each
+    /// cluster whose Deployment has taken the template, its ready replicas less those that may
+    /// still be of an older one. Equal to `spec.replicas` once a rollout has finished.
+    #[serde(default)]
+    pub updated_ready_replicas: i32,
+
     /// Replicas of `spec.replicas` that no cluster has room for. They are placed as soon as
     /// capacity appears; the `Degraded` condition says why.
     #[serde(default)]

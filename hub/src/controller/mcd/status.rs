@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use nave_api::conditions::{self, reasons, types};
-use nave_api::wire::{WORKLOAD_LABEL, WorkloadRef};
+use nave_api::wire::{ObjectStatus, WORKLOAD_LABEL, WorkloadRef};
 use nave_api::{ClusterPlacementStatus, MultiClusterDeployment, MultiClusterDeploymentStatus};
 use nave_policies::{Decision, Fleet, Role};
 
@@ -38,6 +38,26 @@ pub(crate) fn truncate(text: &str, max: usize) -> String {
         Some((i, _)) => format!("{}...", &text[..i]),
         None => text.to_owned(),
     }
+}
+
+/// The ready replicas of one cluster's Deployment known to run the template `hash`: none until
+/// its controller has seen that template, then its ready replicas less the pods that are not of
+/// it (which may all be ready), as a lower bound.
+fn updated_ready_of(deployment: &ObjectStatus, hash: &str) -> i32 {
+    if deployment.template_hash.as_deref() != Some(hash) || deployment.observed_current != Some(true) {
+        return 0;
+    }
+    let updated = deployment.updated_replicas.unwrap_or(0).max(0);
+    let old = deployment
+        .all_replicas
+        .unwrap_or(0)
+        .saturating_sub(updated)
+        .max(0);
+    deployment
+        .ready_replicas
+        .unwrap_or(0)
+        .saturating_sub(old)
+        .clamp(0, updated)
 }
 
 /// The status of an MCD: per cluster from the decision and the reports, totals as sums.
@@ -79,6 +99,8 @@ pub fn status_of(
     names.sort_unstable();
     names.dedup();
     let mut failing = Vec::new();
+    let hash = crate::render::template_hash(mcd);
+    let mut updated_ready = 0i32;
     for name in names {
         let desired = decision.assignment.get(name).copied().unwrap_or(0);
         // One lookup in the report for the counts and what fails.
@@ -87,6 +109,7 @@ pub fn status_of(
         let burst = decision.cluster(name).is_some_and(|c| c.role == Role::Burst);
         let kept = held.and_then(|h| h.get(name)).copied().unwrap_or(0);
         let failure = object.and_then(deployment_failure);
+        updated_ready = updated_ready.saturating_add(object.map_or(0, |d| updated_ready_of(d, &hash)));
         if let Some(failure) = &failure {
             failing.push(format!("{name}: {failure}"));
         }
@@ -116,6 +139,7 @@ pub fn status_of(
     status.replicas = sum(|c| c.desired);
     status.ready_replicas = sum(|c| c.ready);
     status.available_replicas = sum(|c| c.available);
+    status.updated_ready_replicas = updated_ready;
     status.pending_replicas = sum(|c| c.pending);
     status.unplaced_replicas = i32::try_from(decision.unplaced).unwrap_or(i32::MAX);
     let given = || clusters.iter().filter(|c| c.desired > 0);

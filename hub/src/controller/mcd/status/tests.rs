@@ -285,3 +285,27 @@ fn replicas_a_move_left_count_until_their_agent_reports_them_gone() {
     let status = case.status();
     assert_eq!(status.clusters.len(), 1, "{:?}", status.clusters);
 }
+
+#[test]
+fn updated_ready_replicas_count_only_what_certainly_runs_the_current_template() {
+    let deployment = |hash: &str, observed: bool, all: i32, updated: i32, ready: i32| ObjectStatus {
+        kind: "Deployment".to_owned(),
+        template_hash: Some(hash.to_owned()),
+        observed_current: Some(observed),
+        all_replicas: Some(all),
+        updated_replicas: Some(updated),
+        ready_replicas: Some(ready),
+        ..ObjectStatus::default()
+    };
+    // Mid-rollout: 2 new pods of 5, every pod ready. The 3 old ones are ready, so 2 new ones are.
+    assert_eq!(updated_ready_of(&deployment("new", true, 5, 2, 5), "new"), 2);
+    // With surge: 6 pods, 3 new, 4 ready: at least one of the new ones is.
+    assert_eq!(updated_ready_of(&deployment("new", true, 6, 3, 4), "new"), 1);
+    // Done.
+    assert_eq!(updated_ready_of(&deployment("new", true, 5, 5, 5), "new"), 5);
+    // The Deployment holds another template, or its controller has not seen this one yet.
+    assert_eq!(updated_ready_of(&deployment("old", true, 5, 5, 5), "new"), 0);
+    assert_eq!(updated_ready_of(&deployment("new", false, 5, 5, 5), "new"), 0);
+    // Counts that do not add up (a report mid-change) never give more than the new pods.
+    assert_eq!(updated_ready_of(&deployment("new", true, 2, 3, 9), "new"), 3);
+}
