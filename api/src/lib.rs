@@ -95,6 +95,27 @@ pub const CLUSTER_FINALIZER: &str = "nave.dev/withdraw-work";
 /// it. Whatever still runs there is left running, unmanaged.
 pub const REMOVE_WITHOUT_AGENT_ANNOTATION: &str = "nave.dev/remove-without-agent";
 
+/// The drop-in path: an annotation of an ordinary `apps/v1` Deployment in the management
+/// cluster, whose value is a placement policy (`worst-fit`, `best-fit`, `spread`, ...). In a
+/// namespace labelled [`DROP_IN_NAMESPACE_LABEL`]`=enabled`, the hub places the Deployment across
+/// the fleet as a MultiClusterDeployment of the same name (owned by the Deployment), and its pods
+/// in the management cluster are proxies that never run (see [`DROP_IN_GATE`]).
+pub const DROP_IN_ANNOTATION: &str = "nave.dev/placement";
+
+/// The label of a management-cluster namespace whose annotated Deployments are placed across the
+/// fleet (value `enabled`): the fleet admin's choice, never a Deployment author's.
+pub const DROP_IN_NAMESPACE_LABEL: &str = "nave.dev/drop-in";
+
+/// The scheduling gate the hub's admission webhook puts on the pods of drop-in Deployments, so
+/// the management cluster's scheduler never runs them; the hub marks them Ready as the fleet's
+/// replicas become ready, so the Deployment's status (and `kubectl rollout status`) shows the
+/// fleet.
+pub const DROP_IN_GATE: &str = "nave.dev/fleet";
+
+/// The label the admission webhook puts on a drop-in Deployment's proxy pods (value `true`), so
+/// the hub watches them and no other pod.
+pub const DROP_IN_PROXY_LABEL: &str = "nave.dev/drop-in-proxy";
+
 /// The API group of every Nave resource.
 pub const GROUP: &str = "nave.dev";
 /// The API version of the resources in this crate.

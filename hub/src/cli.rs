@@ -97,6 +97,12 @@ pub struct RunArgs {
     /// MultiClusterHorizontalPodAutoscalers.
     #[command(flatten)]
     pub autoscale: AutoscaleArgs,
+    /// The drop-in path: place annotated Deployments of the management cluster
+    /// (`nave.dev/placement: <policy>`, in namespaces labelled `nave.dev/drop-in=enabled`) across
+    /// the fleet, and serve the admission webhook that keeps their pods from running here
+    /// (`/admission/v1/drop-in/pods`, over HTTPS).
+    #[arg(long, env = "NAVE_DROP_IN")]
+    pub drop_in: bool,
 }
 
 /// How the leader evaluates MultiClusterHorizontalPodAutoscalers (see the `autoscaler`

@@ -58,6 +58,7 @@ pub mod autoscaler;
 pub mod cli;
 pub mod cluster_health;
 pub mod controller;
+pub mod dropin;
 mod error;
 pub mod feed;
 #[cfg(test)]
@@ -306,6 +307,15 @@ pub async fn run_until(args: RunArgs, shutdown: CancellationToken) -> Result<(),
             },
         ))
         .merge(readiness::router(store.clone()));
+    // The drop-in path's admission webhook, on every replica: the API server calls any of them.
+    let routes = if args.drop_in {
+        if acceptor.is_none() {
+            warn!("--drop-in without HTTPS: the API server calls admission webhooks over HTTPS only");
+        }
+        routes.merge(dropin::router(client.clone()))
+    } else {
+        routes
+    };
     // /metrics on a listener of its own, plain HTTP inside the management cluster, with the
     // probes: scrapers and kubelets need neither the agents' port nor its certificate.
     let metrics_listener = tokio::net::TcpListener::bind(args.metrics_listen)
@@ -375,6 +385,7 @@ pub async fn run_until(args: RunArgs, shutdown: CancellationToken) -> Result<(),
             refresher,
             webhook,
             autoscale,
+            drop_in: args.drop_in,
         },
         election,
         shutdown.clone(),
@@ -426,6 +437,8 @@ struct Leading {
     webhook: Option<provisioner::Webhook>,
     /// MultiClusterHorizontalPodAutoscalers: the Prometheus they read, and how often.
     autoscale: (Option<prometheus_http_query::Client>, cli::AutoscaleArgs),
+    /// Place annotated Deployments of the management cluster (`--drop-in`).
+    drop_in: bool,
 }
 
 /// Leads whenever this replica holds the lead, until `shutdown`: each term runs what only the
@@ -494,6 +507,7 @@ async fn run_term(leading: &mut Leading, term: u64, term_over: &CancellationToke
         refresher,
         webhook,
         autoscale,
+        drop_in,
     } = leading;
     // A new term: the work sets are complete again once this leader's first pass is done. Read
     // everything the previous leader and the other replicas wrote, after the claim of the term
@@ -565,6 +579,11 @@ async fn run_term(leading: &mut Leading, term: u64, term_over: &CancellationToke
             },
             term_over.clone(),
         ),
+        async {
+            if *drop_in {
+                dropin::run(client.clone(), term_over.clone()).await;
+            }
+        },
         controller::run(ctx, triggered, term_over.clone()),
         controller::heartbeats::run(monitor, term_over.clone()),
         async {

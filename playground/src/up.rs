@@ -352,6 +352,7 @@ impl Playground {
         self.prometheus = prometheus;
         self.prometheus_absent = prometheus_absent;
         let hub_args = nave_hub::cli::RunArgs {
+            drop_in: false,
             autoscale: Default::default(),
             provisioner: Default::default(),
             database_url: format!("sqlite://{}", self.dir.join("hub.db").display()),

@@ -100,6 +100,8 @@ pub struct EnvOptions {
     pub dormant: Vec<String>,
     /// How the hub evaluates MultiClusterHorizontalPodAutoscalers.
     pub hub_autoscale: nave_hub::cli::AutoscaleArgs,
+    /// Run the hub with `--drop-in` (annotated Deployments of the management cluster).
+    pub hub_drop_in: bool,
 }
 
 /// Namespace of the hub's Lease when the environment elects a leader.
@@ -293,6 +295,7 @@ impl Env {
             prometheus = Some(server);
         }
         let hub_args = nave_hub::cli::RunArgs {
+            drop_in: options.hub_drop_in,
             autoscale: options.hub_autoscale.clone(),
             provisioner: options.hub_provisioner.clone(),
             database_url,
@@ -675,6 +678,62 @@ impl Env {
                 (cluster, replicas)
             })
             .collect()
+    }
+
+    /// Creates the namespace `name` in the management cluster, opened to the drop-in path
+    /// (labelled `nave.dev/drop-in=enabled`) when `open`.
+    pub async fn create_namespace(&self, name: &str, open: bool) {
+        let labels = if open {
+            serde_json::json!({nave_api::DROP_IN_NAMESPACE_LABEL: nave_hub::dropin::NAMESPACE_ENABLED})
+        } else {
+            serde_json::json!({})
+        };
+        let namespace: k8s_openapi::api::core::v1::Namespace =
+            serde_json::from_value(serde_json::json!({"metadata": {"name": name, "labels": labels}}))
+                .expect("a Namespace");
+        Api::<k8s_openapi::api::core::v1::Namespace>::all(self.client.clone())
+            .create(&kube::api::PostParams::default(), &namespace)
+            .await
+            .expect("namespace created");
+    }
+
+    /// Registers the hub's drop-in admission webhook in the management cluster as the chart
+    /// does, but by URL (the simulator reaches no Service), trusting the environment's CA.
+    pub async fn register_drop_in_webhook(&self) {
+        use base64::Engine;
+        let ca = std::fs::read(&self.pki.ca_file).expect("the test CA");
+        let body = serde_json::json!({
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "MutatingWebhookConfiguration",
+            "metadata": {"name": "nave-hub-drop-in"},
+            "webhooks": [{
+                "name": "pods.drop-in.nave.dev",
+                "admissionReviewVersions": ["v1"],
+                "sideEffects": "None",
+                "failurePolicy": "Fail",
+                "timeoutSeconds": 10,
+                "clientConfig": {
+                    "url": format!("{}{}", self.hub_url, nave_hub::dropin::WEBHOOK_PATH),
+                    "caBundle": base64::engine::general_purpose::STANDARD.encode(ca),
+                },
+                "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"],
+                           "operations": ["CREATE"], "scope": "Namespaced"}],
+                "namespaceSelector": {"matchLabels": {
+                    nave_api::DROP_IN_NAMESPACE_LABEL: nave_hub::dropin::NAMESPACE_ENABLED}},
+                "objectSelector": {"matchExpressions": [{"key": "pod-template-hash", "operator": "Exists"}]},
+            }],
+        });
+        let gvk = kube::core::GroupVersionKind::gvk(
+            "admissionregistration.k8s.io",
+            "v1",
+            "MutatingWebhookConfiguration",
+        );
+        let api: Api<kube::api::DynamicObject> =
+            Api::all_with(self.client.clone(), &kube::core::ApiResource::from_gvk(&gvk));
+        let object: kube::api::DynamicObject = serde_json::from_value(body).expect("a configuration");
+        api.create(&kube::api::PostParams::default(), &object)
+            .await
+            .expect("webhook registered");
     }
 
     /// Waits for an Event with `reason` on the object `name` in `namespace` and returns its note.

@@ -18,6 +18,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use clap::CommandFactory;
+use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{
     ConfigMap, Container, PersistentVolumeClaim, Secret, Service, ServiceAccount,
@@ -194,6 +195,9 @@ fn check_typed(doc: &Value) -> Result<(), String> {
         "Role" => round_trip::<Role>(doc).map(|()| "rbac.authorization.k8s.io/v1"),
         "RoleBinding" => round_trip::<RoleBinding>(doc).map(|()| "rbac.authorization.k8s.io/v1"),
         "PodDisruptionBudget" => round_trip::<PodDisruptionBudget>(doc).map(|()| "policy/v1"),
+        "MutatingWebhookConfiguration" => {
+            round_trip::<MutatingWebhookConfiguration>(doc).map(|()| "admissionregistration.k8s.io/v1")
+        }
         "CustomResourceDefinition" => {
             round_trip::<CustomResourceDefinition>(doc).map(|()| "apiextensions.k8s.io/v1")
         }
@@ -447,7 +451,12 @@ fn check_coherent(rendered: &Rendered, external: &External, probes: Probes) -> (
     for doc in &rendered.docs {
         let cluster_scoped = matches!(
             doc["kind"].as_str(),
-            Some("ClusterRole" | "ClusterRoleBinding" | "CustomResourceDefinition")
+            Some(
+                "ClusterRole"
+                    | "ClusterRoleBinding"
+                    | "CustomResourceDefinition"
+                    | "MutatingWebhookConfiguration"
+            )
         );
         let namespace = doc["metadata"]["namespace"].as_str();
         if cluster_scoped {
@@ -800,6 +809,88 @@ fn the_hub_chart_points_the_hub_at_prometheus_with_a_traffic_query_when_asked() 
         error.contains("prometheus.trafficQuery needs prometheus.url"),
         "{error}"
     );
+}
+
+#[test]
+fn the_hub_chart_registers_the_drop_in_webhook_with_the_ca_the_hub_serves() {
+    let Some(helm) = helm() else { return };
+    let off = render(&helm, "nave-hub", &[]);
+    assert!(
+        off.of_kind("MutatingWebhookConfiguration").is_empty(),
+        "no webhook unless asked"
+    );
+    let on = render(&helm, "nave-hub", &["dropIn.enabled=true"]);
+    let (_, container) = check_coherent(&on, &External::default(), HUB_PROBES);
+    let args = parse_args(
+        nave_hub::cli::Cli::command(),
+        Some("run"),
+        &container,
+        &["RUST_LOG", "POD_NAME", "POD_NAMESPACE"],
+    );
+    assert!(args.get_flag("drop_in"), "the hub runs with --drop-in");
+    let webhook = &on.of_kind("MutatingWebhookConfiguration")[0]["webhooks"][0];
+    let client = &webhook["clientConfig"];
+    assert_eq!(client["service"]["path"], nave_hub::dropin::WEBHOOK_PATH);
+    let agents_service = on
+        .all::<Service>("Service")
+        .into_iter()
+        .find(|s| {
+            s.spec
+                .iter()
+                .flat_map(|s| s.ports.iter().flatten())
+                .any(|p| p.name.as_deref() == Some("http"))
+        })
+        .expect("the hub's HTTPS Service");
+    assert_eq!(client["service"]["name"], agents_service.metadata.name.unwrap());
+    assert_eq!(
+        client["service"]["port"],
+        agents_service.spec.unwrap().ports.unwrap()[0].port
+    );
+    assert_eq!(
+        webhook["namespaceSelector"]["matchLabels"][nave_api::DROP_IN_NAMESPACE_LABEL],
+        "enabled"
+    );
+    // The CA the API server trusts is the one that signed the certificate the hub serves.
+    let secret: Secret = on
+        .all::<Secret>("Secret")
+        .into_iter()
+        .find(|s| s.type_.as_deref() == Some("kubernetes.io/tls"))
+        .expect("the generated TLS Secret");
+    let ca = secret.data.expect("data")["ca.crt"].0.clone();
+    let bundle = base64::engine::general_purpose::STANDARD
+        .decode(client["caBundle"].as_str().expect("a caBundle"))
+        .expect("base64");
+    assert_eq!(bundle, ca, "the webhook trusts the hub's CA");
+
+    // With a certificate of yours, the CA must be given (or injected by cert-manager).
+    let error = template(
+        &helm,
+        &chart("nave-hub"),
+        &["dropIn.enabled=true", "tls.existingSecret=hub-tls"],
+    )
+    .expect_err("no CA to trust");
+    assert!(error.contains("dropIn.caBundle"), "{error}");
+    let injected = render(
+        &helm,
+        "nave-hub",
+        &[
+            "dropIn.enabled=true",
+            "tls.existingSecret=hub-tls",
+            "dropIn.webhookAnnotations.cert-manager\\.io/inject-ca-from=nave/hub",
+        ],
+    );
+    let webhook = &injected.of_kind("MutatingWebhookConfiguration")[0];
+    assert_eq!(
+        webhook["metadata"]["annotations"]["cert-manager.io/inject-ca-from"],
+        "nave/hub"
+    );
+    let error = template(
+        &helm,
+        &chart("nave-hub"),
+        &["dropIn.enabled=true", "tls.enabled=false"],
+    )
+    .expect_err("a webhook over plain HTTP");
+    assert!(error.contains("dropIn.enabled needs tls.enabled"), "{error}");
 }
 
 #[test]
@@ -1556,6 +1647,40 @@ fn compare(
     problems
 }
 
+/// A drop-in Deployment in an opened namespace, through the hub's webhook: placed in the fleet
+/// and shown Ready at home (the hub marks its proxy pods).
+async fn place_a_drop_in_deployment(env: &Env) {
+    const OPENED: &str = "drop-in";
+    env.create_namespace(OPENED, true).await;
+    env.register_drop_in_webhook().await;
+    let deployments: Api<Deployment> = Api::namespaced(env.client.clone(), OPENED);
+    let deployment: Deployment = serde_json::from_value(json!({
+        "metadata": {"name": "web", "annotations": {nave_api::DROP_IN_ANNOTATION: "worst-fit"}},
+        "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "web"}},
+            "template": {"metadata": {"labels": {"app": "web"}},
+                "spec": {"containers": [{"name": "web", "image": "nginx:1"}]}}},
+    }))
+    .expect("a Deployment");
+    deployments
+        .create(&PostParams::default(), &deployment)
+        .await
+        .expect("drop-in Deployment created");
+    nave_testkit::wait_for(
+        "the drop-in Deployment ready from the fleet",
+        nave_e2e::DEADLINE,
+        || async {
+            let d = deployments.get("web").await.map_err(|e| e.to_string())?;
+            let ready = d.status.as_ref().and_then(|s| s.ready_replicas).unwrap_or(0);
+            if ready == 1 {
+                Ok(())
+            } else {
+                Err(format!("ready {ready}"))
+            }
+        },
+    )
+    .await;
+}
+
 /// Creates `body`, a `K`, in namespace `namespace` of the management cluster.
 async fn create<K>(client: &kube::Client, namespace: &str, body: Value)
 where
@@ -1713,7 +1838,11 @@ async fn the_charts_grant_exactly_what_the_hub_and_the_agents_use() {
     let hub = render(
         &helm,
         "nave-hub",
-        &["database.type=postgres", "database.postgres.url=postgres://db"],
+        &[
+            "database.type=postgres",
+            "database.postgres.url=postgres://db",
+            "dropIn.enabled=true",
+        ],
     );
     let mut hub_rules = cluster_role_rules(&hub);
     let lease_role: Role = hub.one("Role");
@@ -1738,6 +1867,7 @@ async fn the_charts_grant_exactly_what_the_hub_and_the_agents_use() {
                 autoscale_interval: std::time::Duration::from_millis(200),
                 ..nave_hub::cli::AutoscaleArgs::default()
             },
+            hub_drop_in: args.get_flag("drop_in"),
             ..EnvOptions::default()
         },
     )
@@ -1745,6 +1875,7 @@ async fn the_charts_grant_exactly_what_the_hub_and_the_agents_use() {
     .expect("the environment starts");
     assert_eq!(nave_e2e::HUB_NAMESPACE, NS);
     place_and_delete_a_workload(&mut env).await;
+    place_a_drop_in_deployment(&env).await;
     // An autoscaler: the hub reads its target and writes its status (no Prometheus here, so it
     // says it reads no metrics).
     let mcds: kube::Api<nave_api::MultiClusterDeployment> =

@@ -117,3 +117,58 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- define "nave-hub.storeKeySecretKey" -}}
 {{- if .Values.storeKey.existingSecret }}{{ .Values.storeKey.existingSecretKey }}{{ else }}key{{ end }}
 {{- end }}
+
+{{/*
+The drop-in path's MutatingWebhookConfiguration, with the CA bundle given as "caBundle".
+*/}}
+{{- define "nave-hub.dropInWebhook" -}}
+{{- $root := .root }}
+{{- if not (has $root.Values.dropIn.failurePolicy (list "Fail" "Ignore")) }}
+{{- fail (printf "dropIn.failurePolicy must be Fail or Ignore, not %q" $root.Values.dropIn.failurePolicy) }}
+{{- end }}
+apiVersion: admissionregistration.k8s.io/v1
+kind: MutatingWebhookConfiguration
+metadata:
+  name: {{ include "nave-hub.fullname" $root }}-drop-in
+  labels:
+    {{- include "nave-hub.labels" $root | nindent 4 }}
+  {{- with $root.Values.dropIn.webhookAnnotations }}
+  annotations:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+webhooks:
+  # Gates the pods of annotated Deployments so the management cluster never runs them.
+  - name: pods.drop-in.nave.dev
+    admissionReviewVersions: ["v1"]
+    sideEffects: None
+    failurePolicy: {{ $root.Values.dropIn.failurePolicy }}
+    timeoutSeconds: {{ int $root.Values.dropIn.timeoutSeconds }}
+    clientConfig:
+      service:
+        name: {{ include "nave-hub.fullname" $root }}
+        namespace: {{ $root.Release.Namespace }}
+        port: {{ $root.Values.service.port }}
+        path: /admission/v1/drop-in/pods
+      {{- with .caBundle }}
+      caBundle: {{ . }}
+      {{- end }}
+    rules:
+      - apiGroups: [""]
+        apiVersions: ["v1"]
+        resources: ["pods"]
+        operations: ["CREATE"]
+        scope: Namespaced
+    # Only the namespaces the fleet's admin opened, never the hub's own (it could not start
+    # again), and only Deployments' pods: nothing else waits on the hub.
+    namespaceSelector:
+      matchLabels:
+        nave.dev/drop-in: enabled
+      matchExpressions:
+        - key: kubernetes.io/metadata.name
+          operator: NotIn
+          values: [{{ $root.Release.Namespace | quote }}]
+    objectSelector:
+      matchExpressions:
+        - key: pod-template-hash
+          operator: Exists
+{{- end }}

@@ -80,6 +80,7 @@ pub fn start_hub(management: &SimCluster, dir: &Path, configure: impl FnOnce(&mu
     let (port, metrics_port) = (ports[0].port(), ports[1].port());
     let database_url = format!("sqlite://{}", dir.join("hub.db").display());
     let mut args = RunArgs {
+        drop_in: false,
         autoscale: Default::default(),
         provisioner: Default::default(),
         database_url: database_url.clone(),
