@@ -127,6 +127,14 @@ pub struct MultiClusterDeploymentSpec {
     /// when one fails. Default: every cluster at once.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rollout: Option<crate::RolloutStrategy>,
+
+    /// Leave each cluster's `spec.replicas` to that cluster: Nave sets it when it creates the
+    /// Deployment there (the cluster's share) and never again, so a HorizontalPodAutoscaler in
+    /// the cluster owns it without the agent setting it back. The template and everything else
+    /// still follow this object. Placement keeps dividing `replicas` as the first size and for
+    /// clusters that join later; status shows what each cluster runs. Default `false`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub retain_replicas: bool,
 }
 
 /// JSON patches for the Deployment in some clusters.

@@ -116,6 +116,11 @@ pub const DROP_IN_GATE: &str = "nave.dev/fleet";
 /// the hub watches them and no other pod.
 pub const DROP_IN_PROXY_LABEL: &str = "nave.dev/drop-in-proxy";
 
+/// An annotation the hub puts on a cluster's Deployment when its MultiClusterDeployment has
+/// `spec.retainReplicas`: the agent sets `spec.replicas` only when it creates the Deployment and
+/// leaves it to the cluster (its HorizontalPodAutoscaler) afterwards.
+pub const RETAIN_REPLICAS_ANNOTATION: &str = "nave.dev/retain-replicas";
+
 /// The API group of every Nave resource.
 pub const GROUP: &str = "nave.dev";
 /// The API version of the resources in this crate.

@@ -82,6 +82,7 @@ impl McdBuilder {
                 overrides: Vec::new(),
                 dependencies: Dependencies::default(),
                 rollout: None,
+                retain_replicas: false,
             },
         );
         mcd.metadata.namespace = Some("default".to_owned());

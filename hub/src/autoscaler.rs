@@ -180,11 +180,20 @@ impl Autoscaling {
             );
             return self.write_status(hpa, status).await;
         };
-        if mcd.spec.placement.policy == nave_api::PlacementPolicy::Everywhere {
-            status.current_metrics.clear();
-            let message = format!(
+        let invalid = if mcd.spec.placement.policy == nave_api::PlacementPolicy::Everywhere {
+            Some(format!(
                 "{target} runs spec.replicas in every cluster (policy everywhere); an autoscaler scales a total"
-            );
+            ))
+        } else if mcd.spec.retain_replicas {
+            Some(format!(
+                "{target} leaves each cluster's replicas to that cluster (spec.retainReplicas); \
+                 scale it with an autoscaler in each cluster"
+            ))
+        } else {
+            None
+        };
+        if let Some(message) = invalid {
+            status.current_metrics.clear();
             set(
                 &mut status,
                 "AbleToScale",

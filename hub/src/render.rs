@@ -153,6 +153,9 @@ pub fn render_deployment(
         nave_api::TEMPLATE_HASH_ANNOTATION.to_owned(),
         template_hash.to_owned(),
     );
+    if mcd.spec.retain_replicas {
+        annotations.insert(nave_api::RETAIN_REPLICAS_ANNOTATION.to_owned(), "true".to_owned());
+    }
     metadata["annotations"] = json!(annotations);
     let mut spec = template.spec.clone();
     if !spec.is_object() {

@@ -11,11 +11,11 @@ use kube::api::{
 };
 use kube::discovery::{ApiCapabilities, Scope};
 use kube::{Api, Client};
-use nave_api::AGENT_FIELD_MANAGER;
 use nave_api::wire::{
     ApplyError, INSTALLATION_LABEL, MANAGED_BY_LABEL, MANAGED_BY_VALUE, REVISION_ANNOTATION, WORKLOAD_LABEL,
     WorkSet, WorkloadRef,
 };
+use nave_api::{AGENT_FIELD_MANAGER, RETAIN_REPLICAS_ANNOTATION};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio::sync::Mutex;
@@ -24,6 +24,10 @@ use tracing::{debug, info, instrument, warn};
 use crate::allowed::Allowed;
 use crate::capacity::workload_of;
 use crate::error::{Error, Result, api_code};
+
+/// The field manager that keeps a retained Deployment's `spec.replicas` (see
+/// [`nave_api::RETAIN_REPLICAS_ANNOTATION`]).
+pub const RETAINED_REPLICAS_FIELD_MANAGER: &str = "nave-agent-retained-replicas";
 
 /// Name of the ConfigMap, in the agent's namespace, with the applied revision and objects.
 pub const STATE_CONFIG_MAP: &str = "nave-agent-state";
@@ -652,16 +656,63 @@ impl Applier {
 
     #[instrument(skip_all, fields(object = %p.object_ref))]
     async fn apply_one(&self, p: &Prepared) -> Result<()> {
-        self.api(&p.resource, p.object_ref.namespace.as_deref())
-            .patch(
-                &p.object_ref.name,
-                &PatchParams::apply(AGENT_FIELD_MANAGER).force(),
-                &Patch::Apply(&p.body),
-            )
-            .await
-            .map_err(Error::kube(format!("applying {}", p.object_ref)))?;
+        let api = self.api(&p.resource, p.object_ref.namespace.as_deref());
+        let retained = p.object_ref.kind == "Deployment"
+            && p.body["metadata"]["annotations"][RETAIN_REPLICAS_ANNOTATION] == "true";
+        let handed_over = if retained {
+            self.hand_over_replicas(&api, p).await?
+        } else {
+            None
+        };
+        api.patch(
+            &p.object_ref.name,
+            &PatchParams::apply(AGENT_FIELD_MANAGER).force(),
+            &Patch::Apply(handed_over.as_ref().unwrap_or(&p.body)),
+        )
+        .await
+        .map_err(Error::kube(format!("applying {}", p.object_ref)))?;
         debug!("applied");
         Ok(())
+    }
+
+    /// A Deployment whose replicas its cluster owns (`nave.dev/retain-replicas`): created with
+    /// the hub's share (`None`: apply the body as it is); once it exists, the body without
+    /// `spec.replicas`. Server-side apply removes a field its last manager stops naming (the
+    /// Deployment would fall back to one replica), so the live count is first applied under a
+    /// field manager of its own, which keeps it; a HorizontalPodAutoscaler's next change takes
+    /// it over, as any update does.
+    async fn hand_over_replicas(&self, api: &Api<DynamicObject>, p: &Prepared) -> Result<Option<Value>> {
+        let name = &p.object_ref.name;
+        let Some(live) = api
+            .get_opt(name)
+            .await
+            .map_err(Error::kube(format!("reading {}", p.object_ref)))?
+        else {
+            return Ok(None);
+        };
+        let replicas = &live.data["spec"]["replicas"];
+        if !replicas.is_null() {
+            let keep = serde_json::json!({
+                "apiVersion": "apps/v1",
+                "kind": "Deployment",
+                "metadata": {"name": name, "namespace": p.object_ref.namespace},
+                "spec": {"replicas": replicas},
+            });
+            // Not forced: the live value conflicts with no one (a count changed meanwhile is a
+            // conflict, tried again at the next apply).
+            api.patch(
+                name,
+                &PatchParams::apply(RETAINED_REPLICAS_FIELD_MANAGER),
+                &Patch::Apply(&keep),
+            )
+            .await
+            .map_err(Error::kube(format!("keeping the replicas of {}", p.object_ref)))?;
+        }
+        let mut body = p.body.clone();
+        if let Some(spec) = body.get_mut("spec").and_then(Value::as_object_mut) {
+            spec.remove("replicas");
+        }
+        Ok(Some(body))
     }
 
     /// Creates namespace `name` when missing. An existing namespace is left as it is, whoever

@@ -494,3 +494,21 @@ fn a_set_read_back_with_what_the_hub_would_not_write_is_put_right_by_the_next_wr
         "what the store holds beyond the set is removed, nothing else is written"
     );
 }
+
+#[test]
+fn a_workload_that_retains_replicas_tells_the_agent_so() {
+    let mut mcd = mk_mcd(vec![]);
+    let d = render_deployment(&mcd, "eu-1", &BTreeMap::new(), 3, &template_hash(&mcd)).unwrap();
+    assert_eq!(
+        d["metadata"]["annotations"].get(nave_api::RETAIN_REPLICAS_ANNOTATION),
+        None
+    );
+    mcd.spec.retain_replicas = true;
+    let d = render_deployment(&mcd, "eu-1", &BTreeMap::new(), 3, &template_hash(&mcd)).unwrap();
+    assert_eq!(
+        d["metadata"]["annotations"][nave_api::RETAIN_REPLICAS_ANNOTATION],
+        "true"
+    );
+    // The share is still sent: it is the size a new Deployment is created with.
+    assert_eq!(d["spec"]["replicas"], 3);
+}

@@ -124,9 +124,15 @@ pub fn status_of(
             }
             truncate(&line, 256)
         });
+        // Replicas the cluster owns (`spec.retainReplicas`): what it wants is what its
+        // Deployment says, once there is one.
+        let desired = match object.and_then(|d| d.replicas) {
+            Some(own) if mcd.spec.retain_replicas && desired > 0 => own,
+            _ => i32::try_from(desired).unwrap_or(i32::MAX),
+        };
         clusters.push(ClusterPlacementStatus {
             name: name.clone(),
-            desired: i32::try_from(desired).unwrap_or(i32::MAX),
+            desired,
             ready,
             available,
             pending,
