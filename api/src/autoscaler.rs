@@ -3,6 +3,7 @@
 //! `autoscaling/v2` HorizontalPodAutoscaler (mck8s's MultiClusterHPA).
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -22,8 +23,9 @@ use serde::{Deserialize, Serialize};
     status = "MultiClusterHorizontalPodAutoscalerStatus",
     derive = "PartialEq",
     doc = "Scales a MultiClusterDeployment's total replicas (`spec.replicas`) from the CPU or \
-           memory utilization of its pods in every cluster it runs in, against their requests, as \
-           a HorizontalPodAutoscaler scales a Deployment: the same `minReplicas`, `maxReplicas`, \
+           memory utilization of its pods in every cluster it runs in, against their requests, or \
+           from a metric the fleet's admin defined on the hub (requests per second, say), as a \
+           HorizontalPodAutoscaler scales a Deployment: the same `minReplicas`, `maxReplicas`, \
            `metrics` and `behavior`. The new replicas are placed by the workload's policy and a \
            scale-down empties burst clusters first. Reads the clusters' usage from the hub's \
            Prometheus (`--prometheus-url`).",
@@ -71,9 +73,10 @@ pub struct MultiClusterHorizontalPodAutoscalerSpec {
     #[schemars(range(min = 1))]
     pub max_replicas: i32,
 
-    /// What to scale by; the one that asks for the most replicas wins. Resource utilization
-    /// (`cpu` or `memory`, against the pods' requests) is what is supported; other metric types
-    /// are refused.
+    /// What to scale by; the one that asks for the most replicas wins. `Resource` utilization
+    /// (`cpu` or `memory`, against the pods' requests), or an `External` metric the fleet's admin
+    /// defined on the hub by name (`--autoscale-metric NAME=QUERY`); other metric types are
+    /// refused.
     #[schemars(length(min = 1, max = 8))]
     pub metrics: Vec<MetricSpec>,
 
@@ -111,7 +114,7 @@ pub struct ScaleTargetRef {
     pub name: String,
 }
 
-/// One metric (`autoscaling/v2` MetricSpec, type `Resource` only).
+/// One metric (`autoscaling/v2` MetricSpec, types `Resource` and `External`).
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 #[schemars(extend("x-kubernetes-validations" = [
@@ -120,15 +123,24 @@ pub struct ScaleTargetRef {
         "message": "type Resource needs resource",
         "fieldPath": ".resource",
         "reason": "FieldValueRequired"
+    },
+    {
+        "rule": "self.type != 'External' || has(self.external)",
+        "message": "type External needs external",
+        "fieldPath": ".external",
+        "reason": "FieldValueRequired"
     }
 ]))]
 pub struct MetricSpec {
-    /// `Resource`.
+    /// `Resource` or `External`.
     #[serde(rename = "type")]
     pub type_: MetricType,
-    /// The resource and its target.
+    /// The resource and its target (type `Resource`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resource: Option<ResourceMetricSource>,
+    /// The admin's metric and its target (type `External`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub external: Option<ExternalMetricSource>,
 }
 
 /// The metric types supported.
@@ -136,6 +148,76 @@ pub struct MetricSpec {
 pub enum MetricType {
     /// CPU or memory of the workload's pods, against their requests.
     Resource,
+    /// A metric the fleet's admin defined on the hub, by name: requests per second, queue
+    /// length, anything Prometheus has. An author names it and sets a target, and never writes
+    /// a query.
+    External,
+}
+
+/// An `External` metric: which of the hub's metrics, and its target.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ExternalMetricSource {
+    /// Which metric.
+    pub metric: MetricIdentifier,
+    /// The target.
+    pub target: ExternalMetricTarget,
+}
+
+/// A metric of the hub's `--autoscale-metric` list.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MetricIdentifier {
+    /// Its name in the hub's list. Example: `requests-per-second`.
+    #[schemars(length(min = 1, max = 63))]
+    pub name: String,
+}
+
+/// An `External` metric's target: its value over the whole workload (`Value`), or that value
+/// per replica (`AverageValue`).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [
+    {
+        "rule": "self.type != 'Value' || has(self.value)",
+        "message": "type Value needs value",
+        "fieldPath": ".value",
+        "reason": "FieldValueRequired"
+    },
+    {
+        "rule": "self.type != 'AverageValue' || has(self.averageValue)",
+        "message": "type AverageValue needs averageValue",
+        "fieldPath": ".averageValue",
+        "reason": "FieldValueRequired"
+    }
+]))]
+pub struct ExternalMetricTarget {
+    /// `Value` or `AverageValue`.
+    #[serde(rename = "type")]
+    pub type_: ExternalTargetType,
+    /// The value wanted over the whole workload, a quantity. Example: `500` or `1500m`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "quantity_schema")]
+    pub value: Option<IntOrString>,
+    /// The value wanted per replica, a quantity. Example: `100` (requests per second per
+    /// replica).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "quantity_schema")]
+    pub average_value: Option<IntOrString>,
+}
+
+/// The target types of an `External` metric.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum ExternalTargetType {
+    /// The metric's value over the whole workload.
+    Value,
+    /// The metric's value divided by the workload's replicas.
+    AverageValue,
+}
+
+/// A quantity as Kubernetes writes it: an integer or a string (`500m`, `2k`).
+fn quantity_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({"x-kubernetes-int-or-string": true})
 }
 
 /// A resource metric: which resource, and its target.
@@ -280,11 +362,37 @@ pub struct MultiClusterHorizontalPodAutoscalerStatus {
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct MetricStatus {
-    /// `Resource`.
+    /// `Resource` or `External`.
     #[serde(rename = "type")]
     pub type_: MetricType,
-    /// The resource and its value.
-    pub resource: ResourceMetricStatus,
+    /// The resource and its value (type `Resource`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resource: Option<ResourceMetricStatus>,
+    /// The metric and its value (type `External`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub external: Option<ExternalMetricStatus>,
+}
+
+/// An `External` metric's value.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ExternalMetricStatus {
+    /// Which metric.
+    pub metric: MetricIdentifier,
+    /// Its value now.
+    pub current: ExternalValueStatus,
+}
+
+/// A measured `External` value: over the workload, and per replica.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ExternalValueStatus {
+    /// Over the whole workload, a quantity.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value: Option<String>,
+    /// Per replica, a quantity.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub average_value: Option<String>,
 }
 
 /// A resource metric's value.

@@ -147,6 +147,30 @@ fn cases() -> Vec<Case> {
             invalid: vec![json!({"minReplicas": 4, "maxReplicas": 3})],
         },
         Case {
+            rule_contains: "self.type != 'External' || has(self.external)",
+            valid: vec![
+                json!({"type": "External", "external": {"metric": {"name": "rps"}}}),
+                json!({"type": "Resource", "resource": {"name": "cpu"}}),
+            ],
+            invalid: vec![json!({"type": "External"})],
+        },
+        Case {
+            rule_contains: "self.type != 'Value' || has(self.value)",
+            valid: vec![
+                json!({"type": "Value", "value": 500}),
+                json!({"type": "AverageValue"}),
+            ],
+            invalid: vec![json!({"type": "Value", "averageValue": "10"})],
+        },
+        Case {
+            rule_contains: "self.type != 'AverageValue' || has(self.averageValue)",
+            valid: vec![
+                json!({"type": "AverageValue", "averageValue": "100m"}),
+                json!({"type": "Value"}),
+            ],
+            invalid: vec![json!({"type": "AverageValue", "value": 10})],
+        },
+        Case {
             rule_contains: "self.type != 'Resource' || has(self.resource)",
             valid: vec![json!({"type": "Resource", "resource": {"name": "cpu"}})],
             invalid: vec![json!({"type": "Resource"})],

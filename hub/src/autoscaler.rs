@@ -21,12 +21,14 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::events::{Event, EventType, Recorder};
 use kube::{Resource, ResourceExt};
 use nave_api::autoscaler::{
-    MetricStatus, MetricType, MetricValueStatus, PolicyType, ResourceMetricStatus, ResourceName,
-    ScalingRules, SelectPolicy,
+    ExternalMetricSource, ExternalMetricStatus, ExternalTargetType, ExternalValueStatus, MetricStatus,
+    MetricType, MetricValueStatus, PolicyType, ResourceMetricStatus, ResourceName, ScalingRules,
+    SelectPolicy,
 };
 use nave_api::wire::WORKLOAD_LABEL;
 use nave_api::{
@@ -49,6 +51,8 @@ pub struct Autoscaling {
     pub interval: Duration,
     /// The CPU rate's window, a PromQL duration.
     pub rate_window: String,
+    /// The admin's metrics (`--autoscale-metric`): name to PromQL.
+    pub metrics: BTreeMap<String, String>,
     /// Records the Events.
     pub recorder: Recorder,
 }
@@ -229,56 +233,86 @@ impl Autoscaling {
         // The metrics. As the HPA: when one cannot be read, the others may still scale up, and
         // nothing scales down.
         let mut measurements = Vec::new();
+        let mut described = Vec::new();
         let mut current_metrics = Vec::new();
-        let mut failure = None;
+        let mut failure: Option<(&str, String)> = None;
         for metric in &spec.metrics {
-            let Some(resource) = metric.resource.as_ref() else {
-                continue;
-            };
-            let read = match &self.prometheus {
-                None => Err("the hub reads no Prometheus (--prometheus-url)".to_owned()),
-                Some(client) => {
-                    self.utilization(client, &namespace, &mcd.name_any(), resource.name)
-                        .await
+            if let Some(resource) = metric
+                .resource
+                .as_ref()
+                .filter(|_| metric.type_ == MetricType::Resource)
+            {
+                let read = match &self.prometheus {
+                    None => Err("the hub reads no Prometheus (--prometheus-url)".to_owned()),
+                    Some(client) => {
+                        self.utilization(client, &namespace, &mcd.name_any(), resource.name)
+                            .await
+                    }
+                };
+                match read {
+                    Ok((percent, measured)) => {
+                        let target = f64::from(resource.target.average_utilization);
+                        let side = if percent > target { "above" } else { "below" };
+                        described.push(format!(
+                            "{} utilization {percent:.0}% {side} target {target:.0}%",
+                            resource.name.as_str()
+                        ));
+                        measurements.push(Measurement {
+                            current: percent,
+                            target,
+                            measured,
+                        });
+                        current_metrics.push(MetricStatus {
+                            type_: MetricType::Resource,
+                            resource: Some(ResourceMetricStatus {
+                                name: resource.name,
+                                current: MetricValueStatus {
+                                    average_utilization: percent.round().clamp(0.0, f64::from(i32::MAX))
+                                        as i32,
+                                },
+                            }),
+                            external: None,
+                        });
+                    }
+                    Err(why) => {
+                        failure.get_or_insert((
+                            "FailedGetResourceMetric",
+                            format!("{} utilization: {why}", resource.name.as_str()),
+                        ));
+                    }
                 }
-            };
-            match read {
-                Ok((percent, measured)) => {
-                    measurements.push(Measurement {
-                        current: percent,
-                        target: f64::from(resource.target.average_utilization),
-                        measured,
-                    });
-                    current_metrics.push(MetricStatus {
-                        type_: MetricType::Resource,
-                        resource: ResourceMetricStatus {
-                            name: resource.name,
-                            current: MetricValueStatus {
-                                average_utilization: percent.round().clamp(0.0, f64::from(i32::MAX)) as i32,
-                            },
-                        },
-                    });
-                }
-                Err(why) => {
-                    failure.get_or_insert(format!("{} utilization: {why}", resource.name.as_str()));
+            } else if let Some(external) = metric
+                .external
+                .as_ref()
+                .filter(|_| metric.type_ == MetricType::External)
+            {
+                match self
+                    .external(&namespace, &mcd.name_any(), external, current)
+                    .await
+                {
+                    Ok(read) => {
+                        described.push(read.described);
+                        measurements.push(read.measurement);
+                        current_metrics.push(read.status);
+                    }
+                    Err(why) => {
+                        failure.get_or_insert((
+                            "FailedGetExternalMetric",
+                            format!("metric {}: {why}", external.metric.name),
+                        ));
+                    }
                 }
             }
         }
         status.current_metrics = current_metrics;
         match &failure {
-            Some(why) => set(
-                &mut status,
-                "ScalingActive",
-                false,
-                "FailedGetResourceMetric",
-                why.clone(),
-            ),
+            Some((reason, why)) => set(&mut status, "ScalingActive", false, reason, why.clone()),
             None => set(
                 &mut status,
                 "ScalingActive",
                 true,
                 "ValidMetricFound",
-                "the utilization of every metric was read".to_owned(),
+                "every metric was read".to_owned(),
             ),
         }
         if failure.is_some()
@@ -349,7 +383,7 @@ impl Autoscaling {
         };
         set(&mut status, "AbleToScale", true, able_reason, able_message);
         if step.desired != current {
-            let why = describe(&spec.metrics, &measurements);
+            let why = described.join(", ");
             mcds.patch(
                 target,
                 &PatchParams::apply(MANAGER),
@@ -388,6 +422,80 @@ impl Autoscaling {
             debug!(namespace, autoscaler = %hpa.name_any(), replicas = current, "no change");
         }
         self.write_status(hpa, status).await
+    }
+
+    /// The admin's metric `source` names, for the workload `name` of `current` replicas: its
+    /// value from Prometheus, as a measurement against its target (per replica for
+    /// `AverageValue`, as the HPA's external metrics), its status and its description.
+    async fn external(
+        &self,
+        namespace: &str,
+        name: &str,
+        source: &ExternalMetricSource,
+        current: u32,
+    ) -> Result<ExternalRead, String> {
+        let Some(query) = self.metrics.get(&source.metric.name) else {
+            let known: Vec<&str> = self.metrics.keys().map(String::as_str).collect();
+            return Err(format!(
+                "the hub defines no metric of that name (its --autoscale-metric list: {})",
+                if known.is_empty() {
+                    "empty".to_owned()
+                } else {
+                    known.join(", ")
+                }
+            ));
+        };
+        let Some(client) = &self.prometheus else {
+            return Err("the hub reads no Prometheus (--prometheus-url)".to_owned());
+        };
+        let (wanted, field) = match source.target.type_ {
+            ExternalTargetType::Value => (source.target.value.as_ref(), "value"),
+            ExternalTargetType::AverageValue => (source.target.average_value.as_ref(), "averageValue"),
+        };
+        let target = wanted
+            .ok_or_else(|| format!("target.{field} is missing"))
+            .and_then(|q| quantity(q).map_err(|e| format!("target.{field}: {e}")))?;
+        if target <= 0.0 {
+            return Err(format!("target.{field} must be more than 0"));
+        }
+        let value = scalar(client, &external_query(query, namespace, name))
+            .await?
+            .ok_or("the query returned no usable value (none, negative or not a number)")?;
+        // `AverageValue` is per replica, as the HPA divides an external metric.
+        let (measured, per_replica) = match source.target.type_ {
+            ExternalTargetType::Value => (value, None),
+            ExternalTargetType::AverageValue => {
+                let per = value / f64::from(current.max(1));
+                (per, Some(per))
+            }
+        };
+        let side = if measured > target { "above" } else { "below" };
+        let described = format!(
+            "{} {}{} {side} target {}",
+            source.metric.name,
+            format_quantity(measured),
+            if per_replica.is_some() { " per replica" } else { "" },
+            format_quantity(target)
+        );
+        Ok(ExternalRead {
+            measurement: Measurement {
+                current: measured,
+                target,
+                measured: current,
+            },
+            status: MetricStatus {
+                type_: MetricType::External,
+                resource: None,
+                external: Some(ExternalMetricStatus {
+                    metric: source.metric.clone(),
+                    current: ExternalValueStatus {
+                        value: Some(format_quantity(value)),
+                        average_value: per_replica.map(format_quantity),
+                    },
+                }),
+            },
+            described,
+        })
     }
 
     /// The workload's `resource` utilization in percent of its pods' requests, over every
@@ -500,6 +608,42 @@ pub fn queries(namespace: &str, name: &str, resource: ResourceName, rate_window:
     }
 }
 
+/// An `External` metric read: the measurement, its status and its description.
+struct ExternalRead {
+    measurement: Measurement,
+    status: MetricStatus,
+    described: String,
+}
+
+/// The admin's `query` for the workload `name` in `namespace`: `$namespace` and `$workload`
+/// replaced (Kubernetes names, escaped for a PromQL string anyway).
+pub fn external_query(query: &str, namespace: &str, name: &str) -> String {
+    let quote = |s: &str| s.replace('\\', "\\\\").replace('"', "\\\"");
+    query
+        .replace("$namespace", &quote(namespace))
+        .replace("$workload", &quote(name))
+}
+
+/// A target quantity as a number: `500`, `1500m`, `2k`.
+fn quantity(q: &IntOrString) -> Result<f64, String> {
+    match q {
+        IntOrString::Int(i) => Ok(f64::from(*i)),
+        IntOrString::String(s) => nave_resources::Quantity::parse(s)
+            .map(|q| q.milli_value() as f64 / 1000.0)
+            .map_err(|e| format!("{s:?} is not a quantity: {e}")),
+    }
+}
+
+/// A value as a quantity: whole numbers as they are, others in thousandths (`1500m`).
+pub fn format_quantity(value: f64) -> String {
+    let milli = (value * 1000.0).round();
+    if milli % 1000.0 == 0.0 {
+        format!("{}", (milli / 1000.0) as i64)
+    } else {
+        format!("{}m", milli as i64)
+    }
+}
+
 /// The single value of an instant query summed to one series; `None` when it has none.
 async fn scalar(client: &prometheus_http_query::Client, query: &str) -> Result<Option<f64>, String> {
     let answer = client
@@ -515,25 +659,6 @@ async fn scalar(client: &prometheus_http_query::Client, query: &str) -> Result<O
         Data::Scalar(s) => Ok(Some(s.value()).filter(|v| v.is_finite() && *v >= 0.0)),
         Data::Matrix(_) => Err("the query returned a range vector".to_owned()),
     }
-}
-
-/// `cpu utilization 150% above target 50%`, for the metrics measured.
-fn describe(metrics: &[nave_api::autoscaler::MetricSpec], measurements: &[Measurement]) -> String {
-    metrics
-        .iter()
-        .filter_map(|m| m.resource.as_ref())
-        .zip(measurements)
-        .map(|(r, m)| {
-            let side = if m.current > m.target { "above" } else { "below" };
-            format!(
-                "{} utilization {:.0}% {side} target {:.0}%",
-                r.name.as_str(),
-                m.current,
-                m.target
-            )
-        })
-        .collect::<Vec<_>>()
-        .join(", ")
 }
 
 /// The engine's behaviour from the spec's, each direction's default for what is unset.
@@ -607,6 +732,59 @@ fn set(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_admins_query_gets_the_workload_and_quantities_read_and_print_as_kubernetes_writes_them() {
+        let query = r#"sum(rate(http_requests_total{namespace="$namespace",service="$workload"}[2m]))"#;
+        assert_eq!(
+            external_query(query, "shop", "web"),
+            r#"sum(rate(http_requests_total{namespace="shop",service="web"}[2m]))"#
+        );
+        // Names never hold quotes; were one to, it could not end the string.
+        assert_eq!(
+            external_query(r#"{a="$workload"}"#, "x", r#"w"}"#),
+            r#"{a="w\"}"}"#
+        );
+        assert_eq!(quantity(&IntOrString::Int(500)), Ok(500.0));
+        assert_eq!(quantity(&IntOrString::String("1500m".to_owned())), Ok(1.5));
+        assert_eq!(quantity(&IntOrString::String("2k".to_owned())), Ok(2000.0));
+        assert!(quantity(&IntOrString::String("lots".to_owned())).is_err());
+        assert_eq!(format_quantity(45.0), "45");
+        assert_eq!(format_quantity(2.25), "2250m");
+        assert_eq!(format_quantity(0.0), "0");
+    }
+
+    #[test]
+    fn a_metric_is_named_as_a_kubernetes_name_and_carries_a_query() {
+        use clap::Parser;
+        let parse = |arg: &str| {
+            crate::cli::Cli::try_parse_from([
+                "nave-hub",
+                "run",
+                "--database-url=sqlite://x",
+                "--bootstrap-token-file=t",
+                arg,
+            ])
+        };
+        let ok = parse("--autoscale-metric=rps=sum(x{a=\"b\"})").expect("a named metric");
+        let crate::cli::Command::Run(args) = ok.command else {
+            panic!("the run command")
+        };
+        assert_eq!(
+            args.autoscale.autoscale_metric,
+            vec![crate::cli::NamedMetric {
+                name: "rps".to_owned(),
+                query: "sum(x{a=\"b\"})".to_owned()
+            }]
+        );
+        for bad in [
+            "--autoscale-metric=sum(x)",
+            "--autoscale-metric=RPS=sum(x)",
+            "--autoscale-metric=rps=",
+        ] {
+            assert!(parse(bad).is_err(), "{bad} is refused");
+        }
+    }
 
     #[test]
     fn the_queries_join_usage_and_requests_on_the_workloads_pods() {

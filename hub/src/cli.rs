@@ -117,6 +117,48 @@ pub struct AutoscaleArgs {
     /// PromQL duration: a few scrape intervals at least.
     #[arg(long, env = "NAVE_AUTOSCALE_RATE_WINDOW", default_value = "1m", value_parser = promql_duration)]
     pub autoscale_rate_window: String,
+    /// A metric MultiClusterHorizontalPodAutoscalers may scale by (`type: External`), as
+    /// `NAME=QUERY`; repeat it for several. The PromQL is the fleet admin's, never an
+    /// autoscaler author's: `$namespace` and `$workload` in it become the autoscaler's namespace
+    /// and its MultiClusterDeployment's name. Example:
+    /// `requests-per-second=sum(rate(http_requests_total{namespace="$namespace",service="$workload"}[2m]))`.
+    #[arg(long = "autoscale-metric", value_parser = named_metric)]
+    pub autoscale_metric: Vec<NamedMetric>,
+}
+
+/// One of the admin's metrics for autoscaling: its name and its PromQL.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NamedMetric {
+    /// The name autoscalers refer to (`metric.name`).
+    pub name: String,
+    /// The PromQL, with `$namespace` and `$workload`.
+    pub query: String,
+}
+
+/// `NAME=QUERY`, the name a DNS label.
+fn named_metric(value: &str) -> Result<NamedMetric, String> {
+    let (name, query) = value
+        .split_once('=')
+        .ok_or_else(|| "NAME=QUERY, e.g. requests-per-second=sum(rate(...))".to_owned())?;
+    let label = !name.is_empty()
+        && name.len() <= 63
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !name.starts_with('-')
+        && !name.ends_with('-');
+    if !label {
+        return Err(format!(
+            "the metric's name {name:?} must be lower-case letters, digits and '-' (63 at most)"
+        ));
+    }
+    if query.trim().is_empty() {
+        return Err(format!("metric {name} has no query"));
+    }
+    Ok(NamedMetric {
+        name: name.to_owned(),
+        query: query.to_owned(),
+    })
 }
 
 impl Default for AutoscaleArgs {
@@ -124,6 +166,7 @@ impl Default for AutoscaleArgs {
         AutoscaleArgs {
             autoscale_interval: Duration::from_secs(15),
             autoscale_rate_window: "1m".to_owned(),
+            autoscale_metric: Vec::new(),
         }
     }
 }

@@ -575,6 +575,12 @@ async fn run_term(leading: &mut Leading, term: u64, term_over: &CancellationToke
                 prometheus: autoscale.0.clone(),
                 interval: autoscale.1.autoscale_interval,
                 rate_window: autoscale.1.autoscale_rate_window.clone(),
+                metrics: autoscale
+                    .1
+                    .autoscale_metric
+                    .iter()
+                    .map(|m| (m.name.clone(), m.query.clone()))
+                    .collect(),
                 recorder: ctx.recorder.clone(),
             },
             term_over.clone(),

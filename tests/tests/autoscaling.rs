@@ -101,6 +101,7 @@ async fn a_workload_scales_up_while_its_pods_are_busy_and_down_once_they_are_idl
         hub_autoscale: nave_hub::cli::AutoscaleArgs {
             autoscale_interval: Duration::from_secs(1),
             autoscale_rate_window: "10s".to_owned(),
+            ..nave_hub::cli::AutoscaleArgs::default()
         },
         ..EnvOptions::default()
     };
@@ -261,5 +262,133 @@ async fn without_prometheus_the_autoscaler_says_so_and_changes_nothing() {
         },
     )
     .await;
+    env.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_workload_scales_by_the_admins_metric_of_its_requests_per_second() {
+    let Some(binary) = prometheus::binary_or_skip("multi-cluster autoscaling by an external metric") else {
+        return;
+    };
+    let options = EnvOptions {
+        prometheus: Some(binary),
+        hub_autoscale: nave_hub::cli::AutoscaleArgs {
+            autoscale_interval: Duration::from_secs(1),
+            // The admin's metric: the requests per second arriving for the workload's Service,
+            // in every cluster.
+            autoscale_metric: vec![nave_hub::cli::NamedMetric {
+                name: "requests-per-second".to_owned(),
+                query:
+                    r#"sum(nave_sim_ingress_requests_per_second{namespace="$namespace",service="$workload"})"#
+                        .to_owned(),
+            }],
+            ..nave_hub::cli::AutoscaleArgs::default()
+        },
+        ..EnvOptions::default()
+    };
+    let env = Env::start_with(nave_e2e::fleet(2), Database::Sqlite, options)
+        .await
+        .expect("the environment starts");
+    let clusters = env.cluster_names();
+    let mcds: Api<MultiClusterDeployment> = Api::namespaced(env.client.clone(), NS);
+    let hpas: Api<MultiClusterHorizontalPodAutoscaler> = Api::namespaced(env.client.clone(), NS);
+    mcds.create(&PostParams::default(), &web(1, "10m"))
+        .await
+        .expect("web created");
+    env.wait_rolled_out(NS, "web", 1).await;
+    // 30 + 15 requests per second, 10 per replica wanted: 5 replicas.
+    env.set_traffic(&clusters[0], NS, "web", 30.0).await;
+    env.set_traffic(&clusters[1], NS, "web", 15.0).await;
+    let hpa = autoscaler(json!({
+        "scaleTargetRef": {"name": "web"},
+        "maxReplicas": 8,
+        "metrics": [{"type": "External", "external": {
+            "metric": {"name": "requests-per-second"},
+            "target": {"type": "AverageValue", "averageValue": "10"}}}],
+        "behavior": {"scaleDown": {"stabilizationWindowSeconds": 0}}
+    }));
+    hpas.create(&PostParams::default(), &hpa)
+        .await
+        .expect("autoscaler created");
+    scaled_to(&mcds, &hpas, 5, "up to 45 requests per second at 10 each").await;
+    let note = env.event(NS, "web", "SuccessfulRescale").await;
+    assert!(
+        note.contains("requests-per-second") && note.contains("above target 10"),
+        "the event names the metric; seen {note:?}"
+    );
+
+    // The traffic falls to 12 requests per second: 2 replicas.
+    env.set_traffic(&clusters[0], NS, "web", 8.0).await;
+    env.set_traffic(&clusters[1], NS, "web", 4.0).await;
+    scaled_to(&mcds, &hpas, 2, "down to 12 requests per second").await;
+    wait_for("the autoscaler's status shows the metric", DEADLINE, || async {
+        let hpa = hpas.get("web").await.map_err(|e| e.to_string())?;
+        let status = hpa.status.clone().unwrap_or_default();
+        let external = status
+            .current_metrics
+            .iter()
+            .find_map(|m| m.external.as_ref())
+            .map(|e| {
+                (
+                    e.metric.name.clone(),
+                    e.current.value.clone(),
+                    e.current.average_value.clone(),
+                )
+            });
+        if external
+            == Some((
+                "requests-per-second".to_owned(),
+                Some("12".to_owned()),
+                Some("6".to_owned()),
+            ))
+            && condition(&hpa, "ScalingActive") == Some(("True".to_owned(), "ValidMetricFound".to_owned()))
+        {
+            Ok(())
+        } else {
+            Err(format!("external {external:?}, status {status:?}"))
+        }
+    })
+    .await;
+
+    // A metric the hub does not define: the autoscaler says so, and nothing scales down.
+    hpas.patch(
+        "web",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"metrics": [{"type": "External", "external": {
+            "metric": {"name": "queue-length"},
+            "target": {"type": "Value", "value": 5}}}]}})),
+    )
+    .await
+    .expect("another metric");
+    wait_for(
+        "FailedGetExternalMetric naming the hub's metrics",
+        DEADLINE,
+        || async {
+            let hpa = hpas.get("web").await.map_err(|e| e.to_string())?;
+            let active = hpa
+                .status
+                .iter()
+                .flat_map(|s| &s.conditions)
+                .find(|c| c.type_ == "ScalingActive")
+                .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()));
+            match &active {
+                Some((s, r, m))
+                    if s == "False"
+                        && r == "FailedGetExternalMetric"
+                        && m.contains("queue-length")
+                        && m.contains("requests-per-second") =>
+                {
+                    Ok(())
+                }
+                _ => Err(format!("ScalingActive {active:?}")),
+            }
+        },
+    )
+    .await;
+    assert_eq!(
+        replicas(&mcds).await,
+        Ok(2),
+        "nothing scaled on a metric not read"
+    );
     env.shutdown().await;
 }

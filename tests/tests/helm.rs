@@ -803,6 +803,31 @@ fn the_hub_chart_points_the_hub_at_prometheus_with_a_traffic_query_when_asked() 
         args.get_one::<std::time::Duration>("prometheus_ttl").copied(),
         Some(std::time::Duration::from_secs(45))
     );
+    // The admin's autoscaling metrics reach the hub as named queries.
+    let metric = r#"sum(rate(http_requests_total{namespace="$namespace"\,service="$workload"}[2m]))"#;
+    let args = hub_args(&[
+        "prometheus.url=http://prometheus.monitoring:9090",
+        &format!("autoscaling.metrics.requests-per-second={metric}"),
+    ]);
+    let metrics: Vec<nave_hub::cli::NamedMetric> = args
+        .get_many::<nave_hub::cli::NamedMetric>("autoscale_metric")
+        .into_iter()
+        .flatten()
+        .cloned()
+        .collect();
+    assert_eq!(
+        metrics,
+        vec![nave_hub::cli::NamedMetric {
+            name: "requests-per-second".to_owned(),
+            query: metric.replace("\\,", ","),
+        }]
+    );
+    let error = template(&helm, &chart("nave-hub"), &["autoscaling.metrics.rps=sum(x)"])
+        .expect_err("a metric without a Prometheus to ask is refused");
+    assert!(
+        error.contains("autoscaling.metrics needs prometheus.url"),
+        "{error}"
+    );
     let error = template(&helm, &chart("nave-hub"), &[&set_query])
         .expect_err("a traffic query without a Prometheus to ask is refused");
     assert!(
