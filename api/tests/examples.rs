@@ -239,3 +239,27 @@ fn autoscaling_example_scales_its_workload_by_cpu() {
     assert_eq!((hpa.spec.min_replicas, hpa.spec.max_replicas), (Some(2), 20));
     assert_eq!(hpa.spec.metrics.len(), 1);
 }
+
+#[test]
+fn drop_in_example_opens_its_namespace_and_asks_for_a_policy() {
+    use k8s_openapi::api::apps::v1::Deployment;
+    use k8s_openapi::api::core::v1::Namespace;
+    let docs = documents("drop-in.yaml");
+    let namespace: Namespace = serde_json::from_value(of_kind(&docs, "Namespace")[0].clone()).unwrap();
+    let deployment: Deployment = serde_json::from_value(of_kind(&docs, "Deployment")[0].clone()).unwrap();
+    assert_eq!(
+        namespace
+            .labels()
+            .get(nave_api::DROP_IN_NAMESPACE_LABEL)
+            .map(String::as_str),
+        Some("enabled"),
+        "the namespace is opened"
+    );
+    assert_eq!(deployment.namespace(), namespace.metadata.name);
+    let policy = deployment
+        .annotations()
+        .get(nave_api::DROP_IN_ANNOTATION)
+        .expect("the placement annotation");
+    let _: PlacementPolicy =
+        serde_json::from_value(Value::String(policy.clone())).expect("a policy the hub knows");
+}
