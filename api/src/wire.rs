@@ -222,7 +222,7 @@ impl RegisterRequest {
 }
 
 /// A lowercase RFC 1123 label: 1 to 63 of `[a-z0-9-]`, starting and ending alphanumeric.
-fn is_dns_label(label: &str) -> bool {
+pub fn is_dns_label(label: &str) -> bool {
     !label.is_empty()
         && label.len() <= 63
         && label

@@ -140,14 +140,7 @@ fn named_metric(value: &str) -> Result<NamedMetric, String> {
     let (name, query) = value
         .split_once('=')
         .ok_or_else(|| "NAME=QUERY, e.g. requests-per-second=sum(rate(...))".to_owned())?;
-    let label = !name.is_empty()
-        && name.len() <= 63
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-        && !name.starts_with('-')
-        && !name.ends_with('-');
-    if !label {
+    if !nave_api::wire::is_dns_label(name) {
         return Err(format!(
             "the metric's name {name:?} must be lower-case letters, digits and '-' (63 at most)"
         ));

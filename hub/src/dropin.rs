@@ -48,6 +48,7 @@ use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
+use nave_api::wire::{is_dns_label, is_dns_subdomain};
 use nave_api::{
     DROP_IN_ANNOTATION, DROP_IN_GATE, DROP_IN_NAMESPACE_LABEL, DROP_IN_PROXY_LABEL, DeploymentTemplate,
     MultiClusterDeployment, MultiClusterDeploymentStatus, PlacementPolicy, TemplateMetadata,
@@ -160,22 +161,23 @@ async fn admit(client: &kube::Client, request: &Value) -> Admission {
         return Admission::Unchanged;
     }
     let lookup = async {
+        // The ReplicaSet carries its Deployment's annotations (the Deployment controller copies
+        // them), so a pod of any other Deployment costs one read; the namespace's label and the
+        // Deployment itself then decide (a ReplicaSet keeps an annotation its Deployment has
+        // since dropped).
+        let replica_sets: Api<ReplicaSet> = Api::namespaced(client.clone(), namespace);
+        let Some(rs) = replica_sets.get_opt(&replica_set).await? else {
+            return Ok(None);
+        };
+        if !rs.annotations().contains_key(DROP_IN_ANNOTATION) {
+            return Ok(None);
+        }
         let namespaces: Api<Namespace> = Api::all(client.clone());
         let open = namespaces
             .get_opt(namespace)
             .await?
             .is_some_and(|ns| is_open(&ns));
         if !open {
-            return Ok(None);
-        }
-        // The ReplicaSet carries its Deployment's annotations (the Deployment controller copies
-        // them), so most pods cost one read; the Deployment itself decides, as a ReplicaSet
-        // keeps an annotation its Deployment has since dropped.
-        let replica_sets: Api<ReplicaSet> = Api::namespaced(client.clone(), namespace);
-        let Some(rs) = replica_sets.get_opt(&replica_set).await? else {
-            return Ok(None);
-        };
-        if !rs.annotations().contains_key(DROP_IN_ANNOTATION) {
             return Ok(None);
         }
         let Some(owner) = rs
@@ -206,22 +208,6 @@ async fn admit(client: &kube::Client, request: &Value) -> Admission {
             Admission::Unknown
         }
     }
-}
-
-/// A DNS-1123 label: what a namespace name is.
-fn is_dns_label(name: &str) -> bool {
-    !name.is_empty()
-        && name.len() <= 63
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-        && !name.starts_with('-')
-        && !name.ends_with('-')
-}
-
-/// A DNS-1123 subdomain: what a ReplicaSet or Deployment name is.
-fn is_dns_subdomain(name: &str) -> bool {
-    name.len() <= 253 && name.split('.').all(is_dns_label)
 }
 
 /// Whether the namespace's admin opened it to the drop-in path.

@@ -234,6 +234,15 @@ impl SimCluster {
         &self.state
     }
 
+    /// The simulated control plane, when the cluster runs one.
+    pub fn control_plane(&self) -> Option<ControlPlane> {
+        self.state
+            .control_plane
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
     /// Stops the listener, the control plane and the background tasks.
     pub async fn shutdown(self) {
         if let Some(l) = &self.listener {

@@ -22,8 +22,8 @@ use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use k8s_openapi::api::core::v1::{ConfigMap, Event, Namespace, Pod};
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
+use nave_sim::SimCluster;
 use nave_sim::server::tls::TlsMaterial;
-use nave_sim::{ClusterConfig, ServeOptions, SimCluster};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
@@ -32,24 +32,11 @@ const GATE: &str = "nave.dev/hold";
 
 /// A cluster with one node and its control plane, synced.
 async fn start(name: &str) -> (SimCluster, Client) {
-    let mut config = ClusterConfig {
-        name: name.to_owned(),
-        ..ClusterConfig::default()
-    };
-    if let Some(pool) = config.node_pools.first_mut() {
-        pool.count = 1;
-    }
-    let sim = SimCluster::start(config, ServeOptions::default())
-        .await
-        .expect("cluster starts");
-    let cp = sim
-        .state()
-        .control_plane
-        .read()
-        .unwrap_or_else(|e| e.into_inner())
-        .clone()
-        .expect("the control plane runs");
-    cp.wait_synced().await;
+    let sim = helpers::cluster(name, true).await;
+    sim.control_plane()
+        .expect("the control plane runs")
+        .wait_synced()
+        .await;
     let client = sim.in_process_client();
     (sim, client)
 }

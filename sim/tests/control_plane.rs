@@ -77,13 +77,7 @@ impl Fixture {
             .await
             .expect("cluster starts");
         let client = sim.in_process_client();
-        let cp = sim
-            .state()
-            .control_plane
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
-            .expect("the control plane runs");
+        let cp = sim.control_plane().expect("the control plane runs");
         cp.wait_synced().await;
         Running { sim, client, cp }
     }

@@ -152,17 +152,7 @@ async fn run(workloads: usize) -> anyhow::Result<String> {
         let spokes = env.deployments("dropin", &format!("w{i}")).await;
         let stale: Vec<&String> = spokes
             .iter()
-            .filter(|(_, ds)| {
-                ds.iter().any(|d| {
-                    d.spec
-                        .template
-                        .spec
-                        .as_ref()
-                        .and_then(|s| s.containers.first())
-                        .and_then(|c| c.image.as_deref())
-                        != Some("nginx:2")
-                })
-            })
+            .filter(|(_, ds)| ds.iter().any(|d| nave_e2e::image_of(d) != "nginx:2"))
             .map(|(c, _)| c)
             .collect();
         anyhow::ensure!(

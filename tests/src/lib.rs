@@ -856,6 +856,18 @@ pub fn placed(mcd: &MultiClusterDeployment) -> BTreeMap<String, i32> {
         .collect()
 }
 
+/// The image of a Deployment's first container (empty when it has none).
+pub fn image_of(deployment: &Deployment) -> String {
+    deployment
+        .spec
+        .template
+        .spec
+        .as_ref()
+        .and_then(|s| s.containers.first())
+        .and_then(|c| c.image.clone())
+        .unwrap_or_default()
+}
+
 /// Where `path` points in a kubeconfig-less world: the environment's files, for commands that
 /// need them (kubectl in the benchmark).
 pub fn kubeconfig_path(env: &Env) -> PathBuf {

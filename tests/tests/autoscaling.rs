@@ -54,6 +54,24 @@ fn autoscaler(spec: serde_json::Value) -> MultiClusterHorizontalPodAutoscaler {
     .expect("a well-formed autoscaler")
 }
 
+/// The hub (with `options`) and agents over `clusters` simulated clusters, and the APIs of
+/// MultiClusterDeployments and their autoscalers in [`NS`].
+async fn start(
+    clusters: usize,
+    options: EnvOptions,
+) -> (
+    Env,
+    Api<MultiClusterDeployment>,
+    Api<MultiClusterHorizontalPodAutoscaler>,
+) {
+    let env = Env::start_with(nave_e2e::fleet(clusters), Database::Sqlite, options)
+        .await
+        .expect("the environment starts");
+    let mcds = Api::namespaced(env.client.clone(), NS);
+    let hpas = Api::namespaced(env.client.clone(), NS);
+    (env, mcds, hpas)
+}
+
 async fn replicas(mcds: &Api<MultiClusterDeployment>) -> Result<i32, String> {
     Ok(mcds.get("web").await.map_err(|e| e.to_string())?.spec.replicas)
 }
@@ -105,11 +123,7 @@ async fn a_workload_scales_up_while_its_pods_are_busy_and_down_once_they_are_idl
         },
         ..EnvOptions::default()
     };
-    let env = Env::start_with(nave_e2e::fleet(2), Database::Sqlite, options)
-        .await
-        .expect("the environment starts");
-    let mcds: Api<MultiClusterDeployment> = Api::namespaced(env.client.clone(), NS);
-    let hpas: Api<MultiClusterHorizontalPodAutoscaler> = Api::namespaced(env.client.clone(), NS);
+    let (env, mcds, hpas) = start(2, options).await;
 
     // Two pods using 150m of their 100m: 150% against a target of 50%.
     mcds.create(&PostParams::default(), &web(2, "150m"))
@@ -186,11 +200,7 @@ async fn without_prometheus_the_autoscaler_says_so_and_changes_nothing() {
         },
         ..EnvOptions::default()
     };
-    let env = Env::start_with(nave_e2e::fleet(1), Database::Sqlite, options)
-        .await
-        .expect("the environment starts");
-    let mcds: Api<MultiClusterDeployment> = Api::namespaced(env.client.clone(), NS);
-    let hpas: Api<MultiClusterHorizontalPodAutoscaler> = Api::namespaced(env.client.clone(), NS);
+    let (env, mcds, hpas) = start(1, options).await;
     mcds.create(&PostParams::default(), &web(2, "150m"))
         .await
         .expect("web created");
@@ -286,12 +296,8 @@ async fn a_workload_scales_by_the_admins_metric_of_its_requests_per_second() {
         },
         ..EnvOptions::default()
     };
-    let env = Env::start_with(nave_e2e::fleet(2), Database::Sqlite, options)
-        .await
-        .expect("the environment starts");
+    let (env, mcds, hpas) = start(2, options).await;
     let clusters = env.cluster_names();
-    let mcds: Api<MultiClusterDeployment> = Api::namespaced(env.client.clone(), NS);
-    let hpas: Api<MultiClusterHorizontalPodAutoscaler> = Api::namespaced(env.client.clone(), NS);
     mcds.create(&PostParams::default(), &web(1, "10m"))
         .await
         .expect("web created");

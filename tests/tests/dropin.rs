@@ -54,6 +54,18 @@ async fn wait_home_pods(env: &Env, namespace: &str, app: &str, expected: &[(bool
     .await;
 }
 
+/// `kubectl scale`: the Deployment's scale subresource.
+async fn scale(deployments: &Api<Deployment>, name: &str, replicas: i32) {
+    deployments
+        .patch_scale(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"replicas": replicas}})),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("scaling {name} to {replicas}: {e}"));
+}
+
 fn deployment(name: &str, namespace: &str, replicas: i32, image: &str) -> Deployment {
     serde_json::from_value(json!({
         "apiVersion": "apps/v1",
@@ -111,15 +123,7 @@ async fn fleet_images(env: &Env, name: &str) -> BTreeMap<String, (i32, String)> 
         .into_iter()
         .filter_map(|(cluster, ds)| {
             let d = ds.into_iter().next()?;
-            let image = d
-                .spec
-                .template
-                .spec
-                .as_ref()
-                .and_then(|s| s.containers.first())
-                .and_then(|c| c.image.clone())
-                .unwrap_or_default();
-            Some((cluster, (d.spec.replicas.unwrap_or(1), image)))
+            Some((cluster, (d.spec.replicas.unwrap_or(1), nave_e2e::image_of(&d))))
         })
         .collect()
 }
@@ -232,14 +236,7 @@ async fn an_annotated_deployment_runs_in_the_fleet_and_shows_its_replicas_at_hom
     }
 
     // `kubectl scale`: the fleet follows.
-    deployments
-        .patch_scale(
-            "web",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"replicas": 5}})),
-        )
-        .await
-        .expect("scaled");
+    scale(&deployments, "web", 5).await;
     wait_fleet_and_status(&env, "web", 5, "nginx:1").await;
     assert_none_at_home(&env, "web").await;
 
@@ -396,14 +393,7 @@ async fn a_deployment_annotated_while_running_here_is_told_and_moves_to_the_flee
         note.contains("keeps running"),
         "the event says the copy stays; saw {note:?}"
     );
-    deployments
-        .patch_scale(
-            "api",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"replicas": 3}})),
-        )
-        .await
-        .expect("scaled");
+    scale(&deployments, "api", 3).await;
     wait_for("a third pod of api, running here", DEADLINE, || async {
         let pods = home_pods(&env, OPEN, "api").await;
         let here = pods.iter().filter(|p| **p == (true, false)).count();
@@ -435,14 +425,7 @@ async fn with_the_hub_down_no_pod_of_a_drop_in_deployment_runs_at_home() {
     // The hub stops: the webhook (failurePolicy Fail) cannot be called, so a scale-up creates
     // no pod here, and the ReplicaSet says why.
     env.stop_hub().await;
-    deployments
-        .patch_scale(
-            "web",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"replicas": 2}})),
-        )
-        .await
-        .expect("scaled");
+    scale(&deployments, "web", 2).await;
     wait_for("the ReplicaSet refused a pod", DEADLINE, || async {
         let events: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(env.client.clone(), OPEN);
         let list = events

@@ -384,17 +384,7 @@ async fn an_override_changes_one_clusters_copy_only() {
         .deployments(NS, "web")
         .await
         .into_iter()
-        .map(|(cluster, ds)| {
-            let image = ds[0]
-                .spec
-                .template
-                .spec
-                .as_ref()
-                .and_then(|p| p.containers.first())
-                .and_then(|c| c.image.clone())
-                .unwrap_or_default();
-            (cluster, image)
-        })
+        .map(|(cluster, ds)| (cluster, nave_e2e::image_of(&ds[0])))
         .collect();
     assert_eq!(
         images,

@@ -18,15 +18,7 @@ const NS: &str = "default";
 async fn in_cluster(env: &Env, cluster: &str, name: &str) -> Option<(i32, String)> {
     let api: Api<Deployment> = Api::namespaced(env.cluster_client(cluster), NS);
     let d = api.get_opt(name).await.ok()??;
-    let image = d
-        .spec
-        .template
-        .spec
-        .as_ref()
-        .and_then(|s| s.containers.first())
-        .and_then(|c| c.image.clone())
-        .unwrap_or_default();
-    Some((d.spec.replicas.unwrap_or(1), image))
+    Some((d.spec.replicas.unwrap_or(1), nave_e2e::image_of(&d)))
 }
 
 async fn wait_in_cluster(env: &Env, cluster: &str, name: &str, replicas: i32, image: &str) {

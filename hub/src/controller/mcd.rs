@@ -474,7 +474,7 @@ async fn apply(mcd: Arc<MultiClusterDeployment>, ctx: &Context) -> Result<Action
         decision,
         &gathered.view.fleet,
         &gathered.reports,
-        &workload,
+        &hash,
         &missing,
         planned.moving.as_ref(),
     );

@@ -64,8 +64,8 @@ fn a_pod_of_a_deployment_not_annotated_is_left_alone() {
 
 #[test]
 fn names_the_api_server_would_refuse_are_not_looked_up() {
-    assert!(super::is_dns_label("shop-1"));
-    assert!(super::is_dns_subdomain("web-7d9f8c6b5"));
+    assert!(nave_api::wire::is_dns_label("shop-1"));
+    assert!(nave_api::wire::is_dns_subdomain("web-7d9f8c6b5"));
     let long = "a".repeat(64);
     for bad in [
         "",
@@ -77,10 +77,13 @@ fn names_the_api_server_would_refuse_are_not_looked_up() {
         "a..b",
         long.as_str(),
     ] {
-        assert!(!super::is_dns_label(bad), "{bad:?} is not a namespace");
+        assert!(!nave_api::wire::is_dns_label(bad), "{bad:?} is not a namespace");
     }
     for bad in ["web?watch=true", "../x", "a/b", "", ".a"] {
-        assert!(!super::is_dns_subdomain(bad), "{bad:?} is not a ReplicaSet name");
+        assert!(
+            !nave_api::wire::is_dns_subdomain(bad),
+            "{bad:?} is not a ReplicaSet name"
+        );
     }
 }
 

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use nave_api::conditions::{self, reasons, types};
-use nave_api::wire::{ObjectStatus, WORKLOAD_LABEL, WorkloadRef};
+use nave_api::wire::{ObjectStatus, WORKLOAD_LABEL};
 use nave_api::{ClusterPlacementStatus, MultiClusterDeployment, MultiClusterDeploymentStatus};
 use nave_policies::{Decision, Fleet, Role};
 
@@ -66,11 +66,12 @@ pub fn status_of(
     decision: &Decision,
     fleet: &Fleet,
     reports: &Reports,
-    workload: &WorkloadRef,
+    template_hash: &str,
     missing_dependencies: &[String],
     moving: Option<&Moving>,
 ) -> MultiClusterDeploymentStatus {
     let generation = mcd.metadata.generation;
+    let workload = &crate::render::workload_ref(mcd);
     let mut status = mcd.status.clone().unwrap_or_default();
     let mut clusters = Vec::new();
     // The clusters given replicas, those a move keeps old ones running in until the new ones
@@ -99,7 +100,6 @@ pub fn status_of(
     names.sort_unstable();
     names.dedup();
     let mut failing = Vec::new();
-    let hash = crate::render::template_hash(mcd);
     let mut updated_ready = 0i32;
     for name in names {
         let desired = decision.assignment.get(name).copied().unwrap_or(0);
@@ -109,7 +109,8 @@ pub fn status_of(
         let burst = decision.cluster(name).is_some_and(|c| c.role == Role::Burst);
         let kept = held.and_then(|h| h.get(name)).copied().unwrap_or(0);
         let failure = object.and_then(deployment_failure);
-        updated_ready = updated_ready.saturating_add(object.map_or(0, |d| updated_ready_of(d, &hash)));
+        updated_ready =
+            updated_ready.saturating_add(object.map_or(0, |d| updated_ready_of(d, template_hash)));
         if let Some(failure) = &failure {
             failing.push(format!("{name}: {failure}"));
         }

@@ -2,6 +2,7 @@
 
 use std::collections::BTreeMap;
 
+use nave_api::wire::WorkloadRef;
 use nave_policies::{Ledger, decide};
 use nave_testkit::Mcd;
 use serde_json::json;
@@ -53,7 +54,7 @@ impl Case {
             &decision,
             &self.fleet,
             &self.reports,
-            &web(),
+            &crate::render::template_hash(&self.mcd),
             &self.missing,
             self.moving.as_ref(),
         )
@@ -162,7 +163,7 @@ fn pending_pods_missing_dependencies_and_silent_clusters_degrade_the_workload() 
         &decision,
         &silent.fleet,
         &silent.reports,
-        &web(),
+        &crate::render::template_hash(&silent.mcd),
         &[],
         None,
     );
