@@ -117,6 +117,7 @@ impl SimCluster {
             None => Auth::AnyToken,
         };
         let state = ClusterState::new(&config.name, auth, opts.event_log_capacity);
+        state.serve_metrics_api(config.usage.metrics_api);
         state.bootstrap().map_err(|e| SimError::Bootstrap(e.message))?;
         let gc = tokio::spawn(server::gc::run(state.clone()));
         let api = server::api_router(state.clone());

@@ -216,12 +216,17 @@ pub struct UsageModel {
     /// Fraction of the requests a pod uses when it declares nothing.
     #[serde(default = "default_usage_factor")]
     pub factor: f64,
+    /// Serve the resource metrics API (`metrics.k8s.io`, what metrics-server serves) from this
+    /// model; `false` for a cluster without metrics-server.
+    #[serde(default = "default_true")]
+    pub metrics_api: bool,
 }
 
 impl Default for UsageModel {
     fn default() -> Self {
         UsageModel {
             factor: default_usage_factor(),
+            metrics_api: true,
         }
     }
 }
@@ -303,6 +308,10 @@ fn default_pod_delete() -> u64 {
 fn default_toleration_scale() -> f64 {
     1.0
 }
+fn default_true() -> bool {
+    true
+}
+
 fn default_usage_factor() -> f64 {
     0.5
 }

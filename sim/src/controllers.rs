@@ -1,6 +1,6 @@
 //! The simulated control plane of one cluster: node setup, scheduler, ReplicaSet and Deployment
-//! controllers, kubelet-like pod lifecycle, node lifecycle, foreign pods, and the
-//! kube-state-metrics view.
+//! controllers, kubelet-like pod lifecycle, node lifecycle, foreign pods, the
+//! kube-state-metrics view, and the usage model behind `metrics.k8s.io`.
 //!
 //! Every controller is an ordinary kube-rs client of the cluster's API (over the in-process
 //! transport), so watches see the same event sequences a real control plane produces. Writes carry
@@ -10,7 +10,7 @@
 //!
 //! ```text
 //!                 ┌──────────── one watch per kind ────────────┐
-//!  API server ──► │ Cache<Node> Cache<Pod> Cache<ReplicaSet> … │ ──► render_metrics()
+//!  API server ──► │ Cache<Node> Cache<Pod> Cache<ReplicaSet> … │ ──► render_metrics(), resource_usage()
 //!      ▲          └──────┬──────────────┬──────────────┬───────┘
 //!      │          scheduler      rs / deployment     kubelet, node lifecycle
 //!      └──────────── binding, status, create/scale/delete, taints ◄────┘
@@ -321,6 +321,19 @@ impl ControlPlane {
             std::time::Instant::now(),
             jiff::Timestamp::now(),
         )
+    }
+
+    /// The usage model applied to the control plane's current view of the cluster, under the
+    /// current usage factor and node overrides (`PUT /usage`, `PUT /nodes/{name}/usage`): what the
+    /// resource metrics API (`metrics.k8s.io`) serves.
+    pub fn resource_usage(&self) -> crate::metrics::ResourceUsage {
+        let ctx = &self.ctx;
+        let (nodes, pods) = (ctx.nodes.list(), ctx.pods.list());
+        let (factor, overrides) = {
+            let sim = ctx.sim();
+            (sim.usage_factor, sim.node_usage.clone())
+        };
+        crate::metrics::resource_usage(&nodes, &pods, factor, &overrides)
     }
 
     /// Admin routes of the control plane (node control, foreign pods, usage), mounted under

@@ -18,6 +18,9 @@
 //!   ControlPlane (scheduler, controllers, kubelet) via an in-process kube::Client
 //! ```
 //!
+//! `/metrics` and the resource metrics API (`metrics.k8s.io`, what `kubectl top` reads) are both
+//! computed from the control plane's usage model ([`metrics::resource_usage`]), never stored.
+//!
 //! Beyond the requirements it was written to, it emulates pod scheduling gates
 //! (`spec.schedulingGates`: validation, `PodScheduled=False/SchedulingGated`, see
 //! `controllers::scheduler`) and `admissionregistration.k8s.io/v1` MutatingWebhookConfigurations

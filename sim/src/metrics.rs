@@ -6,11 +6,17 @@
 //!  Snapshot (nodes, pods, deployments, replicasets, namespaces, usage settings)
 //!      └──► render() ──► families in a fixed order ──► text/plain; version=0.0.4
 //!                 └──► UsageCounters (integrates cpu usage into monotonic counters)
+//!
+//!  nodes, pods, usage settings ──► resource_usage() ──► the usage series above
+//!                                                  └──► PodMetrics / NodeMetrics (server::resource_metrics)
 //! ```
 //!
 //! Usage of a running container = its requests × the usage factor, unless its pod declares
 //! `sim.nave.dev/cpu-usage` / `sim.nave.dev/memory-usage` (split over containers in proportion to
-//! their requests). There is no `cluster` label: the scrape config names the cluster.
+//! their requests); a node's usage is the sum over its running containers unless the admin route
+//! overrides it. [`resource_usage`] computes both, for the usage series here and for the resource
+//! metrics API (`metrics.k8s.io`, what `kubectl top` reads). There is no `cluster` label: the
+//! scrape config names the cluster.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt::Write as _;
@@ -907,6 +913,90 @@ pub fn container_usage(pod: &Pod, factor: f64) -> Vec<(String, f64, f64)> {
         .collect()
 }
 
+/// A pod with at least one running container, and the modelled usage of each of them.
+#[derive(Debug, Clone)]
+pub struct PodUsage {
+    /// The pod.
+    pub pod: Arc<Pod>,
+    /// `(container, cpu cores, memory bytes)` per running container, as [`container_usage`] gives.
+    pub containers: Vec<(String, f64, f64)>,
+}
+
+/// A node and its modelled usage.
+#[derive(Debug, Clone)]
+pub struct NodeUsage {
+    /// The node.
+    pub node: Arc<Node>,
+    /// Cores in use: the sum over the node's running containers, unless overridden.
+    pub cpu: f64,
+    /// Bytes in use: the sum over the node's running containers, unless overridden.
+    pub memory: f64,
+}
+
+/// The usage model applied to a cluster at one instant. The usage series of the exposition and
+/// the resource metrics API (`metrics.k8s.io`, see `server::resource_metrics`) both report it,
+/// so `kubectl top` and PromQL see the same numbers.
+#[derive(Debug, Clone, Default)]
+pub struct ResourceUsage {
+    /// The pods with a running container, in the order they were given.
+    pub pods: Vec<PodUsage>,
+    /// Every node, in the order they were given.
+    pub nodes: Vec<NodeUsage>,
+}
+
+/// Applies the usage model to `pods` (requests × `factor` unless annotated, see
+/// [`container_usage`]) and sums it per node, where `overrides` (per node `(cpu milli, memory
+/// milli)`, from `PUT /nodes/{name}/usage`) replaces the sum of the resource it names.
+pub fn resource_usage(
+    nodes: &[Arc<Node>],
+    pods: &[Arc<Pod>],
+    factor: f64,
+    overrides: &HashMap<String, (Option<i128>, Option<i128>)>,
+) -> ResourceUsage {
+    let pods: Vec<PodUsage> = pods
+        .iter()
+        .filter_map(|p| {
+            let containers = container_usage(p, factor);
+            (!containers.is_empty()).then(|| PodUsage {
+                pod: p.clone(),
+                containers,
+            })
+        })
+        .collect();
+    let mut per_node: HashMap<&str, (f64, f64)> = HashMap::new();
+    for p in &pods {
+        let Some(node) = p.pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) else {
+            continue;
+        };
+        let sum = per_node.entry(node).or_default();
+        for (_, cpu, memory) in &p.containers {
+            sum.0 += cpu;
+            sum.1 += memory;
+        }
+    }
+    let nodes = nodes
+        .iter()
+        .map(|n| {
+            let name = n.metadata.name.as_deref().unwrap_or_default();
+            let (mut cpu, mut memory) = per_node.get(name).copied().unwrap_or_default();
+            if let Some((cpu_milli, memory_milli)) = overrides.get(name) {
+                if let Some(c) = cpu_milli {
+                    cpu = *c as f64 / 1000.0;
+                }
+                if let Some(m) = memory_milli {
+                    memory = *m as f64 / 1000.0;
+                }
+            }
+            NodeUsage {
+                node: n.clone(),
+                cpu,
+                memory,
+            }
+        })
+        .collect();
+    ResourceUsage { pods, nodes }
+}
+
 fn render_usage(
     out: &mut Out,
     s: &Snapshot<'_>,
@@ -914,9 +1004,9 @@ fn render_usage(
     now: Instant,
     wall: Timestamp,
 ) {
+    let usage = resource_usage(s.nodes, s.pods, s.usage_factor, s.node_usage);
     let mut seen: HashSet<(String, String)> = HashSet::new();
-    let mut per_node: BTreeMap<String, (f64, f64)> = BTreeMap::new();
-    for p in s.pods {
+    for PodUsage { pod: p, containers } in &usage.pods {
         let ns = p.metadata.namespace.clone().unwrap_or_default();
         let name = p.metadata.name.clone().unwrap_or_default();
         let uid = p.metadata.uid.clone().unwrap_or_default();
@@ -926,7 +1016,7 @@ fn render_usage(
             .and_then(|s| s.node_name.clone())
             .unwrap_or_default();
         let started = p.status.as_ref().and_then(|s| s.start_time.as_ref()).map(|t| t.0);
-        for (container, cpu, mem) in container_usage(p, s.usage_factor) {
+        for (container, cpu, mem) in containers {
             let key = (uid.clone(), container.clone());
             let counter = counters.containers.entry(key.clone()).or_insert_with(|| {
                 // First sight: account for the time since the pod started.
@@ -949,29 +1039,17 @@ fn render_usage(
             ];
             out.add("container_cpu_usage_seconds_total", &l, counter.total);
             out.add("container_memory_working_set_bytes", &l, mem.round());
-            let e = per_node.entry(node.clone()).or_insert((0.0, 0.0));
-            e.0 += cpu;
-            e.1 += mem;
         }
     }
     counters.containers.retain(|k, _| seen.contains(k));
     let mut nodes_seen = HashSet::new();
-    for n in s.nodes {
+    for NodeUsage { node: n, cpu, memory } in &usage.nodes {
         let name = n.metadata.name.clone().unwrap_or_default();
         let capacity = Resources::from_list(n.status.as_ref().and_then(|s| s.capacity.as_ref()));
         let cores = capacity.milli("cpu") as f64 / 1000.0;
         let mem_total = capacity.milli("memory") as f64 / 1000.0;
-        let (mut cpu_used, mut mem_used) = per_node.get(&name).copied().unwrap_or((0.0, 0.0));
-        if let Some((cpu, mem)) = s.node_usage.get(&name) {
-            if let Some(c) = cpu {
-                cpu_used = *c as f64 / 1000.0;
-            }
-            if let Some(m) = mem {
-                mem_used = *m as f64 / 1000.0;
-            }
-        }
         let ncpu = (cores.ceil() as usize).max(1);
-        let user_rate = (cpu_used / ncpu as f64).clamp(0.0, 1.0);
+        let user_rate = (cpu / ncpu as f64).clamp(0.0, 1.0);
         let created = n
             .metadata
             .creation_timestamp
@@ -990,15 +1068,15 @@ fn render_usage(
         for (i, (idle, user)) in entry.1.iter_mut().enumerate() {
             *idle += (1.0 - user_rate) * dt;
             *user += user_rate * dt;
-            let cpu = i.to_string();
+            let core = i.to_string();
             out.add(
                 "node_cpu_seconds_total",
-                &[("node", &name), ("cpu", &cpu), ("mode", "idle")],
+                &[("node", &name), ("cpu", &core), ("mode", "idle")],
                 *idle,
             );
             out.add(
                 "node_cpu_seconds_total",
-                &[("node", &name), ("cpu", &cpu), ("mode", "user")],
+                &[("node", &name), ("cpu", &core), ("mode", "user")],
                 *user,
             );
         }
@@ -1010,7 +1088,7 @@ fn render_usage(
         out.add(
             "node_memory_MemAvailable_bytes",
             &[("node", &name)],
-            (mem_total - mem_used).max(0.0).round(),
+            (mem_total - memory).max(0.0).round(),
         );
         nodes_seen.insert(name);
     }

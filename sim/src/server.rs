@@ -6,6 +6,7 @@
 //!  TCP ─► [TLS: rustls, ALPN h2/http1.1] ─► hyper auto (h1 + h2) ─► Router
 //!    Router: /version /healthz /livez /readyz /openapi/* /metrics /_sim/v1/* (hooks + admin)
 //!            /api/** /apis/** ─► rest::handle ─► [admission webhooks] ─► store / watch / discovery
+//!                                 └─► metrics.k8s.io: resource_metrics ◄─ the control plane's usage model
 //!    middleware (outermost): Cache-Control, auth, faults, latency, request log
 //! ```
 
@@ -22,6 +23,7 @@ pub mod meta;
 pub mod openapi;
 pub mod podspec;
 pub mod proto;
+pub mod resource_metrics;
 pub mod resources;
 pub mod rest;
 pub mod store;
@@ -87,6 +89,8 @@ pub struct ClusterState {
     listener: Mutex<Option<Arc<ListenerCtl>>>,
     /// The listeners of every cluster of the same fleet, by name (fleet-level stop/start hooks).
     pub peers: RwLock<BTreeMap<String, Arc<ListenerCtl>>>,
+    /// Whether `metrics.k8s.io` is served (see [`ClusterState::serve_metrics_api`]).
+    metrics_api: std::sync::atomic::AtomicBool,
 }
 
 impl ClusterState {
@@ -106,7 +110,25 @@ impl ClusterState {
             address: Mutex::new("127.0.0.1:0".to_owned()),
             listener: Mutex::new(None),
             peers: RwLock::new(BTreeMap::new()),
+            metrics_api: std::sync::atomic::AtomicBool::new(true),
         })
+    }
+
+    /// Serves the resource metrics API (`metrics.k8s.io`) or, with `false`, not at all, as a
+    /// cluster without metrics-server: its paths answer 404 and discovery leaves it out. Set it
+    /// before [`ClusterState::bootstrap`], which lists the served groups' APIServices.
+    pub fn serve_metrics_api(&self, serve: bool) {
+        self.metrics_api.store(serve, std::sync::atomic::Ordering::SeqCst);
+        *self.registry.write().unwrap_or_else(|e| e.into_inner()) = self.builtin_registry();
+    }
+
+    /// The built-in types this cluster serves.
+    fn builtin_registry(&self) -> Registry {
+        let mut registry = Registry::new();
+        if !self.metrics_api.load(std::sync::atomic::Ordering::SeqCst) {
+            registry.remove_group(resource_metrics::GROUP);
+        }
+        registry
     }
 
     /// The token whose cancellation ends every open watch (the drop-watches hook).
@@ -152,7 +174,7 @@ impl ClusterState {
             }
             let _ = self.store.commit(&table, &key, Some(&obj), None);
         }
-        *self.registry.write().unwrap_or_else(|e| e.into_inner()) = Registry::new();
+        *self.registry.write().unwrap_or_else(|e| e.into_inner()) = self.builtin_registry();
         // What every cluster has comes back at once, as a real API server recreates it.
         if let Err(e) = self.bootstrap() {
             tracing::warn!(error = %e.message, "recreating the system objects after a reset failed");

@@ -1292,3 +1292,117 @@ async fn kubectl_applies_lists_and_validates_mutating_webhook_configurations() {
     );
     sim.shutdown().await;
 }
+
+const TOP_DEPLOY: &str = "apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: top
+  namespace: metrics-demo
+spec:
+  replicas: 2
+  selector:
+    matchLabels:
+      app: top
+  template:
+    metadata:
+      labels:
+        app: top
+    spec:
+      containers:
+      - name: c
+        image: nginx:1.25
+        resources:
+          requests:
+            cpu: 500m
+            memory: 256Mi
+";
+
+/// The rows of a `kubectl top` table under its header, split into columns.
+fn rows(table: &str) -> Vec<Vec<String>> {
+    table
+        .lines()
+        .skip(1)
+        .map(|l| l.split_whitespace().map(str::to_owned).collect())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_top_reads_the_resource_metrics_api() {
+    let Some(bin) = kubectl_or_skip("kubectl_top_reads_the_resource_metrics_api") else {
+        return;
+    };
+    let sim = cluster("ktop", true).await;
+    let k = Kubectl::new(bin, &sim);
+    let resources = k.ok(&["api-resources", "--api-group=metrics.k8s.io"]).await;
+    let listed = rows(&resources);
+    assert_eq!(
+        listed,
+        vec![
+            vec!["nodes", "metrics.k8s.io/v1beta1", "false", "NodeMetrics"],
+            vec!["pods", "metrics.k8s.io/v1beta1", "true", "PodMetrics"],
+        ],
+        "expected nodes and pods of metrics.k8s.io/v1beta1; seen {resources}"
+    );
+
+    k.ok(&["create", "namespace", "metrics-demo"]).await;
+    let deploy = k.file("top.yaml", TOP_DEPLOY);
+    k.ok(&["apply", "-f", &deploy]).await;
+    k.ok(&[
+        "rollout",
+        "status",
+        "deploy/top",
+        "-n",
+        "metrics-demo",
+        "--timeout=60s",
+    ])
+    .await;
+    // Usage = requests × 0.5: 250m and 128Mi per pod, 500m and 256Mi on the one node.
+    let top = wait_for(
+        Duration::from_secs(20),
+        "kubectl top pods with both pods",
+        || async {
+            let o = k.run(&["top", "pods", "-n", "metrics-demo"]).await;
+            if o.ok && rows(&o.stdout).len() == 2 {
+                Ok(o.stdout)
+            } else {
+                Err(format!("{}{}", o.stdout, o.stderr))
+            }
+        },
+    )
+    .await;
+    let header: Vec<&str> = top
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect();
+    assert_eq!(header, ["NAME", "CPU(cores)", "MEMORY(bytes)"], "{top}");
+    for row in rows(&top) {
+        assert!(
+            row[0].starts_with("top-") && row[1..] == ["250m", "128Mi"],
+            "expected top-<hash> 250m 128Mi; seen {top}"
+        );
+    }
+    let all = k.ok(&["top", "pods", "-A", "-l", "app=top"]).await;
+    let all_rows = rows(&all);
+    assert!(
+        all_rows.len() == 2
+            && all_rows
+                .iter()
+                .all(|r| r[0] == "metrics-demo" && r[2..] == ["250m", "128Mi"]),
+        "expected both pods with their namespace; seen {all}"
+    );
+    let none = k.run(&["top", "pods", "-A", "-l", "app=nothing"]).await;
+    assert!(rows(&none.stdout).is_empty(), "no pod matches: {none:?}");
+
+    let nodes = k.ok(&["top", "nodes"]).await;
+    let node_rows = rows(&nodes);
+    assert!(
+        node_rows.len() == 1
+            && node_rows[0][0] == "ktop-node-0"
+            && node_rows[0][1] == "500m"
+            && node_rows[0].contains(&"256Mi".to_owned()),
+        "expected ktop-node-0 using 500m and 256Mi; seen {nodes}"
+    );
+    sim.shutdown().await;
+}

@@ -217,6 +217,49 @@ mod tests {
     }
 
     #[test]
+    fn metrics_group_serves_pods_and_nodes_with_get_and_list_only() {
+        let reg = Registry::new();
+        let legacy = legacy_resources(&reg, "metrics.k8s.io", "v1beta1");
+        let seen: Vec<(String, bool, String, Value)> = legacy["resources"]
+            .as_array()
+            .expect("resources")
+            .iter()
+            .map(|r| {
+                (
+                    r["name"].as_str().unwrap_or_default().to_owned(),
+                    r["namespaced"].as_bool().unwrap_or_default(),
+                    r["kind"].as_str().unwrap_or_default().to_owned(),
+                    r["verbs"].clone(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            seen,
+            vec![
+                (
+                    "nodes".to_owned(),
+                    false,
+                    "NodeMetrics".to_owned(),
+                    json!(["get", "list"])
+                ),
+                (
+                    "pods".to_owned(),
+                    true,
+                    "PodMetrics".to_owned(),
+                    json!(["get", "list"])
+                ),
+            ]
+        );
+        let aggregated = aggregated_group(&reg, "metrics.k8s.io");
+        assert_eq!(aggregated["versions"][0]["version"], "v1beta1");
+        assert_eq!(aggregated["versions"][0]["resources"][1]["scope"], "Namespaced");
+        assert_eq!(
+            legacy_group(&reg, "metrics.k8s.io")["preferredVersion"]["groupVersion"],
+            "metrics.k8s.io/v1beta1"
+        );
+    }
+
+    #[test]
     fn legacy_apps_lists_scale_subresource() {
         let reg = Registry::new();
         let doc = legacy_resources(&reg, "apps", "v1");

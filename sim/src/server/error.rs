@@ -45,20 +45,34 @@ impl Cause {
     }
 }
 
-fn gr(rt: &ResourceType) -> String {
-    if rt.group.is_empty() {
-        rt.plural.clone()
+/// `<resource>.<group>`, or `<resource>` in the core group (upstream `GroupResource.String()`).
+fn qualified(group: &str, resource: &str) -> String {
+    if group.is_empty() {
+        resource.to_owned()
     } else {
-        format!("{}.{}", rt.plural, rt.group)
+        format!("{resource}.{group}")
     }
 }
 
-fn details(rt: &ResourceType, name: &str) -> Value {
-    let mut d = json!({"name": name, "kind": rt.plural});
-    if !rt.group.is_empty() {
-        d["group"] = json!(rt.group);
+fn gr(rt: &ResourceType) -> String {
+    qualified(&rt.group, &rt.plural)
+}
+
+/// Status `details` naming a resource: `kind` is the resource and `group` is omitted when empty,
+/// as upstream's `StatusDetails` serialises them.
+fn resource_details(group: &str, resource: &str, name: Option<&str>) -> Value {
+    let mut d = json!({"kind": resource});
+    if let Some(name) = name {
+        d["name"] = json!(name);
+    }
+    if !group.is_empty() {
+        d["group"] = json!(group);
     }
     d
+}
+
+fn details(rt: &ResourceType, name: &str) -> Value {
+    resource_details(&rt.group, &rt.plural, Some(name))
 }
 
 impl ApiError {
@@ -80,8 +94,19 @@ impl ApiError {
 
     /// 404 `<resource>.<group> "<name>" not found`.
     pub fn not_found(rt: &ResourceType, name: &str) -> ApiError {
-        ApiError::new(404, "NotFound", format!("{} \"{name}\" not found", gr(rt)))
-            .with_details(details(rt, name))
+        ApiError::not_found_in(&rt.group, &rt.plural, name)
+    }
+
+    /// 404 `<resource>.<group> "<name>" not found` for a resource that has no [`ResourceType`],
+    /// such as metrics-server's `podmetrics.metrics.k8s.io "<namespace>/<name>"` (the name of
+    /// its internal resource, not the served plural).
+    pub fn not_found_in(group: &str, resource: &str, name: &str) -> ApiError {
+        ApiError::new(
+            404,
+            "NotFound",
+            format!("{} \"{name}\" not found", qualified(group, resource)),
+        )
+        .with_details(resource_details(group, resource, Some(name)))
     }
 
     /// 404 for a namespace that does not exist (namespace admission).
@@ -199,6 +224,17 @@ impl ApiError {
             "MethodNotAllowed",
             format!("the server does not allow this method on the requested resource ({method} {what})"),
         )
+    }
+
+    /// 405 `<action> is not supported on resources of kind "<resource>.<group>"` (upstream
+    /// `NewMethodNotSupported`): the answer to a watch of a resource that lists but cannot watch.
+    pub fn method_not_supported(rt: &ResourceType, action: &str) -> ApiError {
+        ApiError::new(
+            405,
+            "MethodNotAllowed",
+            format!("{action} is not supported on resources of kind \"{}\"", gr(rt)),
+        )
+        .with_details(resource_details(&rt.group, &rt.plural, None))
     }
 
     /// 415 for patch types the resource cannot take.

@@ -187,7 +187,9 @@ fn resource_paths(rt: &ResourceType, refs: &Refs, paths: &mut Map<String, Value>
 
     let mut one = Map::new();
     one.insert("parameters".into(), path_params(rt, true));
-    let item_ops = |one: &mut Map<String, Value>, suffix: &str| {
+    // Only the verbs the resource serves: the read-only ones (APIServices, the resource metrics)
+    // advertise no writes.
+    let item_ops = |one: &mut Map<String, Value>, suffix: &str, verbs: &[&str]| {
         one.insert(
             "get".into(),
             op(
@@ -197,50 +199,56 @@ fn resource_paths(rt: &ResourceType, refs: &Refs, paths: &mut Map<String, Value>
                 json!({"responses": {"200": response(refs.kind.as_ref())}}),
             ),
         );
-        one.insert(
-            "put".into(),
-            op(
-                "replace",
-                "put",
-                suffix,
-                json!({
-                    "parameters": write_params,
-                    "requestBody": write_body(refs.kind.as_ref()),
-                    "responses": {"200": response(refs.kind.as_ref()), "201": response(refs.kind.as_ref())}
-                }),
-            ),
-        );
-        one.insert(
-            "patch".into(),
-            op(
-                "patch",
-                "patch",
-                suffix,
-                json!({
-                    "parameters": patch_params,
-                    "requestBody": patch_body(),
-                    "responses": {"200": response(refs.kind.as_ref()), "201": response(refs.kind.as_ref())}
-                }),
-            ),
-        );
+        if verbs.contains(&"update") {
+            one.insert(
+                "put".into(),
+                op(
+                    "replace",
+                    "put",
+                    suffix,
+                    json!({
+                        "parameters": write_params,
+                        "requestBody": write_body(refs.kind.as_ref()),
+                        "responses": {"200": response(refs.kind.as_ref()), "201": response(refs.kind.as_ref())}
+                    }),
+                ),
+            );
+        }
+        if verbs.contains(&"patch") {
+            one.insert(
+                "patch".into(),
+                op(
+                    "patch",
+                    "patch",
+                    suffix,
+                    json!({
+                        "parameters": patch_params,
+                        "requestBody": patch_body(),
+                        "responses": {"200": response(refs.kind.as_ref()), "201": response(refs.kind.as_ref())}
+                    }),
+                ),
+            );
+        }
     };
     if verbs.contains(&"get") {
-        item_ops(&mut one, "");
-        one.insert(
-            "delete".into(),
-            op(
-                "delete",
-                "delete",
-                "",
-                json!({"responses": {"200": {"description": "OK"}}}),
-            ),
-        );
+        item_ops(&mut one, "", &verbs);
+        if verbs.contains(&"delete") {
+            one.insert(
+                "delete".into(),
+                op(
+                    "delete",
+                    "delete",
+                    "",
+                    json!({"responses": {"200": {"description": "OK"}}}),
+                ),
+            );
+        }
         paths.insert(item.clone(), Value::Object(one));
     }
     if rt.status {
         let mut status = Map::new();
         status.insert("parameters".into(), path_params(rt, true));
-        item_ops(&mut status, "Status");
+        item_ops(&mut status, "Status", &["get", "patch", "update"]);
         paths.insert(format!("{item}/status"), Value::Object(status));
     }
 }

@@ -75,6 +75,9 @@ pub enum Special {
     Review,
     /// `apiregistration.k8s.io` APIServices: read-only, kept in step with the served groups.
     ApiService,
+    /// `metrics.k8s.io` PodMetrics and NodeMetrics: computed from the usage model on every
+    /// request, never stored; get and list only (see [`super::resource_metrics`]).
+    ResourceMetrics,
 }
 
 /// One servable resource at one group/version.
@@ -136,6 +139,9 @@ impl ResourceType {
         }
         if self.special == Special::ApiService {
             return vec!["get", "list", "watch"];
+        }
+        if self.special == Special::ResourceMetrics {
+            return vec!["get", "list"];
         }
         vec![
             "create",
@@ -408,6 +414,11 @@ fn builtin_table() -> Vec<B> {
         )
         .cluster()
         .special(Special::Review),
+        // Last, as metrics-server's APIService has the lowest group priority of a usual cluster.
+        b("metrics.k8s.io", "v1beta1", "nodes", "NodeMetrics")
+            .cluster()
+            .special(Special::ResourceMetrics),
+        b("metrics.k8s.io", "v1beta1", "pods", "PodMetrics").special(Special::ResourceMetrics),
     ]
 }
 
@@ -488,6 +499,13 @@ impl Registry {
             .entry((rt.group.clone(), rt.version.clone()))
             .or_default()
             .insert(rt.plural.clone(), rt);
+    }
+
+    /// Stops serving every version of `group`.
+    pub fn remove_group(&mut self, group: &str) {
+        self.by_gv.retain(|(g, _), _| g != group);
+        self.group_versions.remove(group);
+        self.group_order.retain(|g| g != group);
     }
 
     /// Looks a resource up by group, version and plural.

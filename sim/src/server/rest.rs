@@ -1,7 +1,9 @@
 //! The generic REST surface under `/api` and `/apis`: URL parsing, content negotiation,
 //! query parameters, and the verbs (get, list, watch, create, update, patch, apply, delete,
 //! deletecollection) with their subresources (status, scale, binding, eviction, finalize; log,
-//! exec, attach, portforward and token answer from [`super::subresources`]).
+//! exec, attach, portforward and token answer from [`super::subresources`]).  The
+//! `metrics.k8s.io` resources are computed, not stored: [`super::resource_metrics`] gives their
+//! objects and the generic list pages, filters and renders them.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -19,6 +21,7 @@ use super::admission;
 use super::convert;
 use super::error::{ApiError, ApiResult, Cause};
 use super::meta::{self, meta_str};
+use super::resource_metrics;
 use super::resources::{ResourceType, Special};
 use super::subresources;
 use super::table::{self, Include};
@@ -412,6 +415,17 @@ async fn handle_inner(state: Arc<ClusterState>, req: Request) -> ApiResult<Respo
         return Err(ApiError::method_not_allowed(parts.method.as_str(), Some(&rt)));
     }
     let ns_str = ns.clone().unwrap_or_default();
+    if rt.special == Special::ResourceMetrics {
+        return match (parts.method, name) {
+            (Method::GET, None) if q.flag("watch") => Err(ApiError::method_not_supported(&rt, "watch")),
+            (Method::GET, None) => list(&state, &rt, ns.as_deref(), &q, format),
+            (Method::GET, Some(name)) => {
+                let obj = resource_metrics::get(&state, &rt, &ns_str, &name)?;
+                Ok(render_object(&rt, &obj, format, StatusCode::OK, &[]))
+            }
+            (m, _) => Err(ApiError::method_not_allowed(m.as_str(), Some(&rt))),
+        };
+    }
     let method = parts.method.clone();
     let user = state.user_of(
         parts
@@ -727,7 +741,12 @@ fn list(
             state.store.rv()
         )));
     }
-    let (items, rv) = state.store.list(&rt.table, ns, after.as_ref());
+    let (items, rv) = if rt.special == Special::ResourceMetrics {
+        let items = resource_metrics::list(state, rt, ns, after.as_ref());
+        (items, state.store.rv())
+    } else {
+        state.store.list(&rt.table, ns, after.as_ref())
+    };
     let list_rv = snapshot_rv.unwrap_or(rv);
     let mut out = Vec::new();
     let mut continue_token = None;

@@ -158,3 +158,19 @@ fn operation_ids_name_group_and_version() {
     assert_eq!(camel(""), "Core");
     assert_eq!(camel("v1alpha1"), "V1alpha1");
 }
+
+#[test]
+fn read_only_resources_advertise_only_their_verbs() {
+    let d = doc(&Registry::new(), "metrics.k8s.io", "v1beta1");
+    let item = &d["paths"]["/apis/metrics.k8s.io/v1beta1/namespaces/{namespace}/pods/{name}"];
+    let ops: Vec<&String> = item.as_object().expect("item path").keys().collect();
+    assert_eq!(ops, ["get", "parameters"], "PodMetrics item operations");
+    let list = &d["paths"]["/apis/metrics.k8s.io/v1beta1/nodes"];
+    assert_eq!(list["get"]["x-kubernetes-action"], "list");
+    assert!(list.get("post").is_none(), "no create on NodeMetrics: {list}");
+    let deployments = doc(&Registry::new(), "apps", "v1");
+    let item = &deployments["paths"]["/apis/apps/v1/namespaces/{namespace}/deployments/{name}"];
+    for op in ["get", "put", "patch", "delete"] {
+        assert!(item.get(op).is_some(), "deployments lack {op}: {item}");
+    }
+}
