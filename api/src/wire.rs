@@ -311,6 +311,12 @@ pub struct Heartbeat {
     /// Measured usage of the whole cluster (metrics), when known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub usage: Option<Resources>,
+    /// Measured usage of each Nave workload's pods in the cluster, from the cluster's resource
+    /// metrics API (`metrics.k8s.io`, metrics-server), by workload; at most
+    /// [`Heartbeat::MAX_WORKLOAD_USAGE`]. Empty when the cluster serves no metrics API. What
+    /// MultiClusterHorizontalPodAutoscalers scale by when the hub reads no Prometheus.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub workload_usage: Vec<WorkloadUsage>,
     /// Round-trip times the agent measured: to the hub ([`LatencySample::HUB`]) and to the peers
     /// the hub named in its recent [`HeartbeatAnswer`]s, each the median of the last rounds.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -387,6 +393,25 @@ impl HeldReason {
 impl Heartbeat {
     /// Most pending pods one heartbeat lists.
     pub const MAX_PENDING_PODS: usize = 500;
+
+    /// Most workloads one heartbeat reports the usage of: about 1.5 MB of JSON, within the
+    /// hub's limit on a heartbeat's body.
+    pub const MAX_WORKLOAD_USAGE: usize = 10_000;
+}
+
+/// What one workload's pods in a cluster use and request, as the cluster's resource metrics API
+/// measured them: only the pods it has a sample of count, in both sums, so that their ratio is
+/// the utilization a HorizontalPodAutoscaler computes.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct WorkloadUsage {
+    /// The workload (its pods' [`WORKLOAD_LABEL`]).
+    pub workload: WorkloadRef,
+    /// What the measured pods use; `pods` is how many were measured.
+    pub used: Resources,
+    /// What the same pods request.
+    pub requested: Resources,
 }
 
 /// `200` answer of `POST /agent/v1/heartbeat`.

@@ -1,16 +1,26 @@
 //! MultiClusterHorizontalPodAutoscalers: the leader scales each one's MultiClusterDeployment
-//! from the utilization of its pods in every cluster, read from Prometheus, with the HPA's rules
+//! from the utilization of its pods in every cluster, read from Prometheus where the hub has
+//! one and from what the agents report otherwise, with the HPA's rules
 //! ([`nave_policies::autoscale`]).
 //!
 //! ```text
 //!  every --autoscale-interval: list MultiClusterHorizontalPodAutoscalers
 //!    └─ each: its MultiClusterDeployment (spec.replicas) ─┐
-//!       Prometheus: usage and requests of the workload's  ├─► Autoscaler::step ─► patch
-//!       pods (nave.dev/workload), summed over clusters ───┘    spec.replicas, Event, status
+//!       usage and requests of the workload's pods         ├─► Autoscaler::step ─► patch
+//!       (nave.dev/workload), summed over clusters ────────┘    spec.replicas, Event, status
+//!         ├─ --prometheus-url: PromQL over cAdvisor and kube-state-metrics
+//!         └─ else: each cluster's agent, from metrics.k8s.io, in its heartbeats
 //! ```
 //!
-//! The pods are the agents' (labelled `nave.dev/workload: <namespace>.<name>`); usage comes from
-//! cAdvisor (`container_cpu_usage_seconds_total`, `container_memory_working_set_bytes`) and
+//! **Without Prometheus** each agent lists the PodMetrics of its cluster's resource metrics API
+//! (metrics-server) every heartbeat interval and sends, per workload, what the measured pods use
+//! and request ([`nave_api::wire::WorkloadUsage`]). The hub reads only the reports of the
+//! clusters the workload runs in, no older than the heartbeat grace; a cluster that reports none
+//! (no metrics-server, an agent that cannot read it) leaves the workload free to scale up on what
+//! the others measured, never down, and the status names it.
+//!
+//! **With Prometheus** the pods are the agents' (labelled `nave.dev/workload:
+//! <namespace>.<name>`); usage comes from cAdvisor (`container_cpu_usage_seconds_total`, `container_memory_working_set_bytes`) and
 //! requests from kube-state-metrics (`kube_pod_container_resource_requests`), joined on
 //! `kube_pod_labels` (kube-state-metrics must export the `nave.dev/workload` pod label:
 //! `--metric-labels-allowlist=pods=[nave.dev/workload]`); every series carries the `cluster`
@@ -30,7 +40,7 @@ use nave_api::autoscaler::{
     MetricType, MetricValueStatus, PolicyType, ResourceMetricStatus, ResourceName, ScalingRules,
     SelectPolicy,
 };
-use nave_api::wire::WORKLOAD_LABEL;
+use nave_api::wire::{WORKLOAD_LABEL, WorkloadRef, WorkloadUsage};
 use nave_api::{
     MultiClusterDeployment, MultiClusterHorizontalPodAutoscaler, MultiClusterHorizontalPodAutoscalerStatus,
 };
@@ -45,8 +55,13 @@ use tracing::{debug, info, warn};
 pub struct Autoscaling {
     /// The management cluster.
     pub client: kube::Client,
-    /// The Prometheus usage is read from; `None` without `--prometheus-url`.
+    /// The Prometheus usage is read from; `None` without `--prometheus-url`, and utilization
+    /// is read from what the agents report.
     pub prometheus: Option<prometheus_http_query::Client>,
+    /// The agents' latest reports of their workloads' usage.
+    pub reports: std::sync::Arc<crate::index::Index>,
+    /// How old a report may be and still be read: the heartbeat grace.
+    pub report_age: Duration,
     /// Time between two evaluations.
     pub interval: Duration,
     /// The CPU rate's window, a PromQL duration.
@@ -236,6 +251,9 @@ impl Autoscaling {
         let mut described = Vec::new();
         let mut current_metrics = Vec::new();
         let mut failure: Option<(&str, String)> = None;
+        // A metric read in only some of the workload's clusters: like the HPA with pods it has
+        // no metrics of, it may scale up on what was read, never down.
+        let mut incomplete: Option<String> = None;
         for metric in &spec.metrics {
             if let Some(resource) = metric
                 .resource
@@ -243,20 +261,32 @@ impl Autoscaling {
                 .filter(|_| metric.type_ == MetricType::Resource)
             {
                 let read = match &self.prometheus {
-                    None => Err("the hub reads no Prometheus (--prometheus-url)".to_owned()),
-                    Some(client) => {
-                        self.utilization(client, &namespace, &mcd.name_any(), resource.name)
-                            .await
-                    }
+                    None => self.reported_utilization(&mcd, resource.name),
+                    Some(client) => self
+                        .utilization(client, &namespace, &mcd.name_any(), resource.name)
+                        .await
+                        .map(|(percent, measured)| (percent, measured, Vec::new())),
                 };
                 match read {
-                    Ok((percent, measured)) => {
+                    Ok((percent, measured, unmeasured)) => {
                         let target = f64::from(resource.target.average_utilization);
                         let side = if percent > target { "above" } else { "below" };
-                        described.push(format!(
+                        let mut description = format!(
                             "{} utilization {percent:.0}% {side} target {target:.0}%",
                             resource.name.as_str()
-                        ));
+                        );
+                        if !unmeasured.is_empty() {
+                            description.push_str(&format!(" (not measured in {})", unmeasured.join(", ")));
+                            incomplete.get_or_insert_with(|| {
+                                format!(
+                                    "{} is not measured in {}, whose agents report no usage of its pods: \
+                                     it may scale up, not down",
+                                    resource.name.as_str(),
+                                    unmeasured.join(", ")
+                                )
+                            });
+                        }
+                        described.push(description);
                         measurements.push(Measurement {
                             current: percent,
                             target,
@@ -312,10 +342,12 @@ impl Autoscaling {
                 "ScalingActive",
                 true,
                 "ValidMetricFound",
-                "every metric was read".to_owned(),
+                incomplete
+                    .clone()
+                    .unwrap_or_else(|| "every metric was read".to_owned()),
             ),
         }
-        if failure.is_some()
+        if (failure.is_some() || incomplete.is_some())
             && nave_policies::autoscale::propose(current, &measurements)
                 .1
                 .is_none_or(|p| p <= current)
@@ -528,6 +560,29 @@ impl Autoscaling {
         Ok((100.0 * used / asked, measured))
     }
 
+    /// The workload's `resource` utilization from what the agents of the clusters it runs in
+    /// (its status's clusters) last reported (see [`reported_utilization`]).
+    fn reported_utilization(
+        &self,
+        mcd: &MultiClusterDeployment,
+        resource: ResourceName,
+    ) -> Result<(f64, u32, Vec<String>), String> {
+        let workload = WorkloadRef::new(mcd.namespace().unwrap_or_default(), mcd.name_any());
+        let clusters: Vec<&str> = mcd
+            .status
+            .iter()
+            .flat_map(|s| &s.clusters)
+            .map(|c| c.name.as_str())
+            .collect();
+        let now = jiff::Timestamp::now();
+        reported_utilization(&clusters, resource, |cluster| {
+            self.reports
+                .workload_usage(cluster, &workload)
+                .filter(|(at, _)| now.duration_since(*at).unsigned_abs() <= self.report_age)
+                .map(|(_, usage)| usage)
+        })
+    }
+
     async fn write_status(
         &self,
         hpa: &MultiClusterHorizontalPodAutoscaler,
@@ -549,6 +604,51 @@ impl Autoscaling {
         .await?;
         Ok(())
     }
+}
+
+/// A workload's `resource` utilization in percent of its pods' requests over `clusters` (those
+/// it runs in), from what `reported` gives of each ([`nave_api::wire::Heartbeat::workload_usage`],
+/// fresh enough); how many pods it is over; and the clusters of `clusters` that report no usage
+/// of it. Only these clusters are read: an agent speaks for its own cluster's share only, and
+/// what it says of workloads that do not run there counts nowhere.
+pub fn reported_utilization(
+    clusters: &[&str],
+    resource: ResourceName,
+    reported: impl Fn(&str) -> Option<WorkloadUsage>,
+) -> Result<(f64, u32, Vec<String>), String> {
+    if clusters.is_empty() {
+        return Err("it runs in no cluster yet".to_owned());
+    }
+    let (mut used, mut asked, mut pods) = (0u64, 0u64, 0u64);
+    let mut unmeasured = Vec::new();
+    for cluster in clusters {
+        let Some(usage) = reported(cluster) else {
+            unmeasured.push((*cluster).to_owned());
+            continue;
+        };
+        let (u, r) = match resource {
+            ResourceName::Cpu => (usage.used.cpu_millis, usage.requested.cpu_millis),
+            ResourceName::Memory => (usage.used.memory_bytes, usage.requested.memory_bytes),
+        };
+        used = used.saturating_add(u);
+        asked = asked.saturating_add(r);
+        pods = pods.saturating_add(usage.used.pods);
+    }
+    if pods == 0 {
+        return Err(
+            "no agent of the clusters it runs in reports its pods' usage yet (agents read it from \
+             the resource metrics API, metrics.k8s.io: is metrics-server installed there?)"
+                .to_owned(),
+        );
+    }
+    if asked == 0 {
+        return Err("its pods request none; utilization needs requests".to_owned());
+    }
+    Ok((
+        100.0 * used as f64 / asked as f64,
+        u32::try_from(pods).unwrap_or(u32::MAX),
+        unmeasured,
+    ))
 }
 
 /// The PromQL of a workload's pods, their usage and their requests of `resource`.
@@ -803,6 +903,48 @@ mod tests {
         assert!(memory.contains("container_memory_working_set_bytes"), "{memory}");
         let odd = queries("a\"b", "c", ResourceName::Cpu, "1m").usage;
         assert!(odd.contains(r#"namespace="a\"b""#), "quotes are escaped: {odd}");
+    }
+
+    fn usage(cpu: (u64, u64), memory: (u64, u64), pods: u64) -> WorkloadUsage {
+        WorkloadUsage {
+            workload: WorkloadRef::new("shop", "web"),
+            used: nave_api::wire::Resources::new(cpu.0, memory.0, pods),
+            requested: nave_api::wire::Resources::new(cpu.1, memory.1, pods),
+        }
+    }
+
+    #[test]
+    fn reported_utilization_sums_the_clusters_the_workload_runs_in_and_names_those_silent() {
+        let reports = BTreeMap::from([
+            ("eu-1", usage((300, 200), (100, 400), 2)),
+            ("eu-2", usage((100, 200), (100, 400), 2)),
+            // Runs nothing of it: whatever its agent says is not read.
+            ("us-1", usage((1_000_000, 1), (1, 1), 1)),
+        ]);
+        let read = |c: &str| reports.get(c).cloned();
+        let (cpu, pods, silent) =
+            reported_utilization(&["eu-1", "eu-2", "eu-3"], ResourceName::Cpu, read).expect("measured");
+        assert_eq!((cpu, pods, silent), (100.0, 4, vec!["eu-3".to_owned()]));
+        let (memory, _, _) =
+            reported_utilization(&["eu-1", "eu-2"], ResourceName::Memory, read).expect("measured");
+        assert_eq!(memory, 25.0);
+
+        let none = reported_utilization(&["eu-3"], ResourceName::Cpu, read).unwrap_err();
+        assert!(none.contains("metrics.k8s.io"), "{none}");
+        let nowhere = reported_utilization(&[], ResourceName::Cpu, read).unwrap_err();
+        assert!(nowhere.contains("no cluster"), "{nowhere}");
+        let unrequested = BTreeMap::from([("eu-1", usage((300, 0), (1, 0), 1))]);
+        let err =
+            reported_utilization(&["eu-1"], ResourceName::Cpu, |c| unrequested.get(c).cloned()).unwrap_err();
+        assert!(err.contains("request none"), "{err}");
+        // Sums that overflow stop at the largest value rather than wrapping to a small one.
+        let huge = BTreeMap::from([
+            ("a", usage((u64::MAX, 1), (0, 1), 1)),
+            ("b", usage((u64::MAX, 1), (0, 1), 1)),
+        ]);
+        let (cpu, _, _) =
+            reported_utilization(&["a", "b"], ResourceName::Cpu, |c| huge.get(c).cloned()).expect("measured");
+        assert!(cpu > 1e18, "{cpu}");
     }
 
     #[test]

@@ -7,6 +7,7 @@
 //!  agent status ──► put_report ──► store + reports ─┤
 //!  heartbeat    ──► put_pending ─► Pending pods ────┤
 //!  heartbeat    ──► network ─────► round trips ─────┤
+//!  heartbeat    ──► put_usage ───► workloads' usage ┤ (read by the autoscaler)
 //!  reconcile    ──► book ────────► bookings ────────┼─► ledger / status of one workload
 //!  reconcile    ──► WorkSets::put ► store + sets ───┘   (no store reads on the hot path)
 //!  start-up     ──► load (clusters, their reports, Pending pods, placements) from the store
@@ -28,7 +29,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, RwLock};
 
-use nave_api::wire::{Heartbeat, ObjectStatus, PendingPod, StatusReport, WorkloadRef};
+use nave_api::wire::{Heartbeat, ObjectStatus, PendingPod, StatusReport, WorkloadRef, WorkloadUsage};
 use nave_policies::{Demand, Ledger};
 use serde_json::Value;
 
@@ -89,6 +90,9 @@ pub struct Index {
     counted: RwLock<Reports>,
     /// Each cluster's Pending pods, from its latest heartbeat.
     pending: RwLock<Pending>,
+    /// Each accepted cluster's workloads' usage, from its latest heartbeat. Kept in memory only:
+    /// it is a measurement, renewed with every heartbeat, not state a restart must restore.
+    usage: RwLock<HashMap<String, Arc<ReportedUsage>>>,
     bookings: RwLock<BTreeMap<WorkloadRef, Booking>>,
     /// Each workload's placement as the store holds it (its decision read once): what the next
     /// plan of the workload starts from, without a read of the store.
@@ -256,6 +260,7 @@ impl Index {
             reports: RwLock::default(),
             counted: RwLock::default(),
             pending: RwLock::default(),
+            usage: RwLock::default(),
             bookings: RwLock::default(),
             placements: RwLock::default(),
             reserved: RwLock::default(),
@@ -320,6 +325,10 @@ impl Index {
             .remove(cluster);
         self.clusters_changed();
         self.put_pending(cluster, Vec::new());
+        self.usage
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(cluster);
         self.counted
             .write()
             .unwrap_or_else(|e| e.into_inner())
@@ -494,8 +503,13 @@ impl Index {
         if accepted {
             self.network
                 .put(cluster, beat.probe_url.as_deref(), &beat.latency_samples);
+            self.put_usage(cluster, at, &beat.workload_usage);
         } else {
             self.network.put(cluster, None, &[]);
+            self.usage
+                .write()
+                .unwrap_or_else(|e| e.into_inner())
+                .remove(cluster);
         }
         if !was_ready {
             // Back (or new): a view that had it not Ready is not current.
@@ -515,6 +529,34 @@ impl Index {
             was_ready,
             accepted,
         }
+    }
+
+    /// Keeps `cluster`'s report of its workloads' usage made at `at`, unless a newer one is kept
+    /// (heartbeats can arrive out of order); at most [`Heartbeat::MAX_WORKLOAD_USAGE`] workloads
+    /// of it, whatever the agent sent.
+    pub fn put_usage(&self, cluster: &str, at: jiff::Timestamp, reported: &[WorkloadUsage]) {
+        let mut usage = self.usage.write().unwrap_or_else(|e| e.into_inner());
+        if usage.get(cluster).is_some_and(|kept| kept.at > at) {
+            return;
+        }
+        let workloads = reported
+            .iter()
+            .take(Heartbeat::MAX_WORKLOAD_USAGE)
+            .map(|u| (u.workload.clone(), u.clone()))
+            .collect();
+        usage.insert(cluster.to_owned(), Arc::new(ReportedUsage { at, workloads }));
+    }
+
+    /// What `cluster` last reported `workload`'s pods to use, and when; `None` when its latest
+    /// heartbeat measured none of them.
+    pub fn workload_usage(
+        &self,
+        cluster: &str,
+        workload: &WorkloadRef,
+    ) -> Option<(jiff::Timestamp, WorkloadUsage)> {
+        let usage = self.usage.read().unwrap_or_else(|e| e.into_inner());
+        let reported = usage.get(cluster)?;
+        Some((reported.at, reported.workloads.get(workload)?.clone()))
     }
 
     /// Keeps `record` as the store now holds it, or forgets the cluster when the store has
@@ -930,6 +972,15 @@ pub enum Reload {
     Observations,
 }
 
+/// A cluster's report of what its workloads' pods use (see [`Heartbeat::workload_usage`]).
+#[derive(Debug)]
+struct ReportedUsage {
+    /// When the heartbeat carrying it arrived.
+    at: jiff::Timestamp,
+    /// Per workload.
+    workloads: HashMap<WorkloadRef, WorkloadUsage>,
+}
+
 /// What a heartbeat changed for placement (see [`Index::observe_heartbeat`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Wake {
@@ -1048,6 +1099,65 @@ mod tests {
             }
         }
         ledger
+    }
+
+    #[tokio::test]
+    async fn a_cluster_s_usage_report_is_kept_while_accepted_and_never_rolled_back() {
+        let (_dir, store) = scratch_store().await;
+        let index = Index::empty(store);
+        index.put_cluster(bare_record("eu-1"));
+        index.put_cluster(ClusterRecord {
+            accepted: false,
+            ..bare_record("stranger")
+        });
+        let web = WorkloadRef::new("shop", "web");
+        let beat = |cpu: u64| Heartbeat {
+            workload_usage: vec![WorkloadUsage {
+                workload: web.clone(),
+                used: nave_api::wire::Resources::new(cpu, 0, 1),
+                requested: nave_api::wire::Resources::new(100, 0, 1),
+            }],
+            ..Heartbeat::default()
+        };
+        let grace = std::time::Duration::from_secs(40);
+        let t0 = jiff::Timestamp::from_second(1_800_000_000).unwrap();
+        let t1 = t0 + jiff::SignedDuration::from_secs(10);
+        index.observe_heartbeat("eu-1", t1, &beat(50), grace);
+        // A retried, older heartbeat arrives last: it does not replace the newer measurement.
+        index.observe_heartbeat("eu-1", t0, &beat(90), grace);
+        let (at, usage) = index.workload_usage("eu-1", &web).expect("kept");
+        assert_eq!((at, usage.used.cpu_millis), (t1, 50));
+        assert_eq!(
+            index.workload_usage("eu-1", &WorkloadRef::new("shop", "db")),
+            None
+        );
+
+        // A cluster the admin has not accepted reports nothing that is read.
+        index.observe_heartbeat("stranger", t1, &beat(50), grace);
+        assert_eq!(index.workload_usage("stranger", &web), None);
+
+        // However many workloads an agent sends, no more than a heartbeat may carry are kept.
+        let many: Vec<WorkloadUsage> = (0..Heartbeat::MAX_WORKLOAD_USAGE + 1)
+            .map(|i| WorkloadUsage {
+                workload: WorkloadRef::new("shop", format!("w{i}")),
+                ..WorkloadUsage::default()
+            })
+            .collect();
+        index.put_usage("eu-1", t1, &many);
+        let last = format!("w{}", Heartbeat::MAX_WORKLOAD_USAGE);
+        assert!(
+            index
+                .workload_usage("eu-1", &WorkloadRef::new("shop", "w0"))
+                .is_some()
+        );
+        assert_eq!(
+            index.workload_usage("eu-1", &WorkloadRef::new("shop", last)),
+            None
+        );
+
+        // A removed cluster's report goes with it.
+        index.forget_cluster("eu-1");
+        assert_eq!(index.workload_usage("eu-1", &web), None);
     }
 
     #[tokio::test]

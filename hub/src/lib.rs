@@ -573,6 +573,8 @@ async fn run_term(leading: &mut Leading, term: u64, term_over: &CancellationToke
             autoscaler::Autoscaling {
                 client: client.clone(),
                 prometheus: autoscale.0.clone(),
+                reports: index.clone(),
+                report_age: timings.heartbeat_grace,
                 interval: autoscale.1.autoscale_interval,
                 rate_window: autoscale.1.autoscale_rate_window.clone(),
                 metrics: autoscale

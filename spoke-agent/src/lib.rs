@@ -17,6 +17,7 @@
 //!  Deploys ─┴─► status loop ───────────────────┼─► POST status
 //!                                              └──────────────────────────────┘
 //!   probe loop: round trips to the peers the hub names ──► next heartbeat (see [`probe`])
+//!   usage loop: PodMetrics (metrics.k8s.io) of Nave's pods ──► next heartbeat (see [`usage`])
 //!   one CancellationToken (SIGTERM / Ctrl-C) stops every loop
 //! ```
 //!
@@ -42,6 +43,7 @@ pub mod probe;
 pub mod slim;
 pub mod status;
 pub mod trim;
+pub mod usage;
 
 /// The allocator's settings for the agent, as environment (mimalloc reads it when the process
 /// starts); the Helm chart and the test fleet set them. Freed memory goes back to the system at
@@ -400,6 +402,10 @@ pub struct Agent {
     status_wake: Notify,
     metrics: Arc<AgentMetrics>,
     round_trips: RoundTrips,
+    /// The workload cluster's API server.
+    client: Client,
+    /// What the workloads' pods use, for the heartbeats.
+    usage: usage::Sampler,
 }
 
 impl std::fmt::Debug for Agent {
@@ -500,6 +506,8 @@ pub async fn run_agent(config: Config, client: Client, shutdown: CancellationTok
         }),
         status_wake: Notify::new(),
         round_trips: RoundTrips::new(metrics.clone()),
+        usage: usage::Sampler::new(),
+        client: client.clone(),
         metrics,
         config,
     });
@@ -583,6 +591,10 @@ pub async fn run_agent(config: Config, client: Client, shutdown: CancellationTok
     tasks.spawn(log_exit(
         "status",
         status::status_loop(agent.clone(), shutdown.clone()),
+    ));
+    tasks.spawn(log_exit(
+        "usage",
+        usage::usage_loop(agent.clone(), shutdown.clone()),
     ));
     while tasks.join_next().await.is_some() {}
     info!("stopped");
@@ -708,6 +720,7 @@ async fn heartbeat_loop(agent: Arc<Agent>, shutdown: CancellationToken) -> Resul
                 pending_pods: pending,
                 pending_pods_omitted: omitted,
                 usage: None,
+                workload_usage: agent.usage.current(),
                 latency_samples: agent.round_trips.samples(),
                 probe_url: agent.config.probe_url.clone(),
                 applied_revision: agent.work.read().await.state.revision,

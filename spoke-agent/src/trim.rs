@@ -154,6 +154,12 @@ impl<K: Resource, S: Summary<K>> Index<K, S> {
         state.live.values().cloned().collect()
     }
 
+    /// The summary of the object `namespace`/`name`, if it exists.
+    pub fn get(&self, namespace: &str, name: &str) -> Option<Arc<S>> {
+        let state = self.state.read().unwrap_or_else(|e| e.into_inner());
+        state.live.get(&(namespace.to_owned(), name.to_owned())).cloned()
+    }
+
     /// Waits until the objects have been listed once.
     pub async fn wait_until_ready(&self) {
         let mut listed = self.listed.subscribe();

@@ -1,7 +1,8 @@
-//! MultiClusterHorizontalPodAutoscaler end to end against the real Prometheus: the simulated
-//! clusters' pods declare their CPU use, Prometheus scrapes it with the pods' requests and labels,
-//! and the hub scales the MultiClusterDeployment up while its pods are busy and down once they
-//! are idle, within minReplicas and maxReplicas.
+//! MultiClusterHorizontalPodAutoscaler end to end: the simulated clusters' pods declare their CPU
+//! use, and the hub scales the MultiClusterDeployment up while its pods are busy and down once
+//! they are idle, within minReplicas and maxReplicas. Against the real Prometheus, which scrapes
+//! the use with the pods' requests and labels; and without one, by what the agents read from
+//! their clusters' resource metrics API (`metrics.k8s.io`) and report in their heartbeats.
 
 use std::time::Duration;
 
@@ -64,7 +65,19 @@ async fn start(
     Api<MultiClusterDeployment>,
     Api<MultiClusterHorizontalPodAutoscaler>,
 ) {
-    let env = Env::start_with(nave_e2e::fleet(clusters), Database::Sqlite, options)
+    start_fleet(nave_e2e::fleet(clusters), options).await
+}
+
+/// As [`start`], over the clusters of `fleet`.
+async fn start_fleet(
+    fleet: nave_sim::config::FleetConfig,
+    options: EnvOptions,
+) -> (
+    Env,
+    Api<MultiClusterDeployment>,
+    Api<MultiClusterHorizontalPodAutoscaler>,
+) {
+    let env = Env::start_with(fleet, Database::Sqlite, options)
         .await
         .expect("the environment starts");
     let mcds = Api::namespaced(env.client.clone(), NS);
@@ -126,18 +139,7 @@ async fn a_workload_scales_up_while_its_pods_are_busy_and_down_once_they_are_idl
     let (env, mcds, hpas) = start(2, options).await;
 
     // Two pods using 150m of their 100m: 150% against a target of 50%.
-    mcds.create(&PostParams::default(), &web(2, "150m"))
-        .await
-        .expect("web created");
-    env.wait_rolled_out(NS, "web", 2).await;
-    let hpa = autoscaler(json!({
-        "scaleTargetRef": {"kind": "MultiClusterDeployment", "name": "web"},
-        "minReplicas": 1,
-        "behavior": {"scaleDown": {"stabilizationWindowSeconds": 0}}
-    }));
-    hpas.create(&PostParams::default(), &hpa)
-        .await
-        .expect("autoscaler created");
+    busy_web_autoscaled(&env, &mcds, &hpas).await;
     let created = std::time::Instant::now();
 
     scaled_to(&mcds, &hpas, 5, "up to maxReplicas").await;
@@ -162,14 +164,7 @@ async fn a_workload_scales_up_while_its_pods_are_busy_and_down_once_they_are_idl
     let up_ready = created.elapsed();
 
     // The pods go idle (10m of 100m): down to minReplicas.
-    mcds.patch(
-        "web",
-        &PatchParams::default(),
-        &Patch::Merge(json!({"spec": {"template": {"spec": {"template": {"metadata": {
-            "annotations": {CPU_USAGE_ANNOTATION: "10m"}}}}}}})),
-    )
-    .await
-    .expect("web's pods idle");
+    use_cpu(&mcds, "10m").await;
     let idle = std::time::Instant::now();
     scaled_to(&mcds, &hpas, 1, "down to minReplicas").await;
     let down = idle.elapsed();
@@ -191,8 +186,151 @@ async fn a_workload_scales_up_while_its_pods_are_busy_and_down_once_they_are_idl
     env.shutdown().await;
 }
 
+/// Evaluated every second, without Prometheus.
+fn by_agents() -> EnvOptions {
+    EnvOptions {
+        hub_autoscale: nave_hub::cli::AutoscaleArgs {
+            autoscale_interval: Duration::from_secs(1),
+            ..nave_hub::cli::AutoscaleArgs::default()
+        },
+        ..EnvOptions::default()
+    }
+}
+
+/// `web`'s CPU utilization in its autoscaler's status, once there is one.
+async fn cpu_utilization(hpas: &Api<MultiClusterHorizontalPodAutoscaler>) -> Option<i32> {
+    let hpa = hpas.get("web").await.ok()?;
+    hpa.status?
+        .current_metrics
+        .iter()
+        .find_map(|m| m.resource.as_ref())
+        .map(|r| r.current.average_utilization)
+}
+
+/// `web`: two pods using 150% of their CPU request, rolled out, and its autoscaler (from 1 to 5
+/// replicas, at 50%, with no scale-down stabilization).
+async fn busy_web_autoscaled(
+    env: &Env,
+    mcds: &Api<MultiClusterDeployment>,
+    hpas: &Api<MultiClusterHorizontalPodAutoscaler>,
+) {
+    mcds.create(&PostParams::default(), &web(2, "150m"))
+        .await
+        .expect("web created");
+    env.wait_rolled_out(NS, "web", 2).await;
+    let hpa = autoscaler(json!({
+        "scaleTargetRef": {"kind": "MultiClusterDeployment", "name": "web"},
+        "minReplicas": 1,
+        "behavior": {"scaleDown": {"stabilizationWindowSeconds": 0}}
+    }));
+    hpas.create(&PostParams::default(), &hpa)
+        .await
+        .expect("autoscaler created");
+}
+
+/// `web`'s pods use `usage` from now on.
+async fn use_cpu(mcds: &Api<MultiClusterDeployment>, usage: &str) {
+    mcds.patch(
+        "web",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"template": {"spec": {"template": {"metadata": {
+            "annotations": {CPU_USAGE_ANNOTATION: usage}}}}}}})),
+    )
+    .await
+    .expect("web's pods use another amount");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn without_prometheus_a_workload_scales_by_what_the_agents_report() {
+    let (env, mcds, hpas) = start(2, by_agents()).await;
+    busy_web_autoscaled(&env, &mcds, &hpas).await;
+    let created = std::time::Instant::now();
+    scaled_to(&mcds, &hpas, 5, "up to maxReplicas").await;
+    let up = created.elapsed();
+    let note = env.event(NS, "web", "SuccessfulRescale").await;
+    assert!(
+        note.contains("cpu utilization 150% above target 50%"),
+        "the event gives the utilization the agents measured; seen {note:?}"
+    );
+    env.wait_rolled_out(NS, "web", 5).await;
+
+    use_cpu(&mcds, "10m").await;
+    let idle = std::time::Instant::now();
+    scaled_to(&mcds, &hpas, 1, "down to minReplicas").await;
+    let down = idle.elapsed();
+    wait_for("the status to show 10% measured", DEADLINE, || async {
+        match cpu_utilization(&hpas).await {
+            Some(10) => Ok(()),
+            seen => Err(format!("cpu utilization {seen:?}")),
+        }
+    })
+    .await;
+    let hpa = hpas.get("web").await.expect("the autoscaler");
+    assert_eq!(
+        condition(&hpa, "ScalingActive"),
+        Some(("True".to_owned(), "ValidMetricFound".to_owned())),
+        "{:?}",
+        hpa.status
+    );
+    // Reported, not asserted: BENCHMARKS.md "Multi-cluster autoscaling".
+    println!(
+        "autoscaling by the agents' reports: autoscaler created -> spec.replicas 5 in {:.1} s; pods idle -> spec.replicas 1 in {:.1} s",
+        up.as_secs_f64(),
+        down.as_secs_f64()
+    );
+    env.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_cluster_that_measures_nothing_lets_the_workload_scale_up_and_never_down() {
+    // The second cluster has no metrics-server.
+    let mut fleet = nave_e2e::fleet(2);
+    fleet.clusters[1].usage.metrics_api = false;
+    let unmeasured = fleet.clusters[1].name.clone();
+    let (env, mcds, hpas) = start_fleet(fleet, by_agents()).await;
+    busy_web_autoscaled(&env, &mcds, &hpas).await;
+    // The measured half is busy: that is enough to add replicas.
+    scaled_to(&mcds, &hpas, 5, "up on what one cluster measured").await;
+    wait_for(
+        "the status to name the cluster that measures nothing",
+        DEADLINE,
+        || async {
+            let hpa = hpas.get("web").await.map_err(|e| e.to_string())?;
+            let active = hpa
+                .status
+                .iter()
+                .flat_map(|s| &s.conditions)
+                .find(|c| c.type_ == "ScalingActive")
+                .map(|c| (c.status.clone(), c.message.clone()));
+            match &active {
+                Some((s, m)) if s == "True" && m.contains(&unmeasured) && m.contains("not down") => Ok(()),
+                _ => Err(format!("ScalingActive {active:?}")),
+            }
+        },
+    )
+    .await;
+
+    // Idle where measured; what the other cluster runs is unknown, so nothing is removed.
+    use_cpu(&mcds, "10m").await;
+    wait_for("the status to show 10% measured", DEADLINE, || async {
+        match cpu_utilization(&hpas).await {
+            Some(10) => Ok(()),
+            seen => Err(format!("cpu utilization {seen:?}")),
+        }
+    })
+    .await;
+    assert_eq!(
+        replicas(&mcds).await,
+        Ok(5),
+        "no scale-down while a cluster it runs in measures nothing"
+    );
+    env.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn without_prometheus_the_autoscaler_says_so_and_changes_nothing() {
+async fn with_no_measurement_anywhere_the_autoscaler_says_so_and_changes_nothing() {
+    let mut fleet = nave_e2e::fleet(1);
+    fleet.clusters[0].usage.metrics_api = false;
     let options = EnvOptions {
         hub_autoscale: nave_hub::cli::AutoscaleArgs {
             autoscale_interval: Duration::from_millis(200),
@@ -200,7 +338,7 @@ async fn without_prometheus_the_autoscaler_says_so_and_changes_nothing() {
         },
         ..EnvOptions::default()
     };
-    let (env, mcds, hpas) = start(1, options).await;
+    let (env, mcds, hpas) = start_fleet(fleet, options).await;
     mcds.create(&PostParams::default(), &web(2, "150m"))
         .await
         .expect("web created");
@@ -208,23 +346,27 @@ async fn without_prometheus_the_autoscaler_says_so_and_changes_nothing() {
     hpas.create(&PostParams::default(), &hpa)
         .await
         .expect("autoscaler created");
-    wait_for("the autoscaler to say it reads no metrics", DEADLINE, || async {
-        let hpa = hpas.get("web").await.map_err(|e| e.to_string())?;
-        match (
-            condition(&hpa, "ScalingActive"),
-            hpa.status
-                .as_ref()
-                .and_then(|s| s.conditions.iter().find(|c| c.type_ == "ScalingActive"))
-                .map(|c| c.message.clone()),
-        ) {
-            (Some((s, r)), Some(m))
-                if s == "False" && r == "FailedGetResourceMetric" && m.contains("--prometheus-url") =>
-            {
-                Ok(())
+    wait_for(
+        "the autoscaler to say nothing measures the pods",
+        DEADLINE,
+        || async {
+            let hpa = hpas.get("web").await.map_err(|e| e.to_string())?;
+            match (
+                condition(&hpa, "ScalingActive"),
+                hpa.status
+                    .as_ref()
+                    .and_then(|s| s.conditions.iter().find(|c| c.type_ == "ScalingActive"))
+                    .map(|c| c.message.clone()),
+            ) {
+                (Some((s, r)), Some(m))
+                    if s == "False" && r == "FailedGetResourceMetric" && m.contains("metrics.k8s.io") =>
+                {
+                    Ok(())
+                }
+                seen => Err(format!("{seen:?}")),
             }
-            seen => Err(format!("{seen:?}")),
-        }
-    })
+        },
+    )
     .await;
     assert_eq!(replicas(&mcds).await, Ok(2), "nothing changes without metrics");
 

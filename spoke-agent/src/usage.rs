@@ -1,0 +1,242 @@
+//! What each Nave workload's pods use, read from the cluster's resource metrics API
+//! (`metrics.k8s.io/v1beta1`, what metrics-server serves and `kubectl top` reads) and sent with
+//! the heartbeats, so that the hub can autoscale without a Prometheus.
+//!
+//! ```text
+//!  every heartbeat interval: list PodMetrics labelled nave.dev/workload (pages of 500)
+//!     └─ each pod's sample + the pod's requests (from the pod index) ─► sums per workload
+//!          └─ Sampler: kept until two intervals have passed ─► Heartbeat::workload_usage
+//! ```
+//!
+//! Only pods the metrics API has a sample of count, in the usage and in the requests alike, as
+//! the HorizontalPodAutoscaler counts them: a pod still starting neither lowers the utilization
+//! nor raises it. The workload and the requests are the pod's own (from the agent's pod index),
+//! never what the metrics object says of them. A cluster without the metrics API (no
+//! metrics-server) is normal: the agent says so once, reports no usage, and looks again every
+//! few minutes, since it may be installed later.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use kube::api::ListParams;
+use nave_api::wire::{Heartbeat, Resources, WORKLOAD_LABEL, WorkloadRef, WorkloadUsage};
+use serde::Deserialize;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, instrument, warn};
+
+use crate::Agent;
+use crate::capacity::PodSummary;
+use crate::error::api_code;
+
+#[cfg(test)]
+mod tests;
+
+/// Where PodMetrics are listed, in every namespace.
+pub const POD_METRICS_PATH: &str = "/apis/metrics.k8s.io/v1beta1/pods";
+
+/// PodMetrics per page of a list.
+const PAGE: u32 = 500;
+
+/// How long the agent waits before looking again for a metrics API the cluster does not serve
+/// or does not let it read.
+const ABSENT_RETRY: Duration = Duration::from_secs(300);
+
+/// The latest per-workload sums, and until when they may be sent.
+#[derive(Debug, Default)]
+pub struct Sampler {
+    latest: Mutex<Option<(Instant, Arc<Vec<WorkloadUsage>>)>>,
+}
+
+impl Sampler {
+    /// No sample yet.
+    pub fn new() -> Self {
+        Sampler::default()
+    }
+
+    /// Keeps `usage` until `until`.
+    fn keep(&self, usage: Vec<WorkloadUsage>, until: Instant) {
+        *self.latest.lock().unwrap_or_else(|e| e.into_inner()) = Some((until, Arc::new(usage)));
+    }
+
+    /// Forgets the sample (the metrics API is gone).
+    fn forget(&self) {
+        *self.latest.lock().unwrap_or_else(|e| e.into_inner()) = None;
+    }
+
+    /// The sample to send now: none once it is older than it may be, so that a metrics API that
+    /// stopped answering shows as no usage at the hub, not as the last usage forever.
+    pub fn current(&self) -> Vec<WorkloadUsage> {
+        let latest = self.latest.lock().unwrap_or_else(|e| e.into_inner());
+        match &*latest {
+            Some((until, usage)) if Instant::now() < *until => usage.as_ref().clone(),
+            _ => Vec::new(),
+        }
+    }
+}
+
+/// A page of `PodMetricsList`, with only what is read of it.
+#[derive(Debug, Default, Deserialize)]
+struct PodMetricsPage {
+    #[serde(default)]
+    metadata: PageMeta,
+    #[serde(default)]
+    items: Vec<PodMetrics>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct PageMeta {
+    #[serde(default, rename = "continue")]
+    continue_: Option<String>,
+}
+
+/// A `PodMetrics`, with only what is read of it.
+#[derive(Debug, Default, Deserialize)]
+pub struct PodMetrics {
+    /// Its pod's namespace and name.
+    #[serde(default)]
+    pub metadata: PodMetricsMeta,
+    /// One sample per container.
+    #[serde(default)]
+    pub containers: Vec<ContainerMetrics>,
+}
+
+/// The name and namespace of a [`PodMetrics`].
+#[derive(Debug, Default, Deserialize)]
+pub struct PodMetricsMeta {
+    /// The pod's name.
+    #[serde(default)]
+    pub name: String,
+    /// The pod's namespace.
+    #[serde(default)]
+    pub namespace: String,
+}
+
+/// One container's sample.
+#[derive(Debug, Default, Deserialize)]
+pub struct ContainerMetrics {
+    /// `cpu` and `memory`, as quantities (`"12345678n"`, `"131072Ki"`).
+    #[serde(default)]
+    pub usage: BTreeMap<String, Quantity>,
+}
+
+/// Per-workload sums of samples, and of the requests of the pods sampled.
+#[derive(Debug, Default)]
+pub struct Sums {
+    per_workload: BTreeMap<WorkloadRef, (Resources, Resources)>,
+    pods: usize,
+}
+
+impl Sums {
+    /// Adds `sample` to its pod's workload, with the pod's requests as `pod` finds the pod (by
+    /// namespace and name); a sample of a pod the agent does not know, of a pod done or of a
+    /// pod of no workload counts nowhere.
+    pub fn add(&mut self, sample: &PodMetrics, pod: impl Fn(&str, &str) -> Option<Arc<PodSummary>>) {
+        self.pods += 1;
+        let Some(summary) = pod(&sample.metadata.namespace, &sample.metadata.name) else {
+            return;
+        };
+        let Some(workload) = summary.workload.clone().filter(|_| !summary.terminal) else {
+            return;
+        };
+        let mut used = Resources::new(0, 0, 1);
+        for container in &sample.containers {
+            let amounts = nave_resources::Resources::from_list(Some(&container.usage));
+            used = used.saturating_add(Resources::new(amounts.cpu_millis(), amounts.memory_bytes(), 0));
+        }
+        let requested = Resources::new(summary.requests.cpu_millis, summary.requests.memory_bytes, 1);
+        let entry = self.per_workload.entry(workload).or_default();
+        entry.0 = entry.0.saturating_add(used);
+        entry.1 = entry.1.saturating_add(requested);
+    }
+
+    /// The sums, at most [`Heartbeat::MAX_WORKLOAD_USAGE`] workloads, the first by namespace
+    /// and name.
+    pub fn finish(self) -> Vec<WorkloadUsage> {
+        self.per_workload
+            .into_iter()
+            .take(Heartbeat::MAX_WORKLOAD_USAGE)
+            .map(|(workload, (used, requested))| WorkloadUsage {
+                workload,
+                used,
+                requested,
+            })
+            .collect()
+    }
+}
+
+/// Reads the PodMetrics of Nave's pods in every namespace, page by page, into [`Sums`]; a page
+/// is dropped once added, so a cluster of many pods costs one page of memory.
+async fn read(
+    client: &kube::Client,
+    pod: impl Fn(&str, &str) -> Option<Arc<PodSummary>> + Copy,
+) -> Result<Sums, kube::Error> {
+    let mut sums = Sums::default();
+    let mut params = ListParams::default().labels(WORKLOAD_LABEL).limit(PAGE);
+    loop {
+        let request = kube::core::Request::new(POD_METRICS_PATH)
+            .list(&params)
+            .map_err(kube::Error::BuildRequest)?;
+        let page: PodMetricsPage = client.request(request).await?;
+        for sample in &page.items {
+            sums.add(sample, pod);
+        }
+        match page.metadata.continue_.filter(|c| !c.is_empty()) {
+            Some(token) => params = params.continue_token(&token),
+            None => return Ok(sums),
+        }
+    }
+}
+
+/// Reads the workloads' usage every heartbeat interval until `shutdown`, keeping each sample for
+/// two intervals.
+#[instrument(skip_all, fields(cluster = %agent.config.cluster_name))]
+pub async fn usage_loop(agent: Arc<Agent>, shutdown: CancellationToken) -> crate::error::Result<()> {
+    let mut said_absent = false;
+    loop {
+        let interval = agent.identity.heartbeat_interval(&shutdown).await?;
+        let read = tokio::select! {
+            () = shutdown.cancelled() => return Ok(()),
+            read = tokio::time::timeout(interval, read(&agent.client, |namespace, name| agent.pods.get(namespace, name))) => read,
+        };
+        let wait = match read {
+            Ok(Ok(sums)) => {
+                let pods = sums.pods;
+                let usage = sums.finish();
+                debug!(pods, workloads = usage.len(), "read the workloads' usage");
+                agent.usage.keep(usage, Instant::now() + 2 * interval);
+                if said_absent {
+                    info!("the cluster's resource metrics API answers again; reporting the workloads' usage");
+                    said_absent = false;
+                }
+                interval
+            }
+            Ok(Err(error)) if matches!(api_code(&error), Some(403 | 404 | 503)) => {
+                agent.usage.forget();
+                if !said_absent {
+                    info!(error = %error, retry_in_s = ABSENT_RETRY.as_secs(),
+                        "the cluster serves no resource metrics API the agent may read (metrics.k8s.io: install metrics-server); the workloads' usage is not reported");
+                    said_absent = true;
+                }
+                ABSENT_RETRY
+            }
+            Ok(Err(error)) => {
+                warn!(error = %error, "reading the workloads' usage failed; trying again next interval");
+                interval
+            }
+            Err(_) => {
+                warn!(
+                    timeout_s = interval.as_secs(),
+                    "reading the workloads' usage took longer than a heartbeat interval; trying again"
+                );
+                interval
+            }
+        };
+        tokio::select! {
+            () = shutdown.cancelled() => return Ok(()),
+            () = tokio::time::sleep(wait) => {}
+        }
+    }
+}
