@@ -90,8 +90,8 @@ pub struct Index {
     counted: RwLock<Reports>,
     /// Each cluster's Pending pods, from its latest heartbeat.
     pending: RwLock<Pending>,
-    /// Each accepted cluster's workloads' usage, from its latest heartbeat. Kept in memory only:
-    /// it is a measurement, renewed with every heartbeat, not state a restart must restore.
+    /// Each accepted cluster's workloads' usage, from its latest heartbeat (read from the
+    /// newest stored heartbeat on a reload, so a new leader autoscales at once).
     usage: RwLock<HashMap<String, Arc<ReportedUsage>>>,
     bookings: RwLock<BTreeMap<WorkloadRef, Booking>>,
     /// Each workload's placement as the store holds it (its decision read once): what the next
@@ -198,10 +198,15 @@ impl Index {
                 .list_heartbeats(&cluster.name, 1)
                 .await
                 .map_err(Error::store("reading heartbeats"))?;
-            if let Some(beat) = newest.first() {
-                self.network.load(&cluster.name, &beat.payload);
-                if let Ok(beat) = serde_json::from_value::<Heartbeat>(beat.payload.clone()) {
+            if let Some(record) = newest.first() {
+                self.network.load(&cluster.name, &record.payload);
+                if let Ok(beat) = serde_json::from_value::<Heartbeat>(record.payload.clone()) {
                     pending.insert(cluster.name.clone(), Arc::new(kept_pending(&beat)));
+                    // A new leader reads the usage at once rather than a heartbeat later; a
+                    // newer report kept meanwhile is not replaced.
+                    if cluster.accepted {
+                        self.put_usage(&cluster.name, record.received_at, &beat.workload_usage);
+                    }
                 }
             }
             let status = store
@@ -1330,6 +1335,56 @@ mod tests {
         assert!(
             lost.is_empty(),
             "every cluster registered while the index reloaded is in it; lost: {lost:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_reloaded_index_reads_each_accepted_cluster_s_latest_usage_from_the_store() {
+        let (_dir, store) = scratch_store().await;
+        store.claim_term(None, "test").await.unwrap();
+        for (cluster, accepted) in [("eu-1", true), ("stranger", false)] {
+            store
+                .upsert_cluster(&crate::store::ClusterUpsert {
+                    name: cluster.to_owned(),
+                    accepted,
+                    ..Default::default()
+                })
+                .await
+                .unwrap();
+        }
+        let web = WorkloadRef::new("shop", "web");
+        let at = jiff::Timestamp::from_second(1_800_000_000).unwrap();
+        for cluster in ["eu-1", "stranger"] {
+            let beat = Heartbeat {
+                workload_usage: vec![WorkloadUsage {
+                    workload: web.clone(),
+                    used: nave_api::wire::Resources::new(70, 0, 1),
+                    requested: nave_api::wire::Resources::new(100, 0, 1),
+                }],
+                ..Heartbeat::default()
+            };
+            store
+                .record_heartbeat(&crate::store::NewHeartbeat {
+                    cluster: cluster.to_owned(),
+                    received_at: at,
+                    payload: serde_json::to_value(&beat).unwrap(),
+                    capacity: None,
+                    agent_version: None,
+                    kubernetes_version: None,
+                })
+                .await
+                .unwrap();
+        }
+        let index = Index::empty(store);
+        index.reload(Reload::Everything).await.unwrap();
+        let kept = index
+            .workload_usage("eu-1", &web)
+            .map(|(at, u)| (at, u.used.cpu_millis));
+        assert_eq!(kept, Some((at, 70)), "the stored heartbeat's usage");
+        assert_eq!(
+            index.workload_usage("stranger", &web),
+            None,
+            "not accepted: not read"
         );
     }
 
