@@ -313,10 +313,12 @@ pub struct Heartbeat {
     pub usage: Option<Resources>,
     /// Measured usage of each Nave workload's pods in the cluster, from the cluster's resource
     /// metrics API (`metrics.k8s.io`, metrics-server), by workload; at most
-    /// [`Heartbeat::MAX_WORKLOAD_USAGE`]. Empty when the cluster serves no metrics API. What
-    /// MultiClusterHorizontalPodAutoscalers scale by when the hub reads no Prometheus.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub workload_usage: Vec<WorkloadUsage>,
+    /// [`Heartbeat::MAX_WORKLOAD_USAGE`]. Absent when the agent has no recent answer of the
+    /// metrics API (none served, not allowed, failing); present and without a workload when the
+    /// API answered and measured none of its pods. What MultiClusterHorizontalPodAutoscalers
+    /// scale by when the hub reads no Prometheus.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workload_usage: Option<Vec<WorkloadUsage>>,
     /// Round-trip times the agent measured: to the hub ([`LatencySample::HUB`]) and to the peers
     /// the hub named in its recent [`HeartbeatAnswer`]s, each the median of the last rounds.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -400,7 +402,8 @@ impl Heartbeat {
 }
 
 /// What one workload's pods in a cluster use and request, as the cluster's resource metrics API
-/// measured them: only the pods it has a sample of count, in both sums, so that their ratio is
+/// measured them: only the pods it has a sample of, and not being deleted, count, in both sums,
+/// and only their containers' requests (no init containers, no overhead), so that the ratio is
 /// the utilization a HorizontalPodAutoscaler computes.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]

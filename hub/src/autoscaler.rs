@@ -568,17 +568,40 @@ impl Autoscaling {
         resource: ResourceName,
     ) -> Result<(f64, u32, Vec<String>), String> {
         let workload = WorkloadRef::new(mcd.namespace().unwrap_or_default(), mcd.name_any());
-        let clusters: Vec<&str> = mcd
+        // At most twice the replicas the hub knows of there (a rollout's surge), at least one.
+        let clusters: Vec<(&str, u64)> = mcd
             .status
             .iter()
             .flat_map(|s| &s.clusters)
-            .map(|c| c.name.as_str())
+            .map(|c| {
+                let known = u64::try_from(c.desired.max(c.ready).max(1)).unwrap_or(1);
+                (c.name.as_str(), known.saturating_mul(2))
+            })
             .collect();
+        let pod = mcd.spec.template.spec.pointer("/template/spec").and_then(|spec| {
+            serde_json::from_value::<k8s_openapi::api::core::v1::PodSpec>(spec.clone()).ok()
+        });
+        let per_pod = pod.map_or(0, |pod| {
+            pod.containers
+                .iter()
+                .map(|c| {
+                    let requests = nave_resources::container_requests(c);
+                    match resource {
+                        ResourceName::Cpu => requests.cpu_millis(),
+                        ResourceName::Memory => requests.memory_bytes(),
+                    }
+                })
+                .fold(0u64, u64::saturating_add)
+        });
         let now = jiff::Timestamp::now();
-        reported_utilization(&clusters, resource, |cluster| {
+        reported_utilization(&clusters, resource, per_pod, |cluster| {
             self.reports
                 .workload_usage(cluster, &workload)
-                .filter(|(at, _)| now.duration_since(*at).unsigned_abs() <= self.report_age)
+                .filter(|(at, _)| {
+                    // A report stamped in the future (a replica's clock ahead) is not fresher.
+                    let age = now.duration_since(*at);
+                    !age.is_negative() && age.unsigned_abs() <= self.report_age
+                })
                 .map(|(_, usage)| usage)
         })
     }
@@ -606,46 +629,75 @@ impl Autoscaling {
     }
 }
 
+/// Most utilization one cluster's report counts for, in times its pods' requests: beyond about
+/// ten, a scale-up is held by the scaling policies (at most doubling, or 4 replicas, per 15 s)
+/// whatever the number, so the cap changes no real decision and bounds what one agent can claim.
+pub const MAX_REPORTED_UTILIZATION: u64 = 10;
+
 /// A workload's `resource` utilization in percent of its pods' requests over `clusters` (those
-/// it runs in), from what `reported` gives of each ([`nave_api::wire::Heartbeat::workload_usage`],
-/// fresh enough); how many pods it is over; and the clusters of `clusters` that report no usage
-/// of it. Only these clusters are read: an agent speaks for its own cluster's share only, and
-/// what it says of workloads that do not run there counts nowhere.
+/// it runs in, each with the most pods it may report), from what `reported` gives of each
+/// ([`nave_api::wire::Heartbeat::workload_usage`], fresh enough); how many pods it is over; and
+/// the clusters of `clusters` that measure nothing. `per_pod` is what the template's containers
+/// request of `resource`.
+///
+/// An agent is believed about its own cluster's share only, and within bounds: only the
+/// clusters the workload runs in are read; a report of more pods than the cluster may run is
+/// scaled down to that many; its requests are held within a quarter and four times what its
+/// pods' template requests (an override may change a cluster's requests, not by more); its usage
+/// to [`MAX_REPORTED_UTILIZATION`] times its requests.
 pub fn reported_utilization(
-    clusters: &[&str],
+    clusters: &[(&str, u64)],
     resource: ResourceName,
+    per_pod: u64,
     reported: impl Fn(&str) -> Option<WorkloadUsage>,
 ) -> Result<(f64, u32, Vec<String>), String> {
     if clusters.is_empty() {
         return Err("it runs in no cluster yet".to_owned());
     }
-    let (mut used, mut asked, mut pods) = (0u64, 0u64, 0u64);
+    let (mut used, mut asked, mut pods) = (0f64, 0f64, 0u64);
     let mut unmeasured = Vec::new();
-    for cluster in clusters {
+    let mut measured_anywhere = false;
+    for &(cluster, most) in clusters {
         let Some(usage) = reported(cluster) else {
-            unmeasured.push((*cluster).to_owned());
+            unmeasured.push(cluster.to_owned());
             continue;
         };
+        measured_anywhere = true;
         let (u, r) = match resource {
             ResourceName::Cpu => (usage.used.cpu_millis, usage.requested.cpu_millis),
             ResourceName::Memory => (usage.used.memory_bytes, usage.requested.memory_bytes),
         };
-        used = used.saturating_add(u);
-        asked = asked.saturating_add(r);
-        pods = pods.saturating_add(usage.used.pods);
+        let n = usage.used.pods.min(most);
+        if n == 0 {
+            continue;
+        }
+        // Of more pods than may run there: the same use, per pod, over as many as may.
+        let share = n as f64 / usage.used.pods as f64;
+        let mut r = r as f64 * share;
+        if per_pod > 0 {
+            let expected = n as f64 * per_pod as f64;
+            r = r.clamp(expected / 4.0, expected * 4.0);
+        }
+        let u = (u as f64 * share).min(r * MAX_REPORTED_UTILIZATION as f64);
+        used += u;
+        asked += r;
+        pods += n;
     }
-    if pods == 0 {
+    if !measured_anywhere {
         return Err(
-            "no agent of the clusters it runs in reports its pods' usage yet (agents read it from \
+            "no agent of the clusters it runs in reports its pods' usage (agents read it from \
              the resource metrics API, metrics.k8s.io: is metrics-server installed there?)"
                 .to_owned(),
         );
     }
-    if asked == 0 {
+    if pods == 0 {
+        return Err("no pod of it measured yet".to_owned());
+    }
+    if asked <= 0.0 {
         return Err("its pods request none; utilization needs requests".to_owned());
     }
     Ok((
-        100.0 * used as f64 / asked as f64,
+        100.0 * used / asked,
         u32::try_from(pods).unwrap_or(u32::MAX),
         unmeasured,
     ))
@@ -918,33 +970,56 @@ mod tests {
         let reports = BTreeMap::from([
             ("eu-1", usage((300, 200), (100, 400), 2)),
             ("eu-2", usage((100, 200), (100, 400), 2)),
+            // Measured, none of its pods there yet.
+            ("eu-4", usage((0, 0), (0, 0), 0)),
             // Runs nothing of it: whatever its agent says is not read.
             ("us-1", usage((1_000_000, 1), (1, 1), 1)),
         ]);
         let read = |c: &str| reports.get(c).cloned();
+        let fleet = [("eu-1", 4), ("eu-2", 4), ("eu-3", 4), ("eu-4", 4)];
         let (cpu, pods, silent) =
-            reported_utilization(&["eu-1", "eu-2", "eu-3"], ResourceName::Cpu, read).expect("measured");
+            reported_utilization(&fleet, ResourceName::Cpu, 100, read).expect("measured");
         assert_eq!((cpu, pods, silent), (100.0, 4, vec!["eu-3".to_owned()]));
         let (memory, _, _) =
-            reported_utilization(&["eu-1", "eu-2"], ResourceName::Memory, read).expect("measured");
+            reported_utilization(&fleet[..2], ResourceName::Memory, 200, read).expect("measured");
         assert_eq!(memory, 25.0);
 
-        let none = reported_utilization(&["eu-3"], ResourceName::Cpu, read).unwrap_err();
+        let none = reported_utilization(&[("eu-3", 4)], ResourceName::Cpu, 100, read).unwrap_err();
         assert!(none.contains("metrics.k8s.io"), "{none}");
-        let nowhere = reported_utilization(&[], ResourceName::Cpu, read).unwrap_err();
+        let starting = reported_utilization(&[("eu-4", 4)], ResourceName::Cpu, 100, read).unwrap_err();
+        assert!(starting.contains("no pod of it measured yet"), "{starting}");
+        let nowhere = reported_utilization(&[], ResourceName::Cpu, 100, read).unwrap_err();
         assert!(nowhere.contains("no cluster"), "{nowhere}");
         let unrequested = BTreeMap::from([("eu-1", usage((300, 0), (1, 0), 1))]);
-        let err =
-            reported_utilization(&["eu-1"], ResourceName::Cpu, |c| unrequested.get(c).cloned()).unwrap_err();
+        let err = reported_utilization(&[("eu-1", 4)], ResourceName::Cpu, 0, |c| {
+            unrequested.get(c).cloned()
+        })
+        .unwrap_err();
         assert!(err.contains("request none"), "{err}");
-        // Sums that overflow stop at the largest value rather than wrapping to a small one.
-        let huge = BTreeMap::from([
-            ("a", usage((u64::MAX, 1), (0, 1), 1)),
-            ("b", usage((u64::MAX, 1), (0, 1), 1)),
-        ]);
-        let (cpu, _, _) =
-            reported_utilization(&["a", "b"], ResourceName::Cpu, |c| huge.get(c).cloned()).expect("measured");
-        assert!(cpu > 1e18, "{cpu}");
+    }
+
+    #[test]
+    fn one_agent_cannot_claim_more_than_its_cluster_s_share() {
+        // eu-1 runs 2 honest pods at 50%; eu-2 may run 2 and its agent lies.
+        let honest = usage((100, 200), (0, 0), 2);
+        let fleet = [("eu-1", 2), ("eu-2", 2)];
+        let with = |liar: WorkloadUsage| {
+            let reports = BTreeMap::from([("eu-1", honest.clone()), ("eu-2", liar)]);
+            reported_utilization(&fleet, ResourceName::Cpu, 100, |c| reports.get(c).cloned())
+                .expect("measured")
+        };
+        // Any use at all: at most ten times its requests, (100 + 2000) of 400, not 10^17%.
+        let (busy, pods, _) = with(usage((u64::MAX, 200), (0, 0), 2));
+        assert_eq!((busy, pods), (525.0, 4));
+        // Tiny requests to inflate the ratio: held to a quarter of what the template asks.
+        let (tiny, _, _) = with(usage((200, 1), (0, 0), 2));
+        assert_eq!(tiny, 120.0, "(100 + 200) of (200 + 50)");
+        // Huge requests to deflate it: held to four times.
+        let (idle, _, _) = with(usage((0, u64::MAX), (0, 0), 2));
+        assert_eq!(idle, 10.0, "100 of (200 + 800)");
+        // A million idle pods: counted as the two it may run, at their use per pod.
+        let (many, pods, _) = with(usage((0, 100_000_000), (0, 0), 1_000_000));
+        assert_eq!((many, pods), (25.0, 4));
     }
 
     #[test]

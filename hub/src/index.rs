@@ -205,7 +205,7 @@ impl Index {
                     // A new leader reads the usage at once rather than a heartbeat later; a
                     // newer report kept meanwhile is not replaced.
                     if cluster.accepted {
-                        self.put_usage(&cluster.name, record.received_at, &beat.workload_usage);
+                        self.put_usage(&cluster.name, record.received_at, beat.workload_usage.as_deref());
                     }
                 }
             }
@@ -508,7 +508,7 @@ impl Index {
         if accepted {
             self.network
                 .put(cluster, beat.probe_url.as_deref(), &beat.latency_samples);
-            self.put_usage(cluster, at, &beat.workload_usage);
+            self.put_usage(cluster, at, beat.workload_usage.as_deref());
         } else {
             self.network.put(cluster, None, &[]);
             self.usage
@@ -536,32 +536,45 @@ impl Index {
         }
     }
 
-    /// Keeps `cluster`'s report of its workloads' usage made at `at`, unless a newer one is kept
-    /// (heartbeats can arrive out of order); at most [`Heartbeat::MAX_WORKLOAD_USAGE`] workloads
-    /// of it, whatever the agent sent.
-    pub fn put_usage(&self, cluster: &str, at: jiff::Timestamp, reported: &[WorkloadUsage]) {
+    /// Keeps `cluster`'s report of its workloads' usage made at `at` (`None`: the cluster
+    /// measures nothing now), unless a newer one is kept (heartbeats can arrive out of order);
+    /// at most [`Heartbeat::MAX_WORKLOAD_USAGE`] workloads of it, whatever the agent sent.
+    pub fn put_usage(&self, cluster: &str, at: jiff::Timestamp, reported: Option<&[WorkloadUsage]>) {
+        let workloads = reported.map(|reported| {
+            reported
+                .iter()
+                .take(Heartbeat::MAX_WORKLOAD_USAGE)
+                .map(|u| (u.workload.clone(), u.clone()))
+                .collect()
+        });
         let mut usage = self.usage.write().unwrap_or_else(|e| e.into_inner());
         if usage.get(cluster).is_some_and(|kept| kept.at > at) {
             return;
         }
-        let workloads = reported
-            .iter()
-            .take(Heartbeat::MAX_WORKLOAD_USAGE)
-            .map(|u| (u.workload.clone(), u.clone()))
-            .collect();
         usage.insert(cluster.to_owned(), Arc::new(ReportedUsage { at, workloads }));
     }
 
-    /// What `cluster` last reported `workload`'s pods to use, and when; `None` when its latest
-    /// heartbeat measured none of them.
+    /// What `cluster` last reported `workload`'s pods to use, and when: nothing measured (no
+    /// pods) when the cluster measured and listed none of them; `None` when the cluster measures
+    /// nothing (no metrics API) or is not accepted now.
     pub fn workload_usage(
         &self,
         cluster: &str,
         workload: &WorkloadRef,
     ) -> Option<(jiff::Timestamp, WorkloadUsage)> {
+        if !self.cluster(cluster).is_some_and(|c| c.accepted) {
+            return None;
+        }
         let usage = self.usage.read().unwrap_or_else(|e| e.into_inner());
         let reported = usage.get(cluster)?;
-        Some((reported.at, reported.workloads.get(workload)?.clone()))
+        let measured = reported.workloads.as_ref()?.get(workload).cloned();
+        Some((
+            reported.at,
+            measured.unwrap_or_else(|| WorkloadUsage {
+                workload: workload.clone(),
+                ..WorkloadUsage::default()
+            }),
+        ))
     }
 
     /// Keeps `record` as the store now holds it, or forgets the cluster when the store has
@@ -982,8 +995,8 @@ pub enum Reload {
 struct ReportedUsage {
     /// When the heartbeat carrying it arrived.
     at: jiff::Timestamp,
-    /// Per workload.
-    workloads: HashMap<WorkloadRef, WorkloadUsage>,
+    /// Per workload; `None` when the cluster measured nothing (no metrics API).
+    workloads: Option<HashMap<WorkloadRef, WorkloadUsage>>,
 }
 
 /// What a heartbeat changed for placement (see [`Index::observe_heartbeat`]).
@@ -1117,11 +1130,11 @@ mod tests {
         });
         let web = WorkloadRef::new("shop", "web");
         let beat = |cpu: u64| Heartbeat {
-            workload_usage: vec![WorkloadUsage {
+            workload_usage: Some(vec![WorkloadUsage {
                 workload: web.clone(),
                 used: nave_api::wire::Resources::new(cpu, 0, 1),
                 requested: nave_api::wire::Resources::new(100, 0, 1),
-            }],
+            }]),
             ..Heartbeat::default()
         };
         let grace = std::time::Duration::from_secs(40);
@@ -1132,10 +1145,9 @@ mod tests {
         index.observe_heartbeat("eu-1", t0, &beat(90), grace);
         let (at, usage) = index.workload_usage("eu-1", &web).expect("kept");
         assert_eq!((at, usage.used.cpu_millis), (t1, 50));
-        assert_eq!(
-            index.workload_usage("eu-1", &WorkloadRef::new("shop", "db")),
-            None
-        );
+        // Measured, and none of db's pods: no pods, which is not "not measured".
+        let db = index.workload_usage("eu-1", &WorkloadRef::new("shop", "db"));
+        assert_eq!(db.map(|(_, u)| u.used.pods), Some(0));
 
         // A cluster the admin has not accepted reports nothing that is read.
         index.observe_heartbeat("stranger", t1, &beat(50), grace);
@@ -1148,17 +1160,39 @@ mod tests {
                 ..WorkloadUsage::default()
             })
             .collect();
-        index.put_usage("eu-1", t1, &many);
-        let last = format!("w{}", Heartbeat::MAX_WORKLOAD_USAGE);
-        assert!(
+        let t2 = t1 + jiff::SignedDuration::from_secs(10);
+        let many = many
+            .into_iter()
+            .map(|u| WorkloadUsage {
+                used: nave_api::wire::Resources::new(1, 0, 1),
+                ..u
+            })
+            .collect::<Vec<_>>();
+        index.put_usage("eu-1", t2, Some(&many));
+        let pods = |name: String| {
             index
-                .workload_usage("eu-1", &WorkloadRef::new("shop", "w0"))
-                .is_some()
-        );
+                .workload_usage("eu-1", &WorkloadRef::new("shop", name))
+                .map(|(_, u)| u.used.pods)
+        };
+        assert_eq!(pods("w0".to_owned()), Some(1));
         assert_eq!(
-            index.workload_usage("eu-1", &WorkloadRef::new("shop", last)),
-            None
+            pods(format!("w{}", Heartbeat::MAX_WORKLOAD_USAGE)),
+            Some(0),
+            "not kept"
         );
+
+        // The agent lost its metrics API: the cluster measures nothing, which is not zero.
+        index.put_usage("eu-1", t2 + jiff::SignedDuration::from_secs(10), None);
+        assert_eq!(index.workload_usage("eu-1", &web), None);
+
+        // Acceptance withdrawn: what it reported before is not read either.
+        index.observe_heartbeat("eu-1", t2 + jiff::SignedDuration::from_secs(20), &beat(50), grace);
+        assert!(index.workload_usage("eu-1", &web).is_some());
+        index.put_cluster(ClusterRecord {
+            accepted: false,
+            ..bare_record("eu-1")
+        });
+        assert_eq!(index.workload_usage("eu-1", &web), None);
 
         // A removed cluster's report goes with it.
         index.forget_cluster("eu-1");
@@ -1356,11 +1390,11 @@ mod tests {
         let at = jiff::Timestamp::from_second(1_800_000_000).unwrap();
         for cluster in ["eu-1", "stranger"] {
             let beat = Heartbeat {
-                workload_usage: vec![WorkloadUsage {
+                workload_usage: Some(vec![WorkloadUsage {
                     workload: web.clone(),
                     used: nave_api::wire::Resources::new(70, 0, 1),
                     requested: nave_api::wire::Resources::new(100, 0, 1),
-                }],
+                }]),
                 ..Heartbeat::default()
             };
             store

@@ -250,6 +250,22 @@ pub struct PodSummary {
     pub pending: Option<PendingPod>,
     /// Why one of its containers cannot run, when it is one of [`WAITING_PROBLEMS`].
     pub waiting: Option<&'static str>,
+    /// What its containers request, as a HorizontalPodAutoscaler divides usage by: no init
+    /// containers, no overhead ([`container_requests`]).
+    pub container_requests: Resources,
+    /// Being deleted (`deletionTimestamp` set): an autoscaler no longer counts it.
+    pub deleting: bool,
+}
+
+/// What `pod`'s containers request, without its init containers and overhead: the requests a
+/// HorizontalPodAutoscaler computes utilization against.
+pub fn container_requests(pod: &Pod) -> Resources {
+    let mut sum = Resources::default();
+    for container in pod.spec.iter().flat_map(|s| &s.containers) {
+        let requests = nave_resources::container_requests(container);
+        sum = sum.saturating_add(Resources::new(requests.cpu_millis(), requests.memory_bytes(), 0));
+    }
+    sum
 }
 
 /// The reasons a container waits that say it cannot start or keeps failing (as `kubectl get
@@ -312,6 +328,8 @@ impl PodSummary {
             workload: workload_of(pod.metadata.labels.as_ref()),
             pending: pending_pod(pod),
             waiting: waiting_problem(pod),
+            container_requests: container_requests(pod),
+            deleting: pod.metadata.deletion_timestamp.is_some(),
         }
     }
 }

@@ -8,12 +8,14 @@
 //!          └─ Sampler: kept until two intervals have passed ─► Heartbeat::workload_usage
 //! ```
 //!
-//! Only pods the metrics API has a sample of count, in the usage and in the requests alike, as
-//! the HorizontalPodAutoscaler counts them: a pod still starting neither lowers the utilization
-//! nor raises it. The workload and the requests are the pod's own (from the agent's pod index),
-//! never what the metrics object says of them. A cluster without the metrics API (no
-//! metrics-server) is normal: the agent says so once, reports no usage, and looks again every
-//! few minutes, since it may be installed later.
+//! Only pods the metrics API has a sample of count, in the usage and in the requests alike, and
+//! only their containers' requests, as the HorizontalPodAutoscaler counts them: a pod still
+//! starting neither lowers the utilization nor raises it. The workload and the requests are the
+//! pod's own (from the agent's pod index, the workload only in the pod's own namespace), never
+//! what the metrics object says of them. A cluster without the metrics API (no metrics-server)
+//! is normal: the agent says so once, reports none, and looks again every few minutes, since it
+//! may be installed later; a metrics API that is there but failing (`503` while metrics-server
+//! restarts) is asked again every interval.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -67,12 +69,12 @@ impl Sampler {
     }
 
     /// The sample to send now: none once it is older than it may be, so that a metrics API that
-    /// stopped answering shows as no usage at the hub, not as the last usage forever.
-    pub fn current(&self) -> Vec<WorkloadUsage> {
+    /// stopped answering shows as not measured at the hub, not as the last usage forever.
+    pub fn current(&self) -> Option<Vec<WorkloadUsage>> {
         let latest = self.latest.lock().unwrap_or_else(|e| e.into_inner());
         match &*latest {
-            Some((until, usage)) if Instant::now() < *until => usage.as_ref().clone(),
-            _ => Vec::new(),
+            Some((until, usage)) if Instant::now() < *until => Some(usage.as_ref().clone()),
+            _ => None,
         }
     }
 }
@@ -130,15 +132,20 @@ pub struct Sums {
 }
 
 impl Sums {
-    /// Adds `sample` to its pod's workload, with the pod's requests as `pod` finds the pod (by
-    /// namespace and name); a sample of a pod the agent does not know, of a pod done or of a
-    /// pod of no workload counts nowhere.
+    /// Adds `sample` to its pod's workload, with its containers' requests as `pod` finds the
+    /// pod (by namespace and name). A sample counts nowhere when the agent does not know its pod,
+    /// the pod is done or being deleted, or belongs to no workload of its own namespace (a pod
+    /// elsewhere labelled with a workload of another namespace is not that workload's).
     pub fn add(&mut self, sample: &PodMetrics, pod: impl Fn(&str, &str) -> Option<Arc<PodSummary>>) {
         self.pods += 1;
         let Some(summary) = pod(&sample.metadata.namespace, &sample.metadata.name) else {
             return;
         };
-        let Some(workload) = summary.workload.clone().filter(|_| !summary.terminal) else {
+        let Some(workload) = summary
+            .workload
+            .clone()
+            .filter(|w| !summary.terminal && !summary.deleting && w.namespace == sample.metadata.namespace)
+        else {
             return;
         };
         let mut used = Resources::new(0, 0, 1);
@@ -146,7 +153,11 @@ impl Sums {
             let amounts = nave_resources::Resources::from_list(Some(&container.usage));
             used = used.saturating_add(Resources::new(amounts.cpu_millis(), amounts.memory_bytes(), 0));
         }
-        let requested = Resources::new(summary.requests.cpu_millis, summary.requests.memory_bytes, 1);
+        let requested = Resources::new(
+            summary.container_requests.cpu_millis,
+            summary.container_requests.memory_bytes,
+            1,
+        );
         let entry = self.per_workload.entry(workload).or_default();
         entry.0 = entry.0.saturating_add(used);
         entry.1 = entry.1.saturating_add(requested);
@@ -213,7 +224,7 @@ pub async fn usage_loop(agent: Arc<Agent>, shutdown: CancellationToken) -> crate
                 }
                 interval
             }
-            Ok(Err(error)) if matches!(api_code(&error), Some(403 | 404 | 503)) => {
+            Ok(Err(error)) if matches!(api_code(&error), Some(403 | 404)) => {
                 agent.usage.forget();
                 if !said_absent {
                     info!(error = %error, retry_in_s = ABSENT_RETRY.as_secs(),

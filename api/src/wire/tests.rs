@@ -97,11 +97,11 @@ fn heartbeat_round_trips_with_capacity_pending_pods_and_latency() {
         }],
         pending_pods_omitted: 0,
         usage: None,
-        workload_usage: vec![WorkloadUsage {
+        workload_usage: Some(vec![WorkloadUsage {
             workload: WorkloadRef::new("shop", "web"),
             used: Resources::new(150, 100 << 20, 1),
             requested: Resources::new(100, 64 << 20, 1),
-        }],
+        }]),
         latency_samples: vec![LatencySample {
             peer: LatencySample::HUB.into(),
             rtt_millis: 12.5,

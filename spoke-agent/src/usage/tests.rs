@@ -8,11 +8,14 @@ use super::*;
 fn pod(workload: Option<&str>, cpu_millis: u64, memory_bytes: u64, terminal: bool) -> Arc<PodSummary> {
     Arc::new(PodSummary {
         node: Some("n1".to_owned()),
-        requests: Resources::new(cpu_millis, memory_bytes, 1),
+        // With an init container and overhead, which the utilization leaves out.
+        requests: Resources::new(cpu_millis + 2000, memory_bytes + (1 << 30), 1),
         terminal,
         workload: workload.and_then(WorkloadRef::from_label_value),
         pending: None,
         waiting: None,
+        container_requests: Resources::new(cpu_millis, memory_bytes, 0),
+        deleting: false,
     })
 }
 
@@ -86,8 +89,19 @@ fn samples_of_unknown_finished_or_foreign_pods_count_nowhere() {
         (("shop", "done"), pod(Some("shop.web"), 200, 0, true)),
         (("shop", "theirs"), pod(None, 200, 0, false)),
         (("shop", "web-1"), pod(Some("shop.web"), 200, 0, false)),
+        // Another namespace's pod claiming shop's workload by its label.
+        (("evil", "web-9"), pod(Some("shop.web"), 1, 0, false)),
+        (
+            ("shop", "leaving"),
+            Arc::new(PodSummary {
+                deleting: true,
+                ..pod(Some("shop.web"), 200, 0, false).as_ref().clone()
+            }),
+        ),
     ]);
     let metrics = [
+        sample("evil", "web-9", &[("900m", "0")]),
+        sample("shop", "leaving", &[("900m", "0")]),
         sample("shop", "done", &[("900m", "0")]),
         sample("shop", "theirs", &[("900m", "0")]),
         // The metrics object names a pod the agent does not know (deleted meanwhile, or a
@@ -144,14 +158,20 @@ fn a_pod_metrics_list_is_read_as_metrics_server_sends_it() {
 #[test]
 fn a_sample_is_sent_until_it_is_too_old() {
     let sampler = Sampler::new();
-    assert!(sampler.current().is_empty(), "nothing before the first read");
+    assert_eq!(sampler.current(), None, "nothing before the first read");
     let usage = vec![WorkloadUsage {
         workload: WorkloadRef::new("shop", "web"),
         used: Resources::new(1, 1, 1),
         requested: Resources::new(2, 2, 1),
     }];
     sampler.keep(usage.clone(), Instant::now() + Duration::from_secs(60));
-    assert_eq!(sampler.current(), usage);
-    sampler.keep(usage, Instant::now());
-    assert!(sampler.current().is_empty(), "an expired sample is not sent");
+    assert_eq!(sampler.current(), Some(usage));
+    sampler.keep(Vec::new(), Instant::now() + Duration::from_secs(60));
+    assert_eq!(
+        sampler.current(),
+        Some(Vec::new()),
+        "measured, and none of Nave's pods"
+    );
+    sampler.keep(Vec::new(), Instant::now());
+    assert_eq!(sampler.current(), None, "an expired sample is not sent");
 }
