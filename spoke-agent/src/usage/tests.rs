@@ -136,23 +136,57 @@ fn a_heartbeat_reports_at_most_its_limit_of_workloads() {
 }
 
 #[test]
-fn a_pod_metrics_list_is_read_as_metrics_server_sends_it() {
-    let page: PodMetricsPage = serde_json::from_value(serde_json::json!({
-        "kind": "PodMetricsList",
-        "apiVersion": "metrics.k8s.io/v1beta1",
-        "metadata": {"continue": "next"},
-        "items": [{
-            "metadata": {"name": "web-1", "namespace": "shop", "labels": {"nave.dev/workload": "shop.web"}},
+fn a_pod_metrics_list_is_read_as_metrics_server_sends_it_one_item_at_a_time() {
+    let pods: HashMap<(&str, &str), Arc<PodSummary>> = HashMap::from([
+        (("shop", "web-1"), pod(Some("shop.web"), 100, 256 << 20, false)),
+        (("shop", "web-2"), pod(Some("shop.web"), 100, 256 << 20, false)),
+    ]);
+    let item = |name: &str| {
+        serde_json::json!({
+            "metadata": {"name": name, "namespace": "shop", "labels": {"nave.dev/workload": "shop.web"},
+                "creationTimestamp": "2026-11-27T10:00:00Z"},
             "timestamp": "2026-11-27T10:00:00Z",
             "window": "15.012s",
             "containers": [{"name": "app", "usage": {"cpu": "12345678n", "memory": "131072Ki"}}]
-        }]
+        })
+    };
+    let body = serde_json::to_vec(&serde_json::json!({
+        "kind": "PodMetricsList",
+        "apiVersion": "metrics.k8s.io/v1beta1",
+        "metadata": {"continue": "next"},
+        "items": [item("web-1"), item("web-2")]
     }))
-    .expect("a PodMetricsList parses");
-    assert_eq!(page.metadata.continue_.as_deref(), Some("next"));
-    assert_eq!(page.items[0].metadata.name, "web-1");
-    let usage = nave_resources::Resources::from_list(Some(&page.items[0].containers[0].usage));
-    assert_eq!((usage.cpu_millis(), usage.memory_bytes()), (13, 128 << 20));
+    .unwrap();
+    let mut sums = Sums::default();
+    let token = read_list(body.as_slice(), &mut sums, |ns, name| {
+        pods.get(&(ns, name)).cloned()
+    })
+    .expect("parsed");
+    assert_eq!(token.as_deref(), Some("next"));
+    assert_eq!(
+        sums.finish(),
+        vec![WorkloadUsage {
+            workload: WorkloadRef::new("shop", "web"),
+            // 12.345678m rounds up to 13m, as Kubernetes' MilliValue does.
+            used: Resources::new(26, 256 << 20, 2),
+            requested: Resources::new(200, 512 << 20, 2),
+        }]
+    );
+
+    // The last page: no token; Go writes an empty list as null.
+    let mut sums = Sums::default();
+    let last = br#"{"kind":"PodMetricsList","metadata":{"continue":""},"items":null}"#;
+    assert_eq!(
+        read_list(&last[..], &mut sums, |_, _| None).expect("parsed"),
+        None
+    );
+    assert!(sums.finish().is_empty());
+
+    // Not a list, or cut off: an error, never a partial sum taken for the whole.
+    for broken in [&br#"{"items":[{"metadata":{"name":"web-1""#[..], b"[]", b"{} {}"] {
+        let error = read_list(broken, &mut Sums::default(), |_, _| None);
+        assert!(error.is_err(), "{:?} is refused", String::from_utf8_lossy(broken));
+    }
 }
 
 #[test]
