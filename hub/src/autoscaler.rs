@@ -578,9 +578,12 @@ impl Autoscaling {
                 (c.name.as_str(), known.saturating_mul(2))
             })
             .collect();
-        let pod = mcd.spec.template.spec.pointer("/template/spec").and_then(|spec| {
-            serde_json::from_value::<k8s_openapi::api::core::v1::PodSpec>(spec.clone()).ok()
-        });
+        let pod = mcd
+            .spec
+            .template
+            .deployment_spec()
+            .ok()
+            .and_then(|d| d.template.spec);
         let per_pod = pod.map_or(0, |pod| {
             pod.containers
                 .iter()

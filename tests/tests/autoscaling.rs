@@ -117,6 +117,16 @@ fn condition(hpa: &MultiClusterHorizontalPodAutoscaler, type_: &str) -> Option<(
         .map(|c| (c.status.clone(), c.reason.clone()))
 }
 
+/// The autoscaler's `ScalingActive` condition: status, reason and message.
+fn scaling_active(hpa: &MultiClusterHorizontalPodAutoscaler) -> Option<(String, String, String)> {
+    hpa.status
+        .as_ref()?
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "ScalingActive")
+        .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_workload_scales_up_while_its_pods_are_busy_and_down_once_they_are_idle() {
     let Some(binary) = prometheus::binary_or_skip("multi-cluster autoscaling") else {
@@ -296,14 +306,9 @@ async fn a_cluster_that_measures_nothing_lets_the_workload_scale_up_and_never_do
         DEADLINE,
         || async {
             let hpa = hpas.get("web").await.map_err(|e| e.to_string())?;
-            let active = hpa
-                .status
-                .iter()
-                .flat_map(|s| &s.conditions)
-                .find(|c| c.type_ == "ScalingActive")
-                .map(|c| (c.status.clone(), c.message.clone()));
+            let active = scaling_active(&hpa);
             match &active {
-                Some((s, m)) if s == "True" && m.contains(&unmeasured) && m.contains("not down") => Ok(()),
+                Some((s, _, m)) if s == "True" && m.contains(&unmeasured) && m.contains("not down") => Ok(()),
                 _ => Err(format!("ScalingActive {active:?}")),
             }
         },
@@ -351,19 +356,13 @@ async fn with_no_measurement_anywhere_the_autoscaler_says_so_and_changes_nothing
         DEADLINE,
         || async {
             let hpa = hpas.get("web").await.map_err(|e| e.to_string())?;
-            match (
-                condition(&hpa, "ScalingActive"),
-                hpa.status
-                    .as_ref()
-                    .and_then(|s| s.conditions.iter().find(|c| c.type_ == "ScalingActive"))
-                    .map(|c| c.message.clone()),
-            ) {
-                (Some((s, r)), Some(m))
+            match scaling_active(&hpa) {
+                Some((s, r, m))
                     if s == "False" && r == "FailedGetResourceMetric" && m.contains("metrics.k8s.io") =>
                 {
                     Ok(())
                 }
-                seen => Err(format!("{seen:?}")),
+                seen => Err(format!("ScalingActive {seen:?}")),
             }
         },
     )
@@ -513,12 +512,7 @@ async fn a_workload_scales_by_the_admins_metric_of_its_requests_per_second() {
         DEADLINE,
         || async {
             let hpa = hpas.get("web").await.map_err(|e| e.to_string())?;
-            let active = hpa
-                .status
-                .iter()
-                .flat_map(|s| &s.conditions)
-                .find(|c| c.type_ == "ScalingActive")
-                .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()));
+            let active = scaling_active(&hpa);
             match &active {
                 Some((s, r, m))
                     if s == "False"
