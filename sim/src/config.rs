@@ -195,6 +195,14 @@ pub struct Timing {
     /// unreachable nodes) before NoExecute evictions, so tests can make evictions fast.
     #[serde(default = "default_toleration_scale")]
     pub toleration_scale: f64,
+    /// How long the containers of a pod that runs to completion (a Job's pod) run, from Running to
+    /// Succeeded or Failed; a pod's `sim.nave.dev/run-millis` annotation overrides it.
+    #[serde(default = "default_pod_run")]
+    pub pod_run_millis: u64,
+    /// First back-off of the Job controller before it replaces a failed pod; it doubles with each
+    /// further failure, up to 36 times this (upstream: 10 s doubling up to 6 min).
+    #[serde(default = "default_job_backoff")]
+    pub job_backoff_millis: u64,
 }
 
 impl Default for Timing {
@@ -204,6 +212,8 @@ impl Default for Timing {
             pod_delete_millis: default_pod_delete(),
             node_heartbeat_millis: 0,
             toleration_scale: default_toleration_scale(),
+            pod_run_millis: default_pod_run(),
+            job_backoff_millis: default_job_backoff(),
         }
     }
 }
@@ -304,6 +314,12 @@ fn default_pod_start() -> u64 {
 }
 fn default_pod_delete() -> u64 {
     200
+}
+fn default_pod_run() -> u64 {
+    1_000
+}
+fn default_job_backoff() -> u64 {
+    1_000
 }
 fn default_toleration_scale() -> f64 {
     1.0

@@ -1,10 +1,11 @@
-//! The simulated control plane of one cluster: node setup, scheduler, ReplicaSet and Deployment
-//! controllers, kubelet-like pod lifecycle, node lifecycle, foreign pods, the
+//! The simulated control plane of one cluster: node setup, scheduler, ReplicaSet, Deployment,
+//! StatefulSet and Job controllers, kubelet-like pod lifecycle, node lifecycle, foreign pods, the
 //! kube-state-metrics view, and the usage model behind `metrics.k8s.io`.
 //!
 //! Every controller is an ordinary kube-rs client of the cluster's API (over the in-process
 //! transport), so watches see the same event sequences a real control plane produces. Writes carry
-//! the upstream field managers: `kube-controller-manager` (ReplicaSets, Deployments),
+//! the upstream field managers: `kube-controller-manager` (ReplicaSets, Deployments,
+//! StatefulSets, Jobs),
 //! `default-scheduler` (bindings, unschedulable status), `kubelet` (pod and node status),
 //! `node-controller` (taints, evictions).
 //!
@@ -12,7 +13,8 @@
 //!                 ┌──────────── one watch per kind ────────────┐
 //!  API server ──► │ Cache<Node> Cache<Pod> Cache<ReplicaSet> … │ ──► render_metrics(), resource_usage()
 //!      ▲          └──────┬──────────────┬──────────────┬───────┘
-//!      │          scheduler      rs / deployment     kubelet, node lifecycle
+//!      │          scheduler   rs / deployment /     kubelet, node lifecycle
+//!      │                      statefulset / job
 //!      └──────────── binding, status, create/scale/delete, taints ◄────┘
 //! ```
 //!
@@ -47,14 +49,22 @@
 //! duration) override the start delay; `sim.nave.dev/fault` (`Failed`, `CrashLoopBackOff`,
 //! `ImagePullBackOff`, `NeverReady`, `Succeeded`) injects failures; `sim.nave.dev/cpu-usage` and
 //! `sim.nave.dev/memory-usage` set the simulated usage.
+//!
+//! Pods that run to completion (those of a Job, or any pod with `sim.nave.dev/exit-code`) run
+//! for `sim.nave.dev/run-millis` (or kwok's `pod-complete.stage.kwok.x-k8s.io/delay`, default
+//! `timing.podRunMillis`) and then exit with `sim.nave.dev/exit-code` (default 0): `Succeeded`,
+//! or `Failed` (a crash loop under `restartPolicy` `OnFailure` or `Always`);
+//! `sim.nave.dev/fail-indexes: "1,3-4"` makes only those completion indexes of an Indexed Job fail.
 
 pub mod cache;
 pub mod fit;
+pub mod job;
 pub mod kubelet_status;
 pub mod node_objects;
 pub mod pods;
 pub mod resources;
 pub mod rollout;
+pub mod statefulset;
 
 mod admin;
 mod deployment;
@@ -68,8 +78,9 @@ mod scheduler;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 
-use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
-use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use k8s_openapi::api::apps::v1::{ControllerRevision, Deployment, ReplicaSet, StatefulSet};
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolumeClaim, Pod};
 use kube::Api;
 use tokio_util::sync::CancellationToken;
 
@@ -80,7 +91,7 @@ use crate::config::ClusterConfig;
 pub use self::foreign::{FOREIGN_LABEL, ForeignPod, ForeignPodsRequest};
 pub use self::nodes::{NewNode, NodeSummary};
 
-/// Field manager of the ReplicaSet and Deployment controllers.
+/// Field manager of the ReplicaSet, Deployment, StatefulSet and Job controllers.
 pub const MANAGER_CONTROLLERS: &str = "kube-controller-manager";
 /// Field manager of the scheduler.
 pub const MANAGER_SCHEDULER: &str = "default-scheduler";
@@ -134,6 +145,8 @@ pub(crate) struct SimState {
     usage: crate::metrics::UsageCounters,
     /// The kubelet's per-pod timers.
     kubelet: kubelet::Timers,
+    /// The Job controller's record of counted pods and back-offs, by Job uid.
+    jobs: HashMap<String, job::Ledger>,
 }
 
 /// Everything the controllers share. Every field is read by several controllers.
@@ -150,12 +163,24 @@ pub(crate) struct Ctx {
     replicasets: Arc<Cache<ReplicaSet>>,
     /// Deployments.
     deployments: Arc<Cache<Deployment>>,
+    /// StatefulSets.
+    statefulsets: Arc<Cache<StatefulSet>>,
+    /// ControllerRevisions (owner index: StatefulSet uid).
+    revisions: Arc<Cache<ControllerRevision>>,
+    /// PersistentVolumeClaims (StatefulSets' claims).
+    claims: Arc<Cache<PersistentVolumeClaim>>,
+    /// Jobs.
+    jobs: Arc<Cache<Job>>,
     /// Namespaces (metrics only).
     namespaces: Arc<Cache<Namespace>>,
     /// ReplicaSet keys to sync.
     rs_queue: Arc<WorkQueue<Key>>,
     /// Deployment keys to sync.
     deploy_queue: Arc<WorkQueue<Key>>,
+    /// StatefulSet keys to sync.
+    sts_queue: Arc<WorkQueue<Key>>,
+    /// Job keys to sync.
+    job_queue: Arc<WorkQueue<Key>>,
     /// Pod keys the kubelet should look at.
     kubelet_queue: Arc<WorkQueue<Key>>,
     /// Node names the node-lifecycle controller should look at.
@@ -219,9 +244,15 @@ impl ControlPlane {
             pods: Cache::new(Some(node_of)),
             replicasets: Cache::new(None),
             deployments: Cache::new(None),
+            statefulsets: Cache::new(None),
+            revisions: Cache::new(None),
+            claims: Cache::new(None),
+            jobs: Cache::new(None),
             namespaces: Cache::new(None),
             rs_queue: WorkQueue::new(),
             deploy_queue: WorkQueue::new(),
+            sts_queue: WorkQueue::new(),
+            job_queue: WorkQueue::new(),
             kubelet_queue: WorkQueue::new(),
             node_queue: WorkQueue::new(),
             scheduler_wake: Arc::new(tokio::sync::Notify::new()),
@@ -237,6 +268,8 @@ impl ControlPlane {
         scheduler::register(&ctx);
         replicaset::register(&ctx);
         deployment::register(&ctx);
+        statefulset::register(&ctx);
+        job::register(&ctx);
         kubelet::register(&ctx);
         nodes::register(&ctx);
 
@@ -263,6 +296,26 @@ impl ControlPlane {
         )));
         tasks.push(tokio::spawn(cache::run_informer(
             Api::all(client.clone()),
+            ctx.statefulsets.clone(),
+            shutdown.clone(),
+        )));
+        tasks.push(tokio::spawn(cache::run_informer(
+            Api::all(client.clone()),
+            ctx.revisions.clone(),
+            shutdown.clone(),
+        )));
+        tasks.push(tokio::spawn(cache::run_informer(
+            Api::all(client.clone()),
+            ctx.claims.clone(),
+            shutdown.clone(),
+        )));
+        tasks.push(tokio::spawn(cache::run_informer(
+            Api::all(client.clone()),
+            ctx.jobs.clone(),
+            shutdown.clone(),
+        )));
+        tasks.push(tokio::spawn(cache::run_informer(
+            Api::all(client.clone()),
             ctx.namespaces.clone(),
             shutdown,
         )));
@@ -272,6 +325,8 @@ impl ControlPlane {
         tasks.push(tokio::spawn(scheduler::run(ctx.clone())));
         tasks.push(tokio::spawn(replicaset::run(ctx.clone())));
         tasks.push(tokio::spawn(deployment::run(ctx.clone())));
+        tasks.push(tokio::spawn(statefulset::run(ctx.clone())));
+        tasks.push(tokio::spawn(job::run(ctx.clone())));
         tasks.push(tokio::spawn(kubelet::run(ctx.clone())));
         tasks.push(tokio::spawn(nodes::run(ctx.clone())));
         if ctx.config.timing.node_heartbeat_millis > 0 {
@@ -289,6 +344,10 @@ impl ControlPlane {
         self.ctx.pods.wait_synced().await;
         self.ctx.replicasets.wait_synced().await;
         self.ctx.deployments.wait_synced().await;
+        self.ctx.statefulsets.wait_synced().await;
+        self.ctx.revisions.wait_synced().await;
+        self.ctx.claims.wait_synced().await;
+        self.ctx.jobs.wait_synced().await;
         self.ctx.namespaces.wait_synced().await;
     }
 

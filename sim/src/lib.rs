@@ -25,7 +25,8 @@
 //! (`spec.schedulingGates`: validation, `PodScheduled=False/SchedulingGated`, see
 //! `controllers::scheduler`) and `admissionregistration.k8s.io/v1` MutatingWebhookConfigurations
 //! called over HTTPS on every create and update, the simulated controllers' included (see
-//! [`server::admission`] for what is and is not implemented).
+//! [`server::admission`] for what is and is not implemented), and StatefulSet and Job controllers
+//! ([`controllers::statefulset`], [`controllers::job`]), with Job pods that run to completion.
 //!
 //! Entry points: [`SimCluster`] and [`SimFleet`] for tests and other crates, configured by
 //! [`ClusterConfig`] and [`FleetConfig`] (YAML files too); [`cli`] for the `serve` and `fleet`

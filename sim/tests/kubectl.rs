@@ -1406,3 +1406,169 @@ async fn kubectl_top_reads_the_resource_metrics_api() {
     );
     sim.shutdown().await;
 }
+
+const STATEFULSET: &str = "apiVersion: apps/v1
+kind: StatefulSet
+metadata:
+  name: web
+spec:
+  replicas: 2
+  serviceName: web
+  selector:
+    matchLabels:
+      app: web
+  template:
+    metadata:
+      labels:
+        app: web
+    spec:
+      containers:
+      - name: nginx
+        image: nginx:1.25
+        resources:
+          requests:
+            cpu: 100m
+            memory: 64Mi
+  volumeClaimTemplates:
+  - metadata:
+      name: data
+    spec:
+      accessModes: [ReadWriteOnce]
+      resources:
+        requests:
+          storage: 1Gi
+";
+
+/// A StatefulSet through kubectl: `rollout status` completes, `get sts` shows it ready, its pods
+/// and claims are named by ordinal, and scaling down removes the top pod and keeps its claim.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_rolls_out_scales_and_lists_a_statefulset() {
+    let Some(bin) = kubectl_or_skip("kubectl_rolls_out_scales_and_lists_a_statefulset") else {
+        return;
+    };
+    let sim = cluster("ksts", true).await;
+    let k = Kubectl::new(bin, &sim);
+    let file = k.file("sts.yaml", STATEFULSET);
+    assert!(
+        k.ok(&["apply", "-f", &file])
+            .await
+            .contains("statefulset.apps/web created")
+    );
+    // The API server defaults `rollingUpdate.partition` to 0, so kubectl reports a partitioned
+    // roll out, as against a real cluster.
+    let rollout = k.ok(&["rollout", "status", "sts/web", "--timeout=60s"]).await;
+    assert!(
+        rollout.contains("partitioned roll out complete: 2 new pods have been updated..."),
+        "rollout: {rollout}"
+    );
+    let out = k.ok(&["get", "sts", "web"]).await;
+    let header: Vec<&str> = out
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect();
+    assert_eq!(header, ["NAME", "READY", "AGE"], "table: {out}");
+    assert_eq!(&rows(&out)[0][..2], ["web", "2/2"], "table: {out}");
+    let pods = k.ok(&["get", "pods", "-l", "app=web", "-o", "name"]).await;
+    assert_eq!(
+        pods.split_whitespace().collect::<Vec<_>>(),
+        ["pod/web-0", "pod/web-1"]
+    );
+    let claims = k.ok(&["get", "pvc", "-o", "name"]).await;
+    assert_eq!(
+        claims.split_whitespace().collect::<Vec<_>>(),
+        [
+            "persistentvolumeclaim/data-web-0",
+            "persistentvolumeclaim/data-web-1"
+        ]
+    );
+
+    assert!(
+        k.ok(&["scale", "sts", "web", "--replicas=1"])
+            .await
+            .contains("statefulset.apps/web scaled")
+    );
+    k.ok(&["wait", "--for=delete", "pod/web-1", "--timeout=30s"])
+        .await;
+    let pods = k.ok(&["get", "pods", "-l", "app=web", "-o", "name"]).await;
+    assert_eq!(pods.split_whitespace().collect::<Vec<_>>(), ["pod/web-0"]);
+    let claims = k.ok(&["get", "pvc", "-o", "name"]).await;
+    assert_eq!(claims.split_whitespace().count(), 2, "claims kept: {claims}");
+    sim.shutdown().await;
+}
+
+const INDEXED_JOB: &str = "apiVersion: batch/v1
+kind: Job
+metadata:
+  name: render
+spec:
+  completions: 3
+  parallelism: 2
+  completionMode: Indexed
+  template:
+    metadata:
+      annotations:
+        sim.nave.dev/run-millis: \"300\"
+    spec:
+      restartPolicy: Never
+      containers:
+      - name: render
+        image: busybox:1.36
+";
+
+/// An Indexed Job through kubectl: `wait --for=condition=complete` returns, `get job` shows it
+/// Complete 3/3, and its pods show Completed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_waits_for_an_indexed_job_to_complete() {
+    let Some(bin) = kubectl_or_skip("kubectl_waits_for_an_indexed_job_to_complete") else {
+        return;
+    };
+    let sim = cluster("kjob", true).await;
+    let k = Kubectl::new(bin, &sim);
+    let file = k.file("job.yaml", INDEXED_JOB);
+    assert!(
+        k.ok(&["apply", "-f", &file])
+            .await
+            .contains("job.batch/render created")
+    );
+    let waited = k
+        .ok(&["wait", "--for=condition=complete", "job/render", "--timeout=60s"])
+        .await;
+    assert!(
+        waited.contains("job.batch/render condition met"),
+        "wait: {waited}"
+    );
+    let out = k.ok(&["get", "job", "render"]).await;
+    let header: Vec<&str> = out
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect();
+    assert_eq!(
+        header,
+        ["NAME", "STATUS", "COMPLETIONS", "DURATION", "AGE"],
+        "table: {out}"
+    );
+    assert_eq!(&rows(&out)[0][..3], ["render", "Complete", "3/3"], "table: {out}");
+    let indexes = k
+        .ok(&[
+            "get",
+            "job",
+            "render",
+            "-o",
+            "jsonpath={.status.completedIndexes}",
+        ])
+        .await;
+    assert_eq!(indexes, "0-2");
+    let pods = rows(
+        &k.ok(&["get", "pods", "-l", "batch.kubernetes.io/job-name=render"])
+            .await,
+    );
+    assert_eq!(pods.len(), 3, "3 pods: {pods:?}");
+    for p in &pods {
+        assert_eq!(p[2], "Completed", "pods: {pods:?}");
+    }
+    sim.shutdown().await;
+}

@@ -13,7 +13,9 @@ use serde_json::json;
 use tokio::time::Instant;
 
 use super::cache::{Key, key_of, run_queue};
-use super::kubelet_status::{Behaviour, behaviour, readiness_gates, start_delay, started_status};
+use super::kubelet_status::{
+    Behaviour, behaviour, exit_code, finished_status, readiness_gates, run_time, start_delay, started_status,
+};
 use super::node_objects::ready_status;
 use super::pods::is_ready;
 use super::resources::is_terminal;
@@ -28,6 +30,8 @@ pub(super) struct Timers {
     deleting_seen: HashMap<String, Instant>,
     /// When a crash-looping pod restarts next.
     next_crash: HashMap<String, Instant>,
+    /// When the kubelet started the containers of a pod that runs to completion.
+    running_since: HashMap<String, Instant>,
 }
 
 /// Enqueues bound pods, and the pods of a node that becomes Ready.
@@ -73,6 +77,7 @@ fn forget(ctx: &Ctx, uid: &str) {
     sim.kubelet.bound_seen.remove(uid);
     sim.kubelet.deleting_seen.remove(uid);
     sim.kubelet.next_crash.remove(uid);
+    sim.kubelet.running_since.remove(uid);
     sim.ips.release(uid);
 }
 
@@ -159,6 +164,20 @@ async fn reconcile(ctx: &Arc<Ctx>, key: Key) -> Result<Option<Duration>, kube::E
     let mode = behaviour(&pod);
     let start = start_delay(&pod, Duration::from_millis(ctx.config.timing.pod_start_millis));
     let mut restarts_now = restarts(&pod);
+    // A pod whose containers run to completion: when they are due to exit.
+    let completes = exit_code(&pod).filter(|_| mode == Behaviour::Ready);
+    let finish_in = match completes {
+        Some(code) if started(&pod) => {
+            let run = run_time(&pod, Duration::from_millis(ctx.config.timing.pod_run_millis));
+            let since = *ctx.sim().kubelet.running_since.entry(uid.clone()).or_insert(now);
+            let due = since + run;
+            if due <= now {
+                return finish(ctx, &api, &key, &pod, &node, code).await;
+            }
+            Some(due - now)
+        }
+        _ => None,
+    };
     if !started(&pod) {
         let seen = *ctx.sim().kubelet.bound_seen.entry(uid.clone()).or_insert(now);
         let due = seen + start;
@@ -189,10 +208,10 @@ async fn reconcile(ctx: &Arc<Ctx>, key: Key) -> Result<Option<Duration>, kube::E
                     .and_then(|s| s.container_statuses.as_ref())
                     .is_some_and(|cs| cs.iter().all(|c| c.ready));
                 if is_ready(&pod) == should_be_ready && containers_ready {
-                    return Ok(None);
+                    return Ok(finish_in);
                 }
             }
-            _ => return Ok(None),
+            _ => return Ok(finish_in),
         }
     }
     let cidr = node.spec.as_ref().and_then(|s| s.pod_cidr.clone());
@@ -221,6 +240,39 @@ async fn reconcile(ctx: &Arc<Ctx>, key: Key) -> Result<Option<Duration>, kube::E
     if matches!(mode, Behaviour::Failed | Behaviour::Succeeded) {
         ctx.sim().ips.release(&uid);
     }
+    if completes.is_some() {
+        let run = run_time(&pod, Duration::from_millis(ctx.config.timing.pod_run_millis));
+        let since = *ctx.sim().kubelet.running_since.entry(uid).or_insert(now);
+        return Ok(Some((since + run).saturating_duration_since(Instant::now())));
+    }
+    Ok(None)
+}
+
+/// The containers of a running pod exit with `code`: the pod becomes Succeeded or Failed.
+async fn finish(
+    ctx: &Arc<Ctx>,
+    api: &Api<Pod>,
+    key: &Key,
+    pod: &Pod,
+    node: &Node,
+    code: i32,
+) -> Result<Option<Duration>, kube::Error> {
+    let uid = pod.metadata.uid.clone().unwrap_or_default();
+    let node_name = node.name_any();
+    let cidr = node.spec.as_ref().and_then(|s| s.pod_cidr.clone());
+    let pod_ip = ctx.sim().ips.ip_for(&uid, &node_name, cidr.as_deref());
+    let status = finished_status(pod, code, &node_ip(node), &pod_ip, jiff::Timestamp::now());
+    let pp = PatchParams {
+        field_manager: Some(MANAGER_KUBELET.into()),
+        ..Default::default()
+    };
+    let updated = api
+        .patch_status(&key.1, &pp, &Patch::Merge(&json!({ "status": status })))
+        .await?;
+    ctx.pods.apply(updated);
+    let mut sim = ctx.sim();
+    sim.kubelet.running_since.remove(&uid);
+    sim.ips.release(&uid);
     Ok(None)
 }
 

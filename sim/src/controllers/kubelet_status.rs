@@ -19,6 +19,19 @@ pub const START_DELAY_ANNOTATION: &str = "sim.nave.dev/start-delay-millis";
 /// Failure injection: `Failed`, `CrashLoopBackOff`, `ImagePullBackOff`, `NeverReady` or
 /// `Succeeded`.
 pub const FAULT_ANNOTATION: &str = "sim.nave.dev/fault";
+/// How long the containers of a pod that runs to completion run, in milliseconds.
+pub const RUN_MILLIS_ANNOTATION: &str = "sim.nave.dev/run-millis";
+/// The same, kwok's annotation (a Go duration such as `30s`).
+pub const KWOK_COMPLETE_DELAY_ANNOTATION: &str = "pod-complete.stage.kwok.x-k8s.io/delay";
+/// The exit code of the pod's containers when they finish (an integer). Makes any pod run to
+/// completion; a Job's pods do anyway, with 0 unless this says otherwise.
+pub const EXIT_CODE_ANNOTATION: &str = "sim.nave.dev/exit-code";
+/// Completion indexes (`"1,4-6"`) whose pods fail: a pod of an Indexed Job whose
+/// `batch.kubernetes.io/job-completion-index` is listed exits with the exit code annotation (1 when
+/// absent); the others exit with 0.
+pub const FAIL_INDEXES_ANNOTATION: &str = "sim.nave.dev/fail-indexes";
+/// The completion index annotation the Job controller puts on the pods of Indexed Jobs.
+pub const COMPLETION_INDEX_ANNOTATION: &str = "batch.kubernetes.io/job-completion-index";
 
 /// How the simulated containers of a pod behave.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -36,7 +49,7 @@ pub enum Behaviour {
     InvalidImage,
     /// The pod fails (phase Failed).
     Failed,
-    /// The pod runs to completion (phase Succeeded); the default for Job pods.
+    /// The pod has run to completion (phase Succeeded).
     Succeeded,
 }
 
@@ -57,8 +70,10 @@ pub fn is_image_reference(image: &str) -> bool {
     image.len() <= 255 && REFERENCE.is_match(image)
 }
 
-/// The behaviour a pod asks for (annotation, or Succeeded for pods owned by a Job); an image the
-/// kubelet cannot parse comes first, as no container can be created then.
+/// The behaviour a pod asks for (annotation); an image the kubelet cannot parse comes first, as no
+/// container can be created then. A pod that runs to completion ([`exit_code`]) is `Ready` until
+/// it finishes, unless its containers fail and are restarted (`restartPolicy` other than `Never`):
+/// then it crash-loops.
 pub fn behaviour(pod: &Pod) -> Behaviour {
     let containers = pod.spec.iter().flat_map(|s| s.containers.iter());
     if containers
@@ -78,17 +93,85 @@ pub fn behaviour(pod: &Pod) -> Behaviour {
         Some("ImagePullBackOff") => Behaviour::ImagePull,
         Some("NeverReady") => Behaviour::NeverReady,
         Some("Succeeded") => Behaviour::Succeeded,
-        _ if pod
-            .metadata
-            .owner_references
-            .iter()
-            .flatten()
-            .any(|o| o.kind == "Job" && o.controller == Some(true)) =>
-        {
-            Behaviour::Succeeded
+        _ => {
+            let restart = pod.spec.as_ref().and_then(|s| s.restart_policy.as_deref());
+            match exit_code(pod) {
+                Some(code) if code != 0 && restart != Some("Never") => Behaviour::CrashLoop,
+                _ => Behaviour::Ready,
+            }
         }
-        _ => Behaviour::Ready,
     }
+}
+
+/// Whether the pod's containers run to completion, and with which exit code: pods owned by a Job
+/// (R-P-7, kwok's `pod-complete` stage) and pods with [`EXIT_CODE_ANNOTATION`] or
+/// [`FAIL_INDEXES_ANNOTATION`]. `None`: the containers run until the pod is deleted.
+pub fn exit_code(pod: &Pod) -> Option<i32> {
+    let ann = pod.metadata.annotations.as_ref();
+    let declared = ann
+        .and_then(|a| a.get(EXIT_CODE_ANNOTATION))
+        .and_then(|v| v.trim().parse::<i32>().ok());
+    let fail_indexes = ann.and_then(|a| a.get(FAIL_INDEXES_ANNOTATION));
+    let owned_by_job = pod
+        .metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .any(|o| o.kind == "Job" && o.controller == Some(true));
+    if !owned_by_job && declared.is_none() && fail_indexes.is_none() {
+        return None;
+    }
+    Some(match fail_indexes {
+        Some(list) => {
+            let index = ann
+                .and_then(|a| a.get(COMPLETION_INDEX_ANNOTATION))
+                .and_then(|v| v.parse::<u32>().ok());
+            let listed = index.is_some_and(|i| super::job::parse_indexes(list).contains(&i));
+            if listed {
+                declared.filter(|c| *c != 0).unwrap_or(1)
+            } else {
+                0
+            }
+        }
+        None => declared.unwrap_or(0),
+    })
+}
+
+/// How long a pod that runs to completion runs once started: its annotation, else `default`.
+pub fn run_time(pod: &Pod, default: Duration) -> Duration {
+    let ann = pod.metadata.annotations.as_ref();
+    if let Some(ms) = ann
+        .and_then(|a| a.get(RUN_MILLIS_ANNOTATION))
+        .and_then(|v| v.trim().parse::<u64>().ok())
+    {
+        return Duration::from_millis(ms);
+    }
+    ann.and_then(|a| a.get(KWOK_COMPLETE_DELAY_ANNOTATION))
+        .and_then(|v| parse_go_duration(v))
+        .unwrap_or(default)
+}
+
+/// The status the kubelet writes when the containers of a started pod exit with `exit_code`:
+/// `Succeeded` with `Completed` containers for 0, else `Failed` with `Error` containers.
+pub fn finished_status(pod: &Pod, exit_code: i32, host_ip: &str, pod_ip: &str, now: Timestamp) -> Value {
+    let behaviour = if exit_code == 0 {
+        Behaviour::Succeeded
+    } else {
+        Behaviour::Failed
+    };
+    let restarts = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_ref())
+        .and_then(|c| c.iter().map(|c| c.restart_count).max())
+        .unwrap_or(0);
+    let mut status = started_status(pod, behaviour, restarts, host_ip, pod_ip, now);
+    if let Some(cs) = status["containerStatuses"].as_array_mut() {
+        for c in cs {
+            c["state"]["terminated"]["exitCode"] = json!(exit_code);
+        }
+    }
+    status
 }
 
 /// Whether every readiness gate of the pod has its condition True; `Err` gives the upstream

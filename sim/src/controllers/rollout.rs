@@ -22,7 +22,8 @@ pub const DESIRED_REPLICAS: &str = "deployment.kubernetes.io/desired-replicas";
 /// Max replicas (desired + surge) annotation on ReplicaSets.
 pub const MAX_REPLICAS: &str = "deployment.kubernetes.io/max-replicas";
 
-const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+/// The upstream "safe" alphabet of generated names and hashes (no vowels, no look-alikes).
+pub(crate) const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
 const DEFAULT_PROGRESS_DEADLINE: i32 = 600;
 const DEFAULT_HISTORY_LIMIT: i32 = 10;
 

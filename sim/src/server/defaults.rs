@@ -1,8 +1,8 @@
 //! Defaulting of the built-in kinds whose defaults controllers read back, after
-//! kubernetes `pkg/apis/{core,apps}/v1/defaults.go`.  Every function is idempotent, so defaulting
-//! an already-defaulted object changes nothing (no-op writes stay no-ops).
+//! kubernetes `pkg/apis/{core,apps,batch}/v1/defaults.go`.  Every function is idempotent, so
+//! defaulting an already-defaulted object changes nothing (no-op writes stay no-ops).
 
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
 
 use super::resources::ResourceType;
 
@@ -170,6 +170,11 @@ pub fn apply(rt: &ResourceType, obj: &mut Value) {
                 }
             }
         }
+        ("", "persistentvolumeclaims") => {
+            if let Some(spec) = obj_entry(obj, "spec") {
+                set_default(spec, "volumeMode", json!("Filesystem"));
+            }
+        }
         ("", "namespaces") => {
             if let Some(spec) = obj_entry(obj, "spec") {
                 set_default(spec, "finalizers", json!(["kubernetes"]));
@@ -211,6 +216,22 @@ pub fn apply(rt: &ResourceType, obj: &mut Value) {
                 set_default(spec, "revisionHistoryLimit", json!(10));
                 if let Some(s) = obj_entry(spec, "updateStrategy") {
                     set_default(s, "type", json!("RollingUpdate"));
+                    if s["type"] == "RollingUpdate"
+                        && let Some(ru) = obj_entry(s, "rollingUpdate")
+                    {
+                        set_default(ru, "partition", json!(0));
+                    }
+                }
+                if let Some(p) = obj_entry(spec, "persistentVolumeClaimRetentionPolicy") {
+                    set_default(p, "whenDeleted", json!("Retain"));
+                    set_default(p, "whenScaled", json!("Retain"));
+                }
+                if let Some(ts) = spec.get_mut("volumeClaimTemplates").and_then(Value::as_array_mut) {
+                    for t in ts {
+                        if let Some(ts) = obj_entry(t, "spec") {
+                            set_default(ts, "volumeMode", json!("Filesystem"));
+                        }
+                    }
                 }
             }
             default_template(obj);
@@ -226,13 +247,28 @@ pub fn apply(rt: &ResourceType, obj: &mut Value) {
         }
         ("batch", "jobs") => {
             if let Some(spec) = obj_entry(obj, "spec") {
+                // A non-parallel Job may leave both unset: both default to 1.
+                if spec.get("completions").is_none_or(Value::is_null)
+                    && spec.get("parallelism").is_none_or(Value::is_null)
+                {
+                    set_default(spec, "completions", json!(1));
+                }
                 set_default(spec, "parallelism", json!(1));
-                set_default(spec, "backoffLimit", json!(6));
+                let per_index = spec.get("backoffLimitPerIndex").is_some_and(|v| !v.is_null());
+                set_default(spec, "backoffLimit", json!(if per_index { i32::MAX } else { 6 }));
                 set_default(spec, "completionMode", json!("NonIndexed"));
                 set_default(spec, "suspend", json!(false));
-            }
-            if obj.pointer("/spec/template/spec/restartPolicy").is_none() {
-                // Jobs require Never/OnFailure; leave what the user gave.
+                set_default(spec, "manualSelector", json!(false));
+                let failure_policy = spec.get("podFailurePolicy").is_some_and(|v| !v.is_null());
+                set_default(
+                    spec,
+                    "podReplacementPolicy",
+                    json!(if failure_policy {
+                        "Failed"
+                    } else {
+                        "TerminatingOrFailed"
+                    }),
+                );
             }
             default_template(obj);
         }
@@ -251,6 +287,57 @@ pub fn apply(rt: &ResourceType, obj: &mut Value) {
             super::admission::default_configuration(obj);
         }
         _ => {}
+    }
+}
+
+/// The selector and template labels the API server gives a Job on creation unless
+/// `spec.manualSelector` is true (upstream job strategy `generateSelector`): template labels
+/// `batch.kubernetes.io/controller-uid`, `batch.kubernetes.io/job-name` and their legacy
+/// `controller-uid`, `job-name`; selector `batch.kubernetes.io/controller-uid: <uid>`. A Job
+/// without labels of its own takes the template's. `renamed` is the name of an earlier attempt
+/// at a generated name, whose labels are replaced.
+pub fn generate_job_selector(obj: &mut Value, renamed: Option<&str>) {
+    if obj.pointer("/spec/manualSelector") == Some(&json!(true)) {
+        return;
+    }
+    let uid = obj.pointer("/metadata/uid").cloned().unwrap_or(Value::Null);
+    let name = obj.pointer("/metadata/name").cloned().unwrap_or(Value::Null);
+    let Some(spec) = obj_entry(obj, "spec") else {
+        return;
+    };
+    if let Some(template) = obj_entry(spec, "template")
+        && let Some(meta) = obj_entry(template, "metadata")
+        && let Some(labels) = obj_entry(meta, "labels").and_then(Value::as_object_mut)
+    {
+        for (key, value) in [
+            ("batch.kubernetes.io/controller-uid", &uid),
+            ("batch.kubernetes.io/job-name", &name),
+            ("controller-uid", &uid),
+            ("job-name", &name),
+        ] {
+            let e = labels.entry(key).or_insert_with(|| value.clone());
+            if renamed.is_some() && e.as_str() == renamed {
+                *e = value.clone();
+            }
+        }
+    }
+    if let Some(selector) = obj_entry(spec, "selector")
+        && let Some(match_labels) = obj_entry(selector, "matchLabels").and_then(Value::as_object_mut)
+    {
+        match_labels
+            .entry("batch.kubernetes.io/controller-uid")
+            .or_insert(uid);
+    }
+    let template_labels = obj.pointer("/spec/template/metadata/labels").cloned();
+    if let Some(meta) = obj_entry(obj, "metadata")
+        && let Some(labels) = template_labels
+    {
+        let own = meta.get("labels").and_then(Value::as_object);
+        let copied = renamed.is_some()
+            && own.is_some_and(|l| l.get("batch.kubernetes.io/job-name").and_then(Value::as_str) == renamed);
+        if own.is_none_or(Map::is_empty) || copied {
+            meta["labels"] = labels;
+        }
     }
 }
 

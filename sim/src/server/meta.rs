@@ -248,12 +248,16 @@ pub fn normalize_workload_status(rt: &ResourceType, obj: &mut Value) {
     if rt.group != "apps" || !matches!(rt.plural.as_str(), "deployments" | "replicasets" | "statefulsets") {
         return;
     }
-    // ReplicaSet and StatefulSet `status.replicas` has no omitempty upstream.
+    // ReplicaSet and StatefulSet `status.replicas` has no omitempty upstream, nor has StatefulSet
+    // `availableReplicas`; StatefulSet `collisionCount` is a pointer, kept when 0.
     let keep_replicas = rt.plural != "deployments";
+    let sts = rt.plural == "statefulsets";
     if let Some(st) = obj.get_mut("status").and_then(Value::as_object_mut) {
         st.retain(|k, v| {
             let zero = v.as_i64() == Some(0);
-            !(zero && !(keep_replicas && k == "replicas"))
+            let kept = (keep_replicas && k == "replicas")
+                || (sts && matches!(k.as_str(), "availableReplicas" | "collisionCount"));
+            !zero || kept
         });
         if st
             .get("conditions")

@@ -490,20 +490,35 @@ fn builtin_cells(rt: &ResourceType, obj: &Value) -> Vec<Value> {
         }
         ("batch", "jobs") => {
             let (cn, im) = containers_images(spec.pointer("/template/spec"));
-            let completions = spec["completions"].as_i64().map_or(
-                format!(
-                    "{}/1 of {}",
-                    int(st.get("succeeded")),
-                    int(spec.get("parallelism"))
-                ),
-                |c| format!("{}/{c}", int(st.get("succeeded"))),
-            );
-            let done = st["conditions"].as_array().and_then(|cs| {
-                cs.iter().find(|c| {
-                    c["status"] == "True" && matches!(c["type"].as_str(), Some("Complete" | "Failed"))
-                })
-            });
-            let status = done.and_then(|c| c["type"].as_str()).unwrap_or("Running");
+            let succeeded = int(st.get("succeeded"));
+            let completions = match spec["completions"].as_i64() {
+                Some(c) => format!("{succeeded}/{c}"),
+                None if int(spec.get("parallelism")) > 1 => {
+                    format!("{succeeded}/1 of {}", int(spec.get("parallelism")))
+                }
+                None => format!("{succeeded}/1"),
+            };
+            // Upstream printJob: the first of these that holds.
+            let is = |t: &str| {
+                st["conditions"]
+                    .as_array()
+                    .is_some_and(|cs| cs.iter().any(|c| c["type"] == t && c["status"] == "True"))
+            };
+            let status = if is("Complete") {
+                "Complete"
+            } else if is("Failed") {
+                "Failed"
+            } else if obj.pointer("/metadata/deletionTimestamp").is_some() {
+                "Terminating"
+            } else if is("Suspended") {
+                "Suspended"
+            } else if is("FailureTarget") {
+                "FailureTarget"
+            } else if is("SuccessCriteriaMet") {
+                "SuccessCriteriaMet"
+            } else {
+                "Running"
+            };
             let duration = match (
                 st["startTime"].as_str().and_then(meta::parse_time),
                 st["completionTime"].as_str().and_then(meta::parse_time),

@@ -291,6 +291,10 @@ impl ClusterState {
                     obj["status"] = json!({"phase": "Pending", "qosClass": qos});
                 }
                 (Special::Namespace, _) => obj["status"] = json!({"phase": "Active"}),
+                // Upstream defaulting gives a new claim `phase: Pending` (nothing binds it here).
+                _ if rt.group.is_empty() && rt.plural == "persistentvolumeclaims" => {
+                    obj["status"] = json!({"phase": "Pending"});
+                }
                 (Special::Crd | Special::ApiService, _) => {}
                 _ => {
                     if let Some(m) = obj.as_object_mut() {
@@ -335,6 +339,11 @@ impl ClusterState {
                 meta.insert("generation".into(), json!(1));
             }
         }
+        let is_job = rt.group == "batch" && rt.plural == "jobs";
+        if is_job && explicit_name.is_some() {
+            defaults::generate_job_selector(&mut obj, None);
+        }
+        let mut tried: Option<String> = None;
         if !keep_managed {
             nave_sim_core::ssa::record_update(None, &mut obj, &opts.manager, None, &now, &*list_types(rt));
         }
@@ -355,6 +364,11 @@ impl ClusterState {
                 (None, None) => String::new(),
             };
             meta_mut(&mut obj).insert("name".into(), json!(name));
+            if is_job && explicit_name.is_none() {
+                // The job-name labels carry the generated name.
+                defaults::generate_job_selector(&mut obj, tried.as_deref());
+                tried = Some(name.clone());
+            }
             let key = key_of(rt, ns, &name);
             if self.store.get(&rt.table, &key.0, &key.1).is_some() {
                 if explicit_name.is_some() {
