@@ -138,6 +138,20 @@ pub mod reasons {
     pub const SERVICES_READY: &str = "ServicesReady";
     /// The Service is not yet created or reported in some clusters.
     pub const SERVICES_PENDING: &str = "ServicesPending";
+
+    // Accepted and Ready (MultiClusterResource)
+    /// The hub sends the object to the selected clusters.
+    pub const SENT: &str = "Sent";
+    /// The manifest's kind is not among those the fleet admin lets the hub send.
+    pub const KIND_NOT_ALLOWED: &str = "KindNotAllowed";
+    /// Applied in every selected cluster.
+    pub const APPLIED: &str = "Applied";
+    /// Not yet applied in some selected clusters; the message names them.
+    pub const APPLY_PENDING: &str = "ApplyPending";
+    /// Another object of the hub sends the same object to some clusters.
+    pub const CONFLICT: &str = "Conflict";
+    /// No cluster is selected.
+    pub const NO_CLUSTERS_SELECTED: &str = "NoClustersSelected";
 }
 
 /// The condition of this type in a list, if present.

@@ -18,6 +18,7 @@
 //!
 //! - [`MultiClusterDeployment`] (`mcd`): a Deployment whose replicas are divided among clusters.
 //! - [`MultiClusterService`] (`mcsvc`): a Service created in every cluster that runs a workload.
+//! - [`MultiClusterResource`] (`mcr`): any object sent to the clusters a selector picks.
 //! - [`WorkloadCluster`] (`wcl`): one workload cluster, its labels, capacity and health.
 //!
 //! The CRD manifests in `crds/` are generated from these types by [`CRDGEN_COMMAND`]; a test fails
@@ -35,6 +36,7 @@ pub mod conditions;
 pub mod deployment;
 mod error;
 pub mod placement;
+pub mod resource;
 pub mod rollout;
 pub mod service;
 pub mod taints;
@@ -57,6 +59,10 @@ pub use deployment::{
 pub use error::Error;
 pub use placement::{
     Bursting, Coordinates, Failback, Placement, PlacementPolicy, Proximity, ProximityOrigin, Rescheduling,
+};
+pub use resource::{
+    ClusterResourceStatus, MultiClusterResource, MultiClusterResourceSpec, MultiClusterResourceStatus,
+    ResourceState,
 };
 pub use rollout::{RolloutPhase, RolloutStatus, RolloutStrategy, RolloutWave, Waves};
 pub use service::{
@@ -143,6 +149,7 @@ pub fn crds() -> Vec<CustomResourceDefinition> {
     [
         MultiClusterDeployment::crd(),
         MultiClusterHorizontalPodAutoscaler::crd(),
+        MultiClusterResource::crd(),
         MultiClusterService::crd(),
         WorkloadCluster::crd(),
     ]

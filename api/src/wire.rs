@@ -87,6 +87,10 @@ pub const INSTALLATION_LABEL: &str = "nave.dev/installation";
 /// Label naming the workload (MultiClusterDeployment) an object or pod belongs to, as
 /// `<namespace>.<name>` (label values cannot hold `/`; namespaces cannot hold `.`).
 pub const WORKLOAD_LABEL: &str = "nave.dev/workload";
+
+/// What begins the name of a MultiClusterResource's [`WorkloadRef`] (see
+/// [`WorkloadRef::resource`]): `kubectl get -l nave.dev/workload=shop.mcr_deny-all`.
+pub const RESOURCE_PREFIX: &str = "mcr_";
 /// Annotation with the work revision that last changed the object (or re-applied it in a full
 /// resync): an object a new revision leaves unchanged keeps the revision it was sent at.
 pub const REVISION_ANNOTATION: &str = "nave.dev/work-revision";
@@ -646,6 +650,19 @@ impl WorkloadRef {
         format!("{}.{}", self.namespace, self.name)
     }
 
+    /// The contributor reference of a MultiClusterResource: its objects are labelled and kept in
+    /// work sets under it. Its name is the resource's behind [`RESOURCE_PREFIX`], which holds a
+    /// `_` no MultiClusterDeployment's name can hold, so the two never meet.
+    pub fn resource(namespace: impl Into<String>, name: &str) -> WorkloadRef {
+        WorkloadRef::new(namespace, format!("{RESOURCE_PREFIX}{name}"))
+    }
+
+    /// The MultiClusterResource's name when this is one's reference ([`WorkloadRef::resource`]);
+    /// `None` for a MultiClusterDeployment's.
+    pub fn resource_name(&self) -> Option<&str> {
+        self.name.strip_prefix(RESOURCE_PREFIX)
+    }
+
     /// Parses a [`WORKLOAD_LABEL`] value; namespaces hold no `.`, so the first one splits.
     pub fn from_label_value(value: &str) -> Option<WorkloadRef> {
         let (namespace, name) = value.split_once('.')?;
@@ -865,6 +882,8 @@ pub struct ObjectStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub all_replicas: Option<i32>,
     /// Deployments: its `nave.dev/template-hash` annotation as applied (which template it runs).
+    /// Other objects: that annotation as the hub sent it, once the whole set it came in is
+    /// applied (which content of a MultiClusterResource's object the cluster has).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub template_hash: Option<String>,
     /// Deployments: whether its controller has seen its latest spec (`status.observedGeneration`

@@ -103,6 +103,55 @@ pub struct RunArgs {
     /// (`/admission/v1/drop-in/pods`, over HTTPS).
     #[arg(long, env = "NAVE_DROP_IN")]
     pub drop_in: bool,
+    /// Which kinds MultiClusterResources may send.
+    #[command(flatten)]
+    pub resources: ResourceArgs,
+}
+
+/// The kinds MultiClusterResources may send: the fleet admin's choice, never a resource
+/// author's. Each agent applies only the kinds its own `--allow-kind` names as well.
+#[derive(Debug, Clone, Default, PartialEq, clap::Args)]
+pub struct ResourceArgs {
+    /// A namespaced kind MultiClusterResources may send, as `Kind.group` (`Kind` for the core
+    /// group), into their own namespace; repeat it, or separate kinds by commas. Example:
+    /// `NetworkPolicy.networking.k8s.io`. None by default.
+    #[arg(long = "resource-kind", env = "NAVE_RESOURCE_KINDS", value_delimiter = ',')]
+    pub resource_kinds: Vec<String>,
+    /// A cluster-scoped kind MultiClusterResources may send, accepted only from those in the
+    /// hub's own namespace (`--admin-namespace`). Example:
+    /// `ClusterRole.rbac.authorization.k8s.io`. None by default.
+    #[arg(
+        long = "cluster-resource-kind",
+        env = "NAVE_CLUSTER_RESOURCE_KINDS",
+        value_delimiter = ','
+    )]
+    pub cluster_resource_kinds: Vec<String>,
+    /// The hub's own namespace, where only the fleet's admins write: MultiClusterResources
+    /// there may send the cluster-scoped kinds. Default: `POD_NAMESPACE`, else `nave-system`.
+    #[arg(long, env = "NAVE_ADMIN_NAMESPACE")]
+    pub admin_namespace: Option<String>,
+}
+
+impl ResourceArgs {
+    /// The kinds as the controller reads them.
+    pub fn kinds(&self) -> crate::render::resource::ResourceKinds {
+        let clean = |kinds: &[String]| {
+            kinds
+                .iter()
+                .map(|k| k.trim().to_owned())
+                .filter(|k| !k.is_empty())
+                .collect()
+        };
+        crate::render::resource::ResourceKinds {
+            namespaced: clean(&self.resource_kinds),
+            cluster: clean(&self.cluster_resource_kinds),
+            admin_namespace: self
+                .admin_namespace
+                .clone()
+                .or_else(|| std::env::var("POD_NAMESPACE").ok().filter(|n| !n.is_empty()))
+                .unwrap_or_else(|| "nave-system".to_owned()),
+        }
+    }
 }
 
 /// How the leader evaluates MultiClusterHorizontalPodAutoscalers (see the `autoscaler`

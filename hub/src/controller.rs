@@ -1,6 +1,7 @@
 //! The controllers over Nave's CRDs in the management cluster.
 //!
-//! One controller today: [`mcd`] reconciles MultiClusterDeployments, and with them what follows
+//! Two controllers: [`mcr`] reconciles MultiClusterResources (any object to the clusters a
+//! selector picks), and [`mcd`] reconciles MultiClusterDeployments, and with them what follows
 //! them: a change to a MultiClusterService reconciles the MultiClusterDeployment it names, and a
 //! change to a ConfigMap or Secret reconciles every MultiClusterDeployment whose pod template
 //! refers to it (so the copies in the workload clusters follow the source). Agents' reports reach
@@ -11,7 +12,8 @@
 //!
 //! The controllers run on the leading replica only, from when it took the lead.
 //!
-//! When every MultiClusterDeployment known at start has been reconciled once, and every known
+//! When every MultiClusterDeployment and MultiClusterResource known at start has been
+//! reconciled once, and every known
 //! cluster has a work set (empty where nothing is placed), the work sets are complete: the hub
 //! records it in the store for its term (the other replicas hear of it) and says so to the
 //! agents ([`crate::signals::WorkSignals::publish`]), which is what releases a set an agent holds
@@ -20,6 +22,7 @@
 mod context;
 pub mod heartbeats;
 pub mod mcd;
+pub mod mcr;
 pub mod removal;
 
 pub use self::context::Context;
@@ -34,7 +37,7 @@ use kube::api::Api;
 use kube::runtime::reflector::{ObjectRef, Store as Reflected};
 use kube::runtime::{Controller, WatchStreamExt, watcher};
 use nave_api::wire::WorkloadRef;
-use nave_api::{DependencyKind, MultiClusterDeployment};
+use nave_api::{DependencyKind, MultiClusterDeployment, MultiClusterResource};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
@@ -50,6 +53,9 @@ const CONCURRENCY: u16 = 8;
 pub async fn run(ctx: Arc<Context>, triggered: Triggered, shutdown: CancellationToken) {
     let mcds: Api<MultiClusterDeployment> = Api::all(ctx.client.clone());
     let Triggered { all, some } = triggered;
+    // The trigger reaches both controllers: a pass over every object goes to each, a named
+    // workload to the controller of its kind.
+    let (all, resources_all, some, resources_some, route) = route_triggers(all, some, shutdown.clone());
     let all = futures::stream::unfold(all, |mut rx| async move { rx.recv().await.map(|()| ((), rx)) });
     let some = futures::stream::unfold(some, |mut rx| async move {
         rx.recv().await.map(|w: WorkloadRef| {
@@ -77,7 +83,9 @@ pub async fn run(ctx: Arc<Context>, triggered: Triggered, shutdown: Cancellation
     let known_too = known.clone();
     let known_at_stop = known.clone();
     let stopping = shutdown.clone();
-    let first_pass = publish_after_first_pass(known.clone(), ctx.clone(), shutdown.clone());
+    let (resources, resources_known) =
+        resources_controller(ctx.clone(), resources_all, resources_some, shutdown.clone());
+    let first_pass = publish_after_first_pass(known.clone(), resources_known, ctx.clone(), shutdown.clone());
     let controller = controller
         .watches(configmaps, watcher::Config::default(), move |cm| {
             referring(&known, DependencyKind::ConfigMap, &cm)
@@ -118,24 +126,148 @@ pub async fn run(ctx: Arc<Context>, triggered: Triggered, shutdown: Cancellation
             () = stop => {}
         }
     };
-    tokio::join!(controller, first_pass);
+    tokio::join!(controller, resources, first_pass, route);
+}
+
+/// Splits the trigger's requests between the two controllers: every pass to both, a named
+/// workload to the MultiClusterResource controller when it names one
+/// ([`WorkloadRef::resource_name`]), else to the MultiClusterDeployment controller. The last
+/// value is the task that routes, until `shutdown` (the trigger's senders outlive a term).
+#[allow(clippy::type_complexity)]
+fn route_triggers(
+    mut all: tokio::sync::mpsc::Receiver<()>,
+    mut some: tokio::sync::mpsc::UnboundedReceiver<WorkloadRef>,
+    shutdown: CancellationToken,
+) -> (
+    tokio::sync::mpsc::Receiver<()>,
+    tokio::sync::mpsc::Receiver<()>,
+    tokio::sync::mpsc::UnboundedReceiver<WorkloadRef>,
+    tokio::sync::mpsc::UnboundedReceiver<WorkloadRef>,
+    impl std::future::Future<Output = ()>,
+) {
+    use tokio::sync::mpsc;
+    // Capacity one, as the trigger's own: passes asked while one is pending coalesce.
+    let (mcd_all, mcd_all_rx) = mpsc::channel(1);
+    let (mcr_all, mcr_all_rx) = mpsc::channel(1);
+    let (mcd_some, mcd_some_rx) = mpsc::unbounded_channel();
+    let (mcr_some, mcr_some_rx) = mpsc::unbounded_channel();
+    let route = async move {
+        let passes = async {
+            while all.recv().await.is_some() {
+                let _ = mcd_all.try_send(());
+                let _ = mcr_all.try_send(());
+            }
+        };
+        let named = async {
+            while let Some(workload) = some.recv().await {
+                let _ = match workload.resource_name() {
+                    Some(name) => mcr_some.send(WorkloadRef::new(workload.namespace.clone(), name)),
+                    None => mcd_some.send(workload),
+                };
+            }
+        };
+        tokio::select! {
+            _ = async { tokio::join!(passes, named) } => {}
+            () = shutdown.cancelled() => {}
+        }
+    };
+    (mcd_all_rx, mcr_all_rx, mcd_some_rx, mcr_some_rx, route)
+}
+
+/// The MultiClusterResource controller, and its view of the objects (for the first pass).
+fn resources_controller(
+    ctx: Arc<Context>,
+    all: tokio::sync::mpsc::Receiver<()>,
+    some: tokio::sync::mpsc::UnboundedReceiver<WorkloadRef>,
+    shutdown: CancellationToken,
+) -> (
+    impl std::future::Future<Output = ()>,
+    Reflected<MultiClusterResource>,
+) {
+    let api: Api<MultiClusterResource> = Api::all(ctx.client.clone());
+    let all = futures::stream::unfold(all, |mut rx| async move { rx.recv().await.map(|()| ((), rx)) });
+    let some = futures::stream::unfold(some, |mut rx| async move {
+        rx.recv().await.map(|w: WorkloadRef| {
+            (
+                ObjectRef::<MultiClusterResource>::new(&w.name).within(&w.namespace),
+                rx,
+            )
+        })
+    });
+    let (reader, writer) = kube::runtime::reflector::store();
+    // Its own status writes are not a reason to reconcile (see `what_a_plan_reads`).
+    let changes = watcher(api, watcher::Config::default())
+        .default_backoff()
+        .reflect(writer)
+        .applied_objects()
+        .predicate_filter(
+            |mcr: &MultiClusterResource| {
+                use std::hash::{Hash, Hasher};
+                let mut hasher = std::collections::hash_map::DefaultHasher::new();
+                let metadata = &mcr.metadata;
+                metadata.uid.hash(&mut hasher);
+                metadata.generation.hash(&mut hasher);
+                metadata.finalizers.hash(&mut hasher);
+                metadata
+                    .deletion_timestamp
+                    .as_ref()
+                    .map(|t| t.0.to_string())
+                    .hash(&mut hasher);
+                Some(hasher.finish())
+            },
+            Default::default(),
+        );
+    let controller = Controller::for_stream(changes, reader)
+        .with_config(kube::runtime::controller::Config::default().concurrency(CONCURRENCY));
+    let known = controller.store();
+    let known_at_stop = known.clone();
+    let stopping = shutdown.clone();
+    let controller = controller
+        .reconcile_all_on(all)
+        .reconcile_on(some)
+        .graceful_shutdown_on(shutdown.cancelled_owned())
+        .run(mcr::reconcile, mcr::error_policy, ctx)
+        .for_each(|result| async move {
+            match result {
+                Ok((object, _)) => debug!(object = %object, "reconciled"),
+                Err(error) => warn!(error = %error, "reconcile failed"),
+            }
+        });
+    // As for the MultiClusterDeployments' controller (see `run`).
+    let stop = async move {
+        stopping.cancelled().await;
+        if known_at_stop.wait_until_ready().now_or_never().is_none() {
+            return;
+        }
+        tokio::time::sleep(SHUTDOWN_GRACE).await;
+    };
+    let running = async {
+        tokio::select! {
+            () = controller => {}
+            () = stop => {}
+        }
+    };
+    (running, known)
 }
 
 /// How long reconciles under way at shutdown may take to finish.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 
-/// Waits until every MultiClusterDeployment known once the controller's view is complete has
+/// Waits until every MultiClusterDeployment and MultiClusterResource known once the controller's view is complete has
 /// been reconciled with the whole fleet in view (see [`Context::awaited_clusters`]), gives every
 /// known cluster a work set, then publishes. An object whose reconcile keeps failing keeps the
 /// sets incomplete: agents that hold a set keep holding it, which is the safe side.
 async fn publish_after_first_pass(
     known: Reflected<MultiClusterDeployment>,
+    resources: Reflected<MultiClusterResource>,
     ctx: Arc<Context>,
     shutdown: CancellationToken,
 ) {
     tokio::select! {
         () = shutdown.cancelled() => return,
-        ready = known.wait_until_ready() => if ready.is_err() { return },
+        ready = async { tokio::try_join!(known.wait_until_ready(), resources.wait_until_ready()) } => {
+            if ready.is_err() { return }
+        }
     }
     let mut tick = tokio::time::interval(Duration::from_millis(250));
     loop {
@@ -143,11 +275,12 @@ async fn publish_after_first_pass(
             () = shutdown.cancelled() => return,
             _ = tick.tick() => {}
         }
-        let objects: Vec<String> = known
+        let mut objects: Vec<String> = known
             .state()
             .iter()
             .map(|mcd| format!("{}/{}", mcd.namespace().unwrap_or_default(), mcd.name_any()))
             .collect();
+        objects.extend(resources.state().iter().map(|mcr| mcr::first_pass_key(mcr)));
         if ctx.first_pass_missing(&objects) == 0 {
             break;
         }

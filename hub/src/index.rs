@@ -842,6 +842,17 @@ impl WorkSets {
         Ok(self.load(cluster).await?.deployment(workload).cloned())
     }
 
+    /// Of `objects`, those another contributor holds in `cluster`'s set already (see
+    /// [`ClusterWork::held_by_others`]).
+    pub async fn held_by_others(
+        &mut self,
+        cluster: &str,
+        workload: &WorkloadRef,
+        objects: &[Value],
+    ) -> Result<Vec<(crate::render::Key, String)>, Error> {
+        Ok(self.load(cluster).await?.held_by_others(workload, objects))
+    }
+
     /// The clusters among `clusters` (sorted) whose sets hold objects `workload` contributes;
     /// reads the sets of `clusters` not read yet first.
     pub async fn holding(

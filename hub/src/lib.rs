@@ -386,6 +386,7 @@ pub async fn run_until(args: RunArgs, shutdown: CancellationToken) -> Result<(),
             webhook,
             autoscale,
             drop_in: args.drop_in,
+            resource_kinds: Arc::new(args.resources.kinds()),
         },
         election,
         shutdown.clone(),
@@ -439,6 +440,8 @@ struct Leading {
     autoscale: (Option<prometheus_http_query::Client>, cli::AutoscaleArgs),
     /// Place annotated Deployments of the management cluster (`--drop-in`).
     drop_in: bool,
+    /// The kinds MultiClusterResources may send (`--resource-kind`).
+    resource_kinds: Arc<render::resource::ResourceKinds>,
 }
 
 /// Leads whenever this replica holds the lead, until `shutdown`: each term runs what only the
@@ -508,6 +511,7 @@ async fn run_term(leading: &mut Leading, term: u64, term_over: &CancellationToke
         webhook,
         autoscale,
         drop_in,
+        resource_kinds,
     } = leading;
     // A new term: the work sets are complete again once this leader's first pass is done. Read
     // everything the previous leader and the other replicas wrote, after the claim of the term
@@ -530,7 +534,7 @@ async fn run_term(leading: &mut Leading, term: u64, term_over: &CancellationToke
     metrics.forget_traffic_locality();
     let triggered = trigger.attach();
     info!(term, "this replica leads: placing workloads");
-    let ctx = Arc::new(Context::new(
+    let mut ctx = Context::new(
         client.clone(),
         store.clone(),
         signals.clone(),
@@ -538,7 +542,9 @@ async fn run_term(leading: &mut Leading, term: u64, term_over: &CancellationToke
         watched.clone(),
         metrics.clone(),
         timings.resync,
-    ));
+    );
+    ctx.resource_kinds = resource_kinds.clone();
+    let ctx = Arc::new(ctx);
     let monitor = controller::heartbeats::Monitor {
         index: index.clone(),
         health: health.clone(),

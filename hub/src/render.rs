@@ -121,11 +121,13 @@ pub fn workload_ref(mcd: &MultiClusterDeployment) -> WorkloadRef {
 }
 
 /// The labels Nave puts on every object it renders for a workload.
+/// A MultiClusterResource's objects carry the first only (they come from no MCD).
 pub fn workload_labels(workload: &WorkloadRef) -> BTreeMap<String, String> {
-    BTreeMap::from([
-        (WORKLOAD_LABEL.to_owned(), workload.label_value()),
-        (MCD_NAME_LABEL.to_owned(), workload.name.clone()),
-    ])
+    let mut labels = BTreeMap::from([(WORKLOAD_LABEL.to_owned(), workload.label_value())]);
+    if workload.resource_name().is_none() {
+        labels.insert(MCD_NAME_LABEL.to_owned(), workload.name.clone());
+    }
+    labels
 }
 
 /// The Deployment for one cluster: the template's metadata and spec, `replicas` set to the
@@ -480,7 +482,7 @@ pub fn merge_work(current: &[Value], workload: &WorkloadRef, objects: Vec<Value>
 }
 
 /// The key of an object in a set: kind, namespace, name.
-type Key = (String, String, String);
+pub type Key = (String, String, String);
 
 /// One cluster's work set as the hub keeps it between writes: by object, with which workloads
 /// contribute each, so replacing one workload's objects costs those objects rather than the whole
@@ -665,6 +667,22 @@ impl ClusterWork {
         self.stale.clear();
     }
 
+    /// Of `objects`, those another contributor than `workload` holds in the set already, with
+    /// that contributor ([`WorkloadRef::label_value`]): a MultiClusterResource sends nothing that
+    /// another contributes, so it never takes over a workload's Deployment or ConfigMap.
+    pub fn held_by_others(&self, workload: &WorkloadRef, objects: &[Value]) -> Vec<(Key, String)> {
+        let me = workload.label_value();
+        objects
+            .iter()
+            .filter_map(|object| {
+                let key = object_key(object);
+                let (_, users) = self.objects.get(&key)?;
+                let other = users.iter().find(|u| **u != me)?;
+                Some((key, other.clone()))
+            })
+            .collect()
+    }
+
     /// The Deployment `workload` contributes to the set, as last rendered.
     pub fn deployment(&self, workload: &WorkloadRef) -> Option<&Value> {
         let key = (
@@ -692,6 +710,8 @@ impl ClusterWork {
         out
     }
 }
+
+pub mod resource;
 
 #[cfg(test)]
 mod tests;

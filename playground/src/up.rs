@@ -353,6 +353,7 @@ impl Playground {
         self.prometheus_absent = prometheus_absent;
         let hub_args = nave_hub::cli::RunArgs {
             drop_in: false,
+            resources: Default::default(),
             autoscale: Default::default(),
             provisioner: Default::default(),
             database_url: format!("sqlite://{}", self.dir.join("hub.db").display()),

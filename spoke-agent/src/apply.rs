@@ -498,7 +498,7 @@ impl Applier {
     ) -> std::result::Result<Prepared, (ObjectRef, Error)> {
         let text = |v: &Value, key: &str| v.get(key).and_then(Value::as_str).unwrap_or_default().to_owned();
         let metadata = object.get("metadata").cloned().unwrap_or(Value::Null);
-        let mut object_ref = ObjectRef {
+        let object_ref = ObjectRef {
             api_version: text(object, "apiVersion"),
             kind: text(object, "kind"),
             namespace: metadata
@@ -518,11 +518,25 @@ impl Applier {
             Ok(found) => found,
             Err(e) => return Err((object_ref, e)),
         };
-        match caps.scope {
-            Scope::Namespaced => {
-                object_ref.namespace.get_or_insert_with(|| "default".to_owned());
+        // The object's namespace must agree with its kind's scope in this cluster: a namespace
+        // on a cluster-scoped kind would otherwise be dropped, and an object meant for one
+        // namespace would be applied to the whole cluster.
+        match (caps.scope, &object_ref.namespace) {
+            (Scope::Namespaced, Some(_)) | (Scope::Cluster, None) => {}
+            (Scope::Namespaced, None) => {
+                let why = format!(
+                    "{} is namespaced in this cluster, and the object names no namespace",
+                    crate::allowed::kind_key(&object_ref.api_version, &object_ref.kind)
+                );
+                return Err((object_ref, Error::Refused(why)));
             }
-            Scope::Cluster => object_ref.namespace = None,
+            (Scope::Cluster, Some(namespace)) => {
+                let why = format!(
+                    "{} is cluster-scoped in this cluster, and the object names namespace {namespace}",
+                    crate::allowed::kind_key(&object_ref.api_version, &object_ref.kind)
+                );
+                return Err((object_ref, Error::Refused(why)));
+            }
         }
         if let Err(why) = self.allowed.check(&object_ref) {
             return Err((object_ref, Error::Refused(why)));

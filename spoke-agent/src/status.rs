@@ -45,6 +45,26 @@ pub fn build_report(
                     .map(|e| e.message.clone()),
                 ..Default::default()
             };
+            // Any other object: the content digest the hub gave it, as applied (only when the
+            // whole set it came in was applied, and the object did not fail).
+            if status.error.is_none()
+                && object_ref.kind != "Deployment"
+                && let Some(known) = work
+                    .known
+                    .as_ref()
+                    .filter(|k| Some(k.revision) == work.state.revision)
+            {
+                let key = nave_api::wire::work_key_of(
+                    &object_ref.kind,
+                    object_ref.namespace.as_deref().unwrap_or_default(),
+                    &object_ref.name,
+                );
+                status.template_hash = known
+                    .objects
+                    .get(&key)
+                    .and_then(|o| o["metadata"]["annotations"][nave_api::TEMPLATE_HASH_ANNOTATION].as_str())
+                    .map(str::to_owned);
+            }
             if object_ref.kind == "Deployment" && object_ref.api_version == "apps/v1" {
                 let key =
                     StoreRef::new(&object_ref.name).within(object_ref.namespace.as_deref().unwrap_or(""));

@@ -1123,6 +1123,16 @@ async fn objects_it_does_not_own_and_kinds_or_namespaces_it_does_not_allow_are_l
     agent_credential["metadata"]["namespace"] = json!("nave-system");
     let mut other_config = config_map("other-config");
     other_config["data"] = json!({"owner": "the hub"});
+    // The namespace must agree with the kind's scope: a namespaced object without one is not
+    // put somewhere by default, and a cluster-scoped one naming a namespace is not applied to
+    // the whole cluster.
+    let mut nowhere = config_map("nowhere");
+    nowhere["metadata"]
+        .as_object_mut()
+        .expect("an object")
+        .remove("namespace");
+    let scoped_namespace = json!({"apiVersion": "v1", "kind": "Namespace",
+        "metadata": {"name": "escape", "namespace": "shop", "labels": {WORKLOAD_LABEL: "shop.web"}}});
     hub.set_work(
         1,
         vec![
@@ -1133,6 +1143,8 @@ async fn objects_it_does_not_own_and_kinds_or_namespaces_it_does_not_allow_are_l
             in_kube_system,
             daemon_set,
             agent_credential,
+            nowhere,
+            scoped_namespace,
             db_service,
             export("db"),
             export("lonely"),
@@ -1180,6 +1192,22 @@ async fn objects_it_does_not_own_and_kinds_or_namespaces_it_does_not_allow_are_l
         .await
         .expect("GET works");
     assert!(own.is_none(), "nothing is applied in the agent's own namespace");
+    let defaulted: Option<ConfigMap> = Api::namespaced(client.clone(), "default")
+        .get_opt("nowhere")
+        .await
+        .expect("GET works");
+    assert!(
+        defaulted.is_none(),
+        "an object without a namespace is not put in default"
+    );
+    let escaped: Option<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone())
+        .get_opt("escape")
+        .await
+        .expect("GET works");
+    assert!(
+        escaped.is_none(),
+        "a cluster-scoped object naming a namespace is not applied"
+    );
 
     let errors: BTreeMap<String, String> = report
         .apply_errors
@@ -1195,6 +1223,14 @@ async fn objects_it_does_not_own_and_kinds_or_namespaces_it_does_not_allow_are_l
         ("sneaky", "namespace kube-system is denied"),
         ("miner", "kind DaemonSet.apps is not in this agent's allow-list"),
         ("nave-agent-credential", "the agent's own"),
+        (
+            "nowhere",
+            "ConfigMap is namespaced in this cluster, and the object names no namespace",
+        ),
+        (
+            "escape",
+            "Namespace is cluster-scoped in this cluster, and the object names namespace shop",
+        ),
         ("lonely", "a ServiceExport goes only beside its own Service"),
     ] {
         let message = errors

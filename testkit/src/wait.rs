@@ -39,7 +39,11 @@ where
 {
     let end = tokio::time::Instant::now() + deadline;
     loop {
-        match check().await {
+        // A check that never answers (a request that hangs) fails at the deadline too.
+        let checked = tokio::time::timeout_at(end, check())
+            .await
+            .unwrap_or_else(|_| Err("the last check did not answer before the deadline".to_owned()));
+        match checked {
             Ok(value) => return Ok(value),
             Err(seen) if tokio::time::Instant::now() >= end => {
                 return Err(format!(

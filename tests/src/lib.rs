@@ -102,6 +102,11 @@ pub struct EnvOptions {
     pub hub_autoscale: nave_hub::cli::AutoscaleArgs,
     /// Run the hub with `--drop-in` (annotated Deployments of the management cluster).
     pub hub_drop_in: bool,
+    /// The kinds the hub's MultiClusterResources may send.
+    pub hub_resources: nave_hub::cli::ResourceArgs,
+    /// Kinds the agents apply (`--allow-kind`), by cluster; a cluster not named keeps the
+    /// agent's defaults.
+    pub agent_allow_kinds: BTreeMap<String, Vec<String>>,
 }
 
 /// Namespace of the hub's Lease when the environment elects a leader.
@@ -147,6 +152,8 @@ pub struct Env {
     /// Where each agent serves `/metrics`, `/healthz` and `/probe`.
     agent_metrics: BTreeMap<String, SocketAddr>,
     prometheus: Option<nave_playground::prometheus::Prometheus>,
+    /// `--allow-kind` of the agents, by cluster.
+    agent_allow_kinds: BTreeMap<String, Vec<String>>,
 }
 
 impl std::fmt::Debug for Env {
@@ -296,6 +303,7 @@ impl Env {
         }
         let hub_args = nave_hub::cli::RunArgs {
             drop_in: options.hub_drop_in,
+            resources: options.hub_resources.clone(),
             autoscale: options.hub_autoscale.clone(),
             provisioner: options.hub_provisioner.clone(),
             database_url,
@@ -351,6 +359,7 @@ impl Env {
             postgres,
             agent_metrics,
             prometheus,
+            agent_allow_kinds: options.agent_allow_kinds.clone(),
         };
         std::fs::create_dir_all(env.dir.path().join("clusters"))?;
         for c in &env.fleet.clusters {
@@ -516,6 +525,9 @@ impl Env {
             .map(|addr| format!("http://{addr}{}", nave_agent::probe::PROBE_PATH));
         config.probe_interval = Duration::from_secs(1);
         config.link_latency = self.fleet_config.link_latency(name);
+        if let Some(kinds) = self.agent_allow_kinds.get(name) {
+            config.allow_kinds = kinds.clone();
+        }
         let stop = CancellationToken::new();
         let token = stop.clone();
         let owned = name.to_owned();

@@ -1706,6 +1706,49 @@ async fn place_a_drop_in_deployment(env: &Env) {
     .await;
 }
 
+/// A MultiClusterResource the hub refuses (its kind is not allowed), then deleted: the hub
+/// watches it, adds and removes its finalizer and writes its status.
+async fn send_and_delete_a_resource(env: &Env) {
+    let resources: Api<nave_api::MultiClusterResource> = Api::namespaced(env.client.clone(), "default");
+    let resource: nave_api::MultiClusterResource = serde_json::from_value(json!({
+        "metadata": {"name": "policy", "namespace": "default"},
+        "spec": {"manifest": {"apiVersion": "v1", "kind": "LimitRange", "metadata": {"name": "policy"}}},
+    }))
+    .expect("a MultiClusterResource");
+    resources
+        .create(&PostParams::default(), &resource)
+        .await
+        .expect("MultiClusterResource created");
+    nave_testkit::wait_for(
+        "the resource refused in its status",
+        nave_e2e::DEADLINE,
+        || async {
+            let r = resources.get("policy").await.map_err(|e| e.to_string())?;
+            let accepted = r
+                .status
+                .as_ref()
+                .and_then(|s| s.condition("Accepted"))
+                .map(|c| c.reason.clone());
+            match accepted.as_deref() {
+                Some("KindNotAllowed") => Ok(()),
+                other => Err(format!("Accepted reason {other:?}")),
+            }
+        },
+    )
+    .await;
+    resources
+        .delete("policy", &kube::api::DeleteParams::default())
+        .await
+        .expect("MultiClusterResource deleted");
+    nave_testkit::wait_for("the resource gone", nave_e2e::DEADLINE, || async {
+        match resources.get_opt("policy").await.map_err(|e| e.to_string())? {
+            None => Ok(()),
+            Some(_) => Err("still there".to_owned()),
+        }
+    })
+    .await;
+}
+
 /// Creates `body`, a `K`, in namespace `namespace` of the management cluster.
 async fn create<K>(client: &kube::Client, namespace: &str, body: Value)
 where
@@ -1901,6 +1944,7 @@ async fn the_charts_grant_exactly_what_the_hub_and_the_agents_use() {
     assert_eq!(nave_e2e::HUB_NAMESPACE, NS);
     place_and_delete_a_workload(&mut env).await;
     place_a_drop_in_deployment(&env).await;
+    send_and_delete_a_resource(&env).await;
     // An autoscaler: the hub reads its target and writes its status (no Prometheus here, so it
     // says it reads no metrics).
     let mcds: kube::Api<nave_api::MultiClusterDeployment> =

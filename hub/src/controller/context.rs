@@ -32,6 +32,8 @@ pub struct Context {
     pub watched: Watched,
     /// Prometheus metrics.
     pub metrics: Arc<HubMetrics>,
+    /// The kinds MultiClusterResources may send (the hub's `--resource-kind`).
+    pub resource_kinds: Arc<crate::render::resource::ResourceKinds>,
     /// Longest time between two reconciles of one object.
     pub resync: Duration,
     /// Failed reconciles in a row per object (`namespace/name`), for the retry backoff.
@@ -80,6 +82,7 @@ impl Context {
             watched,
             metrics,
             resync,
+            resource_kinds: Arc::default(),
             backoff: Arc::default(),
             started: Instant::now(),
             awaited: Arc::default(),

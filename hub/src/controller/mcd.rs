@@ -34,7 +34,7 @@ use serde_json::{Value, json};
 use tracing::{debug, info, instrument, warn};
 
 pub use self::status::status_of;
-use self::status::{condition, truncate};
+pub(crate) use self::status::{condition, truncate};
 use super::context::Context;
 use crate::error::Error;
 use crate::placement::{self, Previous, Reports};

@@ -81,6 +81,7 @@ pub fn start_hub(management: &SimCluster, dir: &Path, configure: impl FnOnce(&mu
     let database_url = format!("sqlite://{}", dir.join("hub.db").display());
     let mut args = RunArgs {
         drop_in: false,
+        resources: Default::default(),
         autoscale: Default::default(),
         provisioner: Default::default(),
         database_url: database_url.clone(),
