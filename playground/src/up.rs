@@ -131,6 +131,16 @@ pub struct Playground {
     tasks: tokio::task::JoinSet<String>,
 }
 
+/// The kinds the playground's MultiClusterResources may send (`examples/resources.yaml`): a
+/// namespaced one and a cluster-scoped one; its agents allow them beside their defaults.
+pub const PLAYGROUND_RESOURCE_KINDS: &[&str] = &[
+    "Role.rbac.authorization.k8s.io",
+    "ClusterRole.rbac.authorization.k8s.io",
+];
+
+/// The playground hub's own namespace, from which cluster-scoped kinds may be sent.
+pub const PLAYGROUND_ADMIN_NAMESPACE: &str = "nave-system";
+
 /// The default fleet: `n` clusters of different sizes in different regions.
 pub fn default_fleet(n: usize) -> FleetConfig {
     const REGIONS: [(&str, f64, f64); 5] = [
@@ -353,7 +363,11 @@ impl Playground {
         self.prometheus_absent = prometheus_absent;
         let hub_args = nave_hub::cli::RunArgs {
             drop_in: false,
-            resources: Default::default(),
+            resources: nave_hub::cli::ResourceArgs {
+                resource_kinds: vec![PLAYGROUND_RESOURCE_KINDS[0].to_owned()],
+                cluster_resource_kinds: vec![PLAYGROUND_RESOURCE_KINDS[1].to_owned()],
+                admin_namespace: Some(PLAYGROUND_ADMIN_NAMESPACE.to_owned()),
+            },
             autoscale: Default::default(),
             provisioner: Default::default(),
             database_url: format!("sqlite://{}", self.dir.join("hub.db").display()),
@@ -418,6 +432,11 @@ impl Playground {
             agent.zone = config.zone.clone();
             agent.labels = config.labels.clone();
             agent.heartbeat_interval = opts.agent_heartbeat;
+            agent.allow_kinds = nave_agent::allowed::DEFAULT_KINDS
+                .iter()
+                .chain(PLAYGROUND_RESOURCE_KINDS)
+                .map(|k| (*k).to_owned())
+                .collect();
             if let Some(interval) = opts.agent_status_interval {
                 agent.status_interval = interval;
             }

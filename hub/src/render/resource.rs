@@ -436,6 +436,29 @@ mod tests {
     }
 
     #[test]
+    fn the_example_is_sent_with_the_kinds_its_header_names() {
+        let text = include_str!("../../../examples/resources.yaml");
+        let mut scopes = Vec::new();
+        for document in serde_saphyr::from_multiple::<Value>(text).expect("the example is YAML") {
+            if document["kind"] != "MultiClusterResource" {
+                continue;
+            }
+            let resource: MultiClusterResource =
+                serde_json::from_value(document).expect("a MultiClusterResource");
+            let scope = validate(&resource, &kinds()).expect("the example is valid");
+            let object = render(&resource, scope, "eu-west-1", &BTreeMap::new()).expect("it renders");
+            scopes.push((object["kind"].as_str().unwrap_or_default().to_owned(), scope));
+        }
+        assert_eq!(
+            scopes,
+            [
+                ("Role".to_owned(), Scope::Namespaced),
+                ("ClusterRole".to_owned(), Scope::Cluster)
+            ]
+        );
+    }
+
+    #[test]
     fn overrides_change_the_object_in_the_clusters_they_select_only() {
         let resource = mcr(
             "shop",
