@@ -202,11 +202,13 @@ fn manifest_schema(_: &mut SchemaGenerator) -> Schema {
             "apiVersion": {
                 "type": "string",
                 "minLength": 1,
+                "maxLength": 317,
                 "description": "API version of the object. Example: `networking.k8s.io/v1`.",
             },
             "kind": {
                 "type": "string",
                 "minLength": 1,
+                "maxLength": 63,
                 "description": "Kind of the object. Example: `NetworkPolicy`. The hub sends only the kinds its admin allows (`--resource-kind`).",
             },
             "metadata": {

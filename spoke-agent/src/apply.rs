@@ -447,7 +447,7 @@ impl Applier {
         state.objects = applied;
         let mut keep = state.objects.clone();
         keep.extend(refused);
-        let candidates = match full {
+        let candidates: BTreeSet<ObjectRef> = match full {
             true => self.prune_candidates(&previous, &keep).await,
             false => previous
                 .keys()
@@ -455,6 +455,31 @@ impl Applier {
                 .cloned()
                 .collect(),
         };
+        // The same object under another version of its group (`autoscaling/v1` and `v2` name
+        // one object): kept, not deleted for the version it was last applied at.
+        let kept: BTreeSet<(String, &str, Option<&str>, &str)> = keep
+            .keys()
+            .map(|r| {
+                (
+                    crate::allowed::kind_key(&r.api_version, &r.kind),
+                    r.kind.as_str(),
+                    r.namespace.as_deref(),
+                    r.name.as_str(),
+                )
+            })
+            .collect();
+        let candidates: Vec<ObjectRef> = candidates
+            .into_iter()
+            .filter(|r| {
+                let key = (
+                    crate::allowed::kind_key(&r.api_version, &r.kind),
+                    r.kind.as_str(),
+                    r.namespace.as_deref(),
+                    r.name.as_str(),
+                );
+                !kept.contains(&key)
+            })
+            .collect();
         for object_ref in candidates {
             match self.prune_one(&object_ref).await {
                 Ok(true) => outcome.pruned.push(object_ref),

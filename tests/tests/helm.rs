@@ -599,7 +599,7 @@ fn the_hub_chart_renders_a_coherent_install_with_sqlite_by_default() {
                 ("ClusterRole", 1),
                 ("ClusterRoleBinding", 1),
                 ("ConfigMap", 1),
-                ("CustomResourceDefinition", 4),
+                ("CustomResourceDefinition", nave_api::crds().len()),
                 ("Deployment", 1),
                 ("PersistentVolumeClaim", 1),
                 ("Secret", 3),
@@ -1143,6 +1143,48 @@ fn the_hub_chart_keeps_given_secrets_in_secrets_of_its_own() {
         Some(30)
     );
     assert!(!args.get_flag("log_json"));
+}
+
+#[test]
+fn the_hub_chart_passes_the_kinds_multicluster_resources_may_send() {
+    let Some(helm) = helm() else { return };
+    let rendered = render(
+        &helm,
+        "nave-hub",
+        &[
+            "multiClusterResources.namespacedKinds={NetworkPolicy.networking.k8s.io,Role.rbac.authorization.k8s.io}",
+            "multiClusterResources.clusterKinds={ClusterRole.rbac.authorization.k8s.io}",
+        ],
+    );
+    let (_, container) = check_coherent(&rendered, &External::default(), HUB_PROBES);
+    let args = parse_args(
+        nave_hub::cli::Cli::command(),
+        Some("run"),
+        &container,
+        &["RUST_LOG", "POD_NAME", "POD_NAMESPACE"],
+    );
+    let many = |id: &str| -> Vec<String> {
+        args.get_many::<String>(id)
+            .map(|v| v.cloned().collect())
+            .unwrap_or_default()
+    };
+    assert_eq!(
+        many("resource_kinds"),
+        [
+            "NetworkPolicy.networking.k8s.io",
+            "Role.rbac.authorization.k8s.io"
+        ]
+    );
+    assert_eq!(
+        many("cluster_resource_kinds"),
+        ["ClusterRole.rbac.authorization.k8s.io"]
+    );
+    let resources = container.resources.clone().unwrap_or_default();
+    assert!(
+        resources.limits.is_some_and(|l| l.contains_key("memory")),
+        "the pod's own resources are untouched by the kinds: {:?}",
+        container.resources
+    );
 }
 
 #[test]

@@ -35,6 +35,9 @@ use crate::settings::HUB_NAME;
 /// Longest message kept in a condition or an event.
 const MAX_MESSAGE: usize = 1000;
 
+/// Longest message kept per cluster (an agent's words about the object).
+const MAX_CLUSTER_MESSAGE: usize = 300;
+
 /// The `namespace/name` a MultiClusterResource is known by in the first pass (apart from the
 /// MultiClusterDeployments' names).
 pub fn first_pass_key(mcr: &MultiClusterResource) -> String {
@@ -167,7 +170,7 @@ async fn apply(mcr: Arc<MultiClusterResource>, ctx: &Context) -> Result<Action, 
             ClusterResourceStatus {
                 name: cluster.clone(),
                 state,
-                message,
+                message: message.map(|m| truncate(&m, MAX_CLUSTER_MESSAGE)),
             }
         })
         .collect();
@@ -307,6 +310,11 @@ async fn invalid(mcr: &MultiClusterResource, ctx: &Context, error: &ResourceErro
     conditions::upsert(
         &mut status.conditions,
         condition(types::ACCEPTED, conditions::FALSE, reason, &message, generation),
+    );
+    // This generation is not what the clusters run: not Ready, whatever the last one was.
+    conditions::upsert(
+        &mut status.conditions,
+        condition(types::READY, conditions::FALSE, reason, &message, generation),
     );
     status.observed_generation = generation;
     if was.is_none_or(|c| c.reason != reason || c.message != message) {

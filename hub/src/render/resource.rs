@@ -85,6 +85,35 @@ pub fn validate(mcr: &MultiClusterResource, kinds: &ResourceKinds) -> Result<Sco
             return Err(invalid(format!("spec.manifest.{field}: Required value")));
         }
     }
+    let api_version = text("/apiVersion");
+    let version_ok = match api_version.split_once('/') {
+        Some((group, version)) => nave_api::wire::is_dns_subdomain(group) && is_version(version),
+        None => is_version(api_version),
+    };
+    if !version_ok {
+        return Err(invalid(format!(
+            "spec.manifest.apiVersion: Invalid value: {:?}: a version (v1, v2beta1) after an \
+             optional group (networking.k8s.io/v1)",
+            truncate_chars(api_version, 100)
+        )));
+    }
+    let kind = text("/kind");
+    if kind.len() > 63
+        || !kind.starts_with(|c: char| c.is_ascii_alphabetic())
+        || !kind.chars().all(|c| c.is_ascii_alphanumeric())
+    {
+        return Err(invalid(format!(
+            "spec.manifest.kind: Invalid value: {:?}: a kind is letters and digits, at most 63",
+            truncate_chars(kind, 100)
+        )));
+    }
+    let size = serde_json::to_vec(manifest).map_or(usize::MAX, |bytes| bytes.len());
+    if size > MAX_MANIFEST_BYTES {
+        return Err(invalid(format!(
+            "spec.manifest: Too long: {size} bytes, at most {MAX_MANIFEST_BYTES} (the object is \
+             kept once per selected cluster)"
+        )));
+    }
     if !nave_api::wire::is_dns_subdomain(text("/metadata/name")) {
         return Err(invalid(format!(
             "spec.manifest.metadata.name: Invalid value: {:?}: a lowercase RFC 1123 subdomain",
@@ -145,6 +174,33 @@ pub fn validate(mcr: &MultiClusterResource, kinds: &ResourceKinds) -> Result<Sco
         .selects("", &BTreeMap::new())
         .map_err(|e| invalid(e.to_string()))?;
     Ok(scope)
+}
+
+/// The largest manifest sent, serialized: the hub keeps a copy per selected cluster.
+pub const MAX_MANIFEST_BYTES: usize = 256 * 1024;
+
+/// A Kubernetes API version: `v` and digits, then `alpha` or `beta` and digits, optionally.
+fn is_version(version: &str) -> bool {
+    let Some(rest) = version.strip_prefix('v') else {
+        return false;
+    };
+    let digits = rest.chars().take_while(char::is_ascii_digit).count();
+    if digits == 0 {
+        return false;
+    }
+    let rest = &rest[digits..];
+    match rest.strip_prefix("alpha").or_else(|| rest.strip_prefix("beta")) {
+        None => rest.is_empty(),
+        Some(level) => !level.is_empty() && level.chars().all(|c| c.is_ascii_digit()),
+    }
+}
+
+/// At most `max` characters of `text`, for quoting outside input in a message.
+fn truncate_chars(text: &str, max: usize) -> String {
+    match text.char_indices().nth(max) {
+        Some((i, _)) => format!("{}...", &text[..i]),
+        None => text.to_owned(),
+    }
 }
 
 /// What an override of a MultiClusterResource may change: anything but which object it is
@@ -414,6 +470,22 @@ mod tests {
             (
                 mcr("shop", json!({"manifest": role(json!({"name": "Not_A_Name"}))})),
                 "spec.manifest.metadata.name: Invalid value",
+            ),
+            (
+                mcr(
+                    "shop",
+                    json!({"manifest": {"apiVersion": format!("rbac.authorization.k8s.io/v1{}", "x".repeat(100_000)),
+                    "kind": "Role", "metadata": {"name": "x"}, "rules": []}}),
+                ),
+                "spec.manifest.apiVersion: Invalid value",
+            ),
+            (
+                mcr(
+                    "shop",
+                    json!({"manifest": {"apiVersion": "rbac.authorization.k8s.io/v1",
+                    "kind": "Role", "metadata": {"name": "x"}, "rules": [{"verbs": ["x".repeat(300_000)]}]}}),
+                ),
+                "spec.manifest: Too long",
             ),
         ];
         for (resource, want) in cases {
