@@ -748,6 +748,16 @@ pub fn work_key(object: &Value) -> String {
     work_key_of(text("/kind"), text("/metadata/namespace"), text("/metadata/name"))
 }
 
+/// A kind as `kubectl api-resources` names it: `Kind.group`, or `Kind` for the core group
+/// (`Deployment.apps`, `Service`). The hub's and the agents' allow-lists are written so, and
+/// compared through this one function.
+pub fn kind_key(api_version: &str, kind: &str) -> String {
+    match api_version.split_once('/') {
+        Some((group, _)) => format!("{kind}.{group}"),
+        None => kind.to_owned(),
+    }
+}
+
 /// [`work_key`] from its parts.
 pub fn work_key_of(kind: &str, namespace: &str, name: &str) -> String {
     format!("{kind}/{namespace}/{name}")

@@ -82,13 +82,16 @@ pub fn check_override_paths(overrides: &[nave_api::ClusterOverride]) -> Result<(
     Ok(())
 }
 
-fn override_path_allowed(path: &str) -> Result<(), &'static str> {
-    // RFC 6901: `~1` is `/` and `~0` is `~` inside a segment.
-    let segments: Vec<String> = path
-        .split('/')
+/// The segments of an RFC 6901 JSON pointer, decoded (`~1` is `/` and `~0` is `~`).
+pub fn pointer_segments(path: &str) -> Vec<String> {
+    path.split('/')
         .skip(1)
         .map(|s| s.replace("~1", "/").replace("~0", "~"))
-        .collect();
+        .collect()
+}
+
+fn override_path_allowed(path: &str) -> Result<(), &'static str> {
+    let segments = pointer_segments(path);
     let segments: Vec<&str> = segments.iter().map(String::as_str).collect();
     // A label or annotation key right after a `labels` or `annotations` map: Nave's own are not
     // for overrides (the agent and the hub find the workload's objects and pods by them).
@@ -219,8 +222,14 @@ pub fn render_deployment(
 /// A digest of `spec.template` (16 hex digits): which template a cluster's Deployment was
 /// rendered from, whatever its replicas and overrides.
 pub fn template_hash(mcd: &MultiClusterDeployment) -> String {
+    short_digest(&mcd.spec.template)
+}
+
+/// The first 16 hex digits of the SHA-256 of `value` as JSON: the digests Nave puts in
+/// [`nave_api::TEMPLATE_HASH_ANNOTATION`].
+pub fn short_digest(value: &impl serde::Serialize) -> String {
     use sha2::Digest as _;
-    let bytes = serde_json::to_vec(&mcd.spec.template).unwrap_or_default();
+    let bytes = serde_json::to_vec(value).unwrap_or_default();
     let mut hex = crate::store::hex(&sha2::Sha256::digest(&bytes));
     hex.truncate(16);
     hex

@@ -106,13 +106,7 @@ impl Allowed {
     }
 }
 
-/// `Kind.group`, or `Kind` for the core group, of an `apiVersion` and `kind`.
-pub fn kind_key(api_version: &str, kind: &str) -> String {
-    match api_version.split_once('/') {
-        Some((group, _)) => format!("{kind}.{group}"),
-        None => kind.to_owned(),
-    }
-}
+pub use nave_api::wire::kind_key;
 
 fn matches(pattern: &str, namespace: &str) -> bool {
     match pattern.strip_suffix('*') {

@@ -5,6 +5,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use kube::ResourceExt;
+use kube::runtime::controller::Action;
 use kube::runtime::events::{Recorder, Reporter};
 use nave_api::conditions::{self, types};
 
@@ -138,6 +139,26 @@ impl Context {
             Some(done) => objects.iter().filter(|o| !done.contains(*o)).count(),
             None => 0,
         }
+    }
+
+    /// After a failed reconcile of `object` (`namespace/name`): counts it, and answers when to
+    /// try again, 1 s doubling with each failure in a row up to 5 min.
+    pub fn retry_after_failure(&self, object: &str, error: &crate::error::Error) -> Action {
+        self.metrics.record_reconcile_error();
+        let mut backoff = self.backoff.lock().unwrap_or_else(|e| e.into_inner());
+        let attempts = backoff.entry(object.to_owned()).or_insert(0);
+        *attempts = attempts.saturating_add(1);
+        let delay = Duration::from_secs(1u64 << (*attempts).min(9)).min(Duration::from_secs(300));
+        tracing::warn!(object, error = %error, source = ?std::error::Error::source(error), retry_in = ?delay, "reconcile failed");
+        Action::requeue(delay)
+    }
+
+    /// `object` reconciled: its next failure starts the backoff again.
+    pub fn succeeded(&self, object: &str) {
+        self.backoff
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(object);
     }
 
     /// The first pass is over: nothing more is recorded.

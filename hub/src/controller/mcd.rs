@@ -85,8 +85,7 @@ pub async fn reconcile(mcd: Arc<MultiClusterDeployment>, ctx: Arc<Context>) -> R
     });
     if result.is_ok() {
         ctx.reconciled(&object);
-        let mut backoff = ctx.backoff.lock().unwrap_or_else(|e| e.into_inner());
-        backoff.remove(&object);
+        ctx.succeeded(&object);
     }
     result
 }
@@ -94,13 +93,7 @@ pub async fn reconcile(mcd: Arc<MultiClusterDeployment>, ctx: Arc<Context>) -> R
 /// Transient failure: retry with a per-object exponential backoff (1 s doubling up to 5 min).
 pub fn error_policy(mcd: Arc<MultiClusterDeployment>, error: &Error, ctx: Arc<Context>) -> Action {
     let object = format!("{}/{}", mcd.namespace().unwrap_or_default(), mcd.name_any());
-    ctx.metrics.record_reconcile_error();
-    let mut backoff = ctx.backoff.lock().unwrap_or_else(|e| e.into_inner());
-    let attempts = backoff.entry(object.clone()).or_insert(0);
-    *attempts = attempts.saturating_add(1);
-    let delay = Duration::from_secs(1u64 << (*attempts).min(9)).min(Duration::from_secs(300));
-    warn!(object = %object, error = %error, source = ?std::error::Error::source(error), retry_in = ?delay, "reconcile failed");
-    Action::requeue(delay)
+    ctx.retry_after_failure(&object, error)
 }
 
 async fn publish(

@@ -76,21 +76,14 @@ pub async fn reconcile(mcr: Arc<MultiClusterResource>, ctx: Arc<Context>) -> Res
     });
     if result.is_ok() {
         ctx.reconciled(&key);
-        ctx.backoff.lock().unwrap_or_else(|e| e.into_inner()).remove(&key);
+        ctx.succeeded(&key);
     }
     result
 }
 
 /// Transient failure: retry with a per-object exponential backoff (1 s doubling up to 5 min).
 pub fn error_policy(mcr: Arc<MultiClusterResource>, error: &Error, ctx: Arc<Context>) -> Action {
-    let key = first_pass_key(&mcr);
-    ctx.metrics.record_reconcile_error();
-    let mut backoff = ctx.backoff.lock().unwrap_or_else(|e| e.into_inner());
-    let attempts = backoff.entry(key.clone()).or_insert(0);
-    *attempts = attempts.saturating_add(1);
-    let delay = Duration::from_secs(1u64 << (*attempts).min(9)).min(Duration::from_secs(300));
-    warn!(object = %key, error = %error, retry_in = ?delay, "reconcile failed");
-    Action::requeue(delay)
+    ctx.retry_after_failure(&first_pass_key(&mcr), error)
 }
 
 async fn apply(mcr: Arc<MultiClusterResource>, ctx: &Context) -> Result<Action, Error> {

@@ -6,7 +6,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use nave_api::MultiClusterResource;
-use nave_api::wire::{WORKLOAD_LABEL, WorkloadRef};
+use nave_api::wire::{WORKLOAD_LABEL, WorkloadRef, kind_key};
 use serde_json::{Map, Value, json};
 
 /// The kinds the hub sends for MultiClusterResources, as its admin configured them.
@@ -41,14 +41,6 @@ pub enum Scope {
     Namespaced,
     /// Cluster-scoped.
     Cluster,
-}
-
-/// `Kind.group`, or `Kind` for the core group.
-pub fn kind_key(api_version: &str, kind: &str) -> String {
-    match api_version.split_once('/') {
-        Some((group, _)) => format!("{kind}.{group}"),
-        None => kind.to_owned(),
-    }
 }
 
 /// Checks `mcr` against `kinds` and itself; answers the object's scope.
@@ -94,7 +86,7 @@ pub fn validate(mcr: &MultiClusterResource, kinds: &ResourceKinds) -> Result<Sco
         return Err(invalid(format!(
             "spec.manifest.apiVersion: Invalid value: {:?}: a version (v1, v2beta1) after an \
              optional group (networking.k8s.io/v1)",
-            truncate_chars(api_version, 100)
+            crate::controller::mcd::truncate(api_version, 100)
         )));
     }
     let kind = text("/kind");
@@ -104,7 +96,7 @@ pub fn validate(mcr: &MultiClusterResource, kinds: &ResourceKinds) -> Result<Sco
     {
         return Err(invalid(format!(
             "spec.manifest.kind: Invalid value: {:?}: a kind is letters and digits, at most 63",
-            truncate_chars(kind, 100)
+            crate::controller::mcd::truncate(kind, 100)
         )));
     }
     let size = serde_json::to_vec(manifest).map_or(usize::MAX, |bytes| bytes.len());
@@ -195,14 +187,6 @@ fn is_version(version: &str) -> bool {
     }
 }
 
-/// At most `max` characters of `text`, for quoting outside input in a message.
-fn truncate_chars(text: &str, max: usize) -> String {
-    match text.char_indices().nth(max) {
-        Some((i, _)) => format!("{}...", &text[..i]),
-        None => text.to_owned(),
-    }
-}
-
 /// What an override of a MultiClusterResource may change: anything but which object it is
 /// (`apiVersion`, `kind`, `metadata.name`, `metadata.namespace`), its server-set metadata, its
 /// status, and Nave's own labels and annotations. `test` operations only read.
@@ -226,12 +210,7 @@ fn check_override_paths(mcr: &MultiClusterResource) -> Result<(), ResourceError>
 }
 
 fn override_path_allowed(path: &str) -> Result<(), &'static str> {
-    // RFC 6901: `~1` is `/` and `~0` is `~` inside a segment.
-    let segments: Vec<String> = path
-        .split('/')
-        .skip(1)
-        .map(|s| s.replace("~1", "/").replace("~0", "~"))
-        .collect();
+    let segments = super::pointer_segments(path);
     let segments: Vec<&str> = segments.iter().map(String::as_str).collect();
     match segments.as_slice() {
         [] | [""] => Err("the whole object cannot be replaced"),
@@ -329,18 +308,9 @@ pub fn render(
             "spec.overrides: the object for cluster {cluster} no longer has the {field} it must have"
         )));
     }
-    let hash = content_hash(&object);
+    let hash = super::short_digest(&object);
     object["metadata"]["annotations"][nave_api::TEMPLATE_HASH_ANNOTATION] = json!(hash);
     Ok(object)
-}
-
-/// A digest of a rendered object (16 hex digits).
-pub fn content_hash(object: &Value) -> String {
-    use sha2::Digest as _;
-    let bytes = serde_json::to_vec(object).unwrap_or_default();
-    let mut hex = crate::store::hex(&sha2::Sha256::digest(&bytes));
-    hex.truncate(16);
-    hex
 }
 
 #[cfg(test)]
