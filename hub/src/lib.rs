@@ -638,8 +638,11 @@ async fn reload_tokens(
     shutdown: CancellationToken,
 ) {
     let modified = |path: &std::path::Path| std::fs::metadata(path).and_then(|m| m.modified()).ok();
-    let mut bootstrap_seen = modified(&args.bootstrap_token_file);
-    let mut api_seen = args.api_tokens_file.as_deref().and_then(modified);
+    // Not the files' times now: a file rewritten between the start-up read and this task's start
+    // would look unchanged for ever. The first tick reads both again; what is the same is kept
+    // without a word.
+    let mut bootstrap_seen = None;
+    let mut api_seen = None;
     let mut api_fingerprint = api.get().fingerprint();
     let mut tick = tokio::time::interval(TOKENS_RELOAD_INTERVAL);
     loop {
@@ -651,6 +654,7 @@ async fn reload_tokens(
         if now != bootstrap_seen {
             bootstrap_seen = now;
             match std::fs::read_to_string(&args.bootstrap_token_file) {
+                Ok(text) if text.trim() == &*bootstrap.get() => {}
                 Ok(text) if !text.trim().is_empty() => {
                     bootstrap.set(Arc::from(text.trim()));
                     info!("the bootstrap token file changed; the new token is in use");
