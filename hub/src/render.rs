@@ -235,6 +235,14 @@ pub fn short_digest(value: &impl serde::Serialize) -> String {
     hex
 }
 
+/// At most `max` characters of `text`, with `...` when cut (messages quoting outside input).
+pub fn truncate(text: &str, max: usize) -> String {
+    match text.char_indices().nth(max) {
+        Some((i, _)) => format!("{}...", &text[..i]),
+        None => text.to_owned(),
+    }
+}
+
 /// The object at `path` under `root`, created as an empty object (and made one) where missing.
 fn pointer_object<'a>(root: &'a mut Value, path: &[&str]) -> &'a mut Map<String, Value> {
     let mut current = root;

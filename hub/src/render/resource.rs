@@ -86,7 +86,7 @@ pub fn validate(mcr: &MultiClusterResource, kinds: &ResourceKinds) -> Result<Sco
         return Err(invalid(format!(
             "spec.manifest.apiVersion: Invalid value: {:?}: a version (v1, v2beta1) after an \
              optional group (networking.k8s.io/v1)",
-            crate::controller::mcd::truncate(api_version, 100)
+            super::truncate(api_version, 100)
         )));
     }
     let kind = text("/kind");
@@ -96,7 +96,7 @@ pub fn validate(mcr: &MultiClusterResource, kinds: &ResourceKinds) -> Result<Sco
     {
         return Err(invalid(format!(
             "spec.manifest.kind: Invalid value: {:?}: a kind is letters and digits, at most 63",
-            crate::controller::mcd::truncate(kind, 100)
+            super::truncate(kind, 100)
         )));
     }
     let size = serde_json::to_vec(manifest).map_or(usize::MAX, |bytes| bytes.len());

@@ -32,13 +32,7 @@ pub(crate) fn condition(
     }
 }
 
-/// `text` cut to `max` characters, with `...` when cut.
-pub(crate) fn truncate(text: &str, max: usize) -> String {
-    match text.char_indices().nth(max) {
-        Some((i, _)) => format!("{}...", &text[..i]),
-        None => text.to_owned(),
-    }
-}
+pub(crate) use crate::render::truncate;
 
 /// The ready replicas of one cluster's Deployment known to run the template `hash`: none until
 /// its controller has seen that template, then its ready replicas less the pods that are not of
