@@ -52,6 +52,9 @@ pub mod reasons {
     pub const ALL_REPLICAS_PLACED: &str = "AllReplicasPlaced";
     /// Some replicas are assigned, the others have no room anywhere.
     pub const PARTIALLY_PLACED: &str = "PartiallyPlaced";
+    /// A StatefulSet's replicas wait for their ordinals to stop in the cluster that gave them up
+    /// (an ordinal never runs in two clusters); nothing else keeps them from being placed.
+    pub const WAITING_FOR_ORDINALS: &str = "WaitingForOrdinals";
     /// No cluster passes the placement's filters (allow-list, selector, readiness, cordon).
     pub const NO_ELIGIBLE_CLUSTERS: &str = "NoEligibleClusters";
     /// Eligible clusters exist but none has room for a replica.

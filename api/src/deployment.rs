@@ -102,9 +102,10 @@ pub struct MultiClusterDeploymentSpec {
     #[schemars(range(min = 0))]
     pub replicas: i32,
 
-    /// The Deployment to run in each chosen cluster: `metadata` (labels, annotations) and `spec`,
-    /// an ordinary apps/v1 DeploymentSpec. To convert a Deployment manifest, move its metadata
-    /// labels and its spec one level down, under `template`.
+    /// The Deployment (or, with `kind: StatefulSet`, the StatefulSet) to run in each chosen
+    /// cluster: `metadata` (labels, annotations) and `spec`, an ordinary apps/v1 DeploymentSpec
+    /// or StatefulSetSpec. To convert a manifest, move its kind, metadata labels and spec one
+    /// level down, under `template`.
     pub template: DeploymentTemplate,
 
     /// Which clusters may run the replicas and how they are divided. Defaults to the `worst-fit`

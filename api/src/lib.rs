@@ -74,7 +74,7 @@ pub use taints::{
     ClusterTaint, ClusterTaintEffect, ClusterToleration, DRAIN_TAINT_KEY, REMOVING_TAINT_KEY,
     TolerationOperator,
 };
-pub use template::{DeploymentTemplate, TemplateMetadata};
+pub use template::{DeploymentTemplate, TemplateMetadata, WorkloadKind};
 
 /// An annotation of a MultiClusterDeployment: a new value asks the hub to place it again from
 /// scratch now (make-before-break), as Karmada's WorkloadRebalancer does; `nave rebalance` sets

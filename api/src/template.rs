@@ -10,7 +10,9 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::apps::v1::DeploymentSpec;
+use k8s_openapi::api::apps::v1::{DeploymentSpec, StatefulSetSpec};
+use k8s_openapi::api::core::v1::PodTemplateSpec;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 use serde::{Deserialize, Serialize};
 
@@ -19,21 +21,75 @@ use crate::Error;
 /// Path of the template's Deployment spec, as reported in errors and `kubectl explain`.
 pub const TEMPLATE_SPEC_PATH: &str = "spec.template.spec";
 
-/// `{metadata, spec}` of an `apps/v1` Deployment.
+/// `{kind, metadata, spec}` of an `apps/v1` Deployment or StatefulSet.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [
+    {
+        "rule": "(has(self.kind) ? self.kind : 'Deployment') == (has(oldSelf.kind) ? oldSelf.kind : 'Deployment')",
+        "message": "template.kind cannot change: delete the MultiClusterDeployment and create it again with the other kind",
+        "fieldPath": ".kind",
+        "reason": "FieldValueForbidden"
+    },
+    {
+        "rule": "!has(self.kind) || self.kind != 'StatefulSet' || !has(self.spec.ordinals)",
+        "message": "Nave sets each cluster's spec.ordinals.start (its range of the fleet's ordinals); leave ordinals out of the template",
+        "fieldPath": ".spec.ordinals",
+        "reason": "FieldValueForbidden"
+    }
+]))]
 pub struct DeploymentTemplate {
+    /// What runs in each cluster: `Deployment` (the default) or `StatefulSet`. A StatefulSet's
+    /// replicas are numbered across the fleet: each cluster's StatefulSet gets its own range of
+    /// ordinals (`spec.ordinals.start`), so `db-0` exists in one cluster only; it scales down
+    /// from the highest ordinals and grows at them, and its replicas never move between clusters
+    /// on their own (a replica's volume stays in its cluster). Cannot change once set.
+    #[serde(default, skip_serializing_if = "WorkloadKind::is_deployment")]
+    pub kind: WorkloadKind,
+
     /// Labels and annotations of the Deployment created in each cluster (not of its pods: those
     /// are in `spec.template.metadata`). Nave adds its own `nave.dev/*` labels.
     #[serde(default, skip_serializing_if = "TemplateMetadata::is_empty")]
     pub metadata: TemplateMetadata,
 
-    /// An ordinary `apps/v1` DeploymentSpec: `selector`, `template` (the pod template), `strategy`
-    /// and so on, exactly as in a Deployment manifest. Its `replicas` is ignored: each cluster's
-    /// Deployment gets its share of the MultiClusterDeployment's `spec.replicas`. Fields not
+    /// An ordinary `apps/v1` DeploymentSpec (a StatefulSetSpec with `kind: StatefulSet`):
+    /// `selector`, `template` (the pod template), `strategy` and so on, exactly as in its
+    /// manifest. Its `replicas` is ignored: each cluster's object gets its share of the
+    /// MultiClusterDeployment's `spec.replicas`. Fields not
     /// described here are kept as written and checked when the Deployment is built.
     #[schemars(schema_with = "deployment_spec_schema")]
     pub spec: serde_json::Value,
+}
+
+/// The kind of workload a MultiClusterDeployment runs in each cluster.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash, JsonSchema)]
+pub enum WorkloadKind {
+    /// An `apps/v1` Deployment: interchangeable replicas, moved make-before-break.
+    #[default]
+    Deployment,
+    /// An `apps/v1` StatefulSet: numbered replicas, each ordinal in one cluster of the fleet.
+    StatefulSet,
+}
+
+impl WorkloadKind {
+    /// True for the default, [`WorkloadKind::Deployment`] (left out when serialized).
+    pub fn is_deployment(&self) -> bool {
+        *self == WorkloadKind::Deployment
+    }
+
+    /// The kind's name, as in a manifest.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            WorkloadKind::Deployment => "Deployment",
+            WorkloadKind::StatefulSet => "StatefulSet",
+        }
+    }
+}
+
+impl std::fmt::Display for WorkloadKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 /// Labels and annotations of a generated object.
@@ -60,7 +116,56 @@ impl DeploymentTemplate {
     /// A template from a typed spec (for tests and for tools that build objects in code).
     pub fn from_spec(metadata: TemplateMetadata, spec: &DeploymentSpec) -> Self {
         let spec = serde_json::to_value(spec).expect("a DeploymentSpec always serializes to JSON");
-        Self { metadata, spec }
+        Self {
+            kind: WorkloadKind::Deployment,
+            metadata,
+            spec,
+        }
+    }
+
+    /// A StatefulSet's template from a typed spec (for tests and tools).
+    pub fn from_stateful_set_spec(metadata: TemplateMetadata, spec: &StatefulSetSpec) -> Self {
+        let spec = serde_json::to_value(spec).expect("a StatefulSetSpec always serializes to JSON");
+        Self {
+            kind: WorkloadKind::StatefulSet,
+            metadata,
+            spec,
+        }
+    }
+
+    /// The pod-level view placement reads of any kind: selector, pod template (and, for a
+    /// Deployment, its rollout fields), as a DeploymentSpec. A StatefulSet's spec is parsed and
+    /// checked as one ([`DeploymentTemplate::stateful_set_spec`]) and its selector and pod
+    /// template carried over.
+    pub fn workload_spec(&self) -> Result<DeploymentSpec, Error> {
+        match self.kind {
+            WorkloadKind::Deployment => self.deployment_spec(),
+            WorkloadKind::StatefulSet => {
+                let spec = self.stateful_set_spec()?;
+                Ok(DeploymentSpec {
+                    selector: spec.selector,
+                    template: spec.template,
+                    min_ready_seconds: spec.min_ready_seconds,
+                    revision_history_limit: spec.revision_history_limit,
+                    ..DeploymentSpec::default()
+                })
+            }
+        }
+    }
+
+    /// Parses `spec` as an `apps/v1` StatefulSetSpec and checks it as
+    /// [`DeploymentTemplate::deployment_spec`] checks a Deployment's, and that `ordinals` is
+    /// left to Nave.
+    pub fn stateful_set_spec(&self) -> Result<StatefulSetSpec, Error> {
+        let spec: StatefulSetSpec = parse_at_path(&self.spec)?;
+        if spec.ordinals.is_some() {
+            return Err(Error::InvalidTemplate {
+                path: format!("{TEMPLATE_SPEC_PATH}.ordinals"),
+                message: "Nave sets each cluster's ordinals.start (its range of the fleet's ordinals); leave ordinals out of the template",
+            });
+        }
+        check_pods(&spec.selector, &spec.template)?;
+        Ok(spec)
     }
 
     /// Parses `spec` as an `apps/v1` DeploymentSpec and checks the rules the CRD's schema
@@ -70,31 +175,37 @@ impl DeploymentTemplate {
     /// The error names the offending field from the root of the MultiClusterDeployment, e.g.
     /// `spec.template.spec.template.spec.containers[0].image: invalid type: integer `1`, expected a string`.
     pub fn deployment_spec(&self) -> Result<DeploymentSpec, Error> {
-        let spec: DeploymentSpec = serde_path_to_error::deserialize(&self.spec).map_err(|err| {
-            let inner = err.path().to_string();
-            let path = match inner.as_str() {
-                "." | "" => TEMPLATE_SPEC_PATH.to_owned(),
-                _ if inner.starts_with('[') => format!("{TEMPLATE_SPEC_PATH}{inner}"),
-                _ => format!("{TEMPLATE_SPEC_PATH}.{inner}"),
-            };
-            Error::ParseTemplate {
-                path,
-                source: err.into_inner(),
-            }
-        })?;
-        check_deployment_spec(&spec)?;
+        let spec: DeploymentSpec = parse_at_path(&self.spec)?;
+        check_pods(&spec.selector, &spec.template)?;
         Ok(spec)
     }
 }
 
-/// The checks of the CEL rules in [`deployment_spec_schema`], on the typed spec.
-fn check_deployment_spec(spec: &DeploymentSpec) -> Result<(), Error> {
+/// `spec` parsed as `T`, an error naming the field from the root of the MultiClusterDeployment.
+fn parse_at_path<T: serde::de::DeserializeOwned>(spec: &serde_json::Value) -> Result<T, Error> {
+    serde_path_to_error::deserialize(spec).map_err(|err| {
+        let inner = err.path().to_string();
+        let path = match inner.as_str() {
+            "." | "" => TEMPLATE_SPEC_PATH.to_owned(),
+            _ if inner.starts_with('[') => format!("{TEMPLATE_SPEC_PATH}{inner}"),
+            _ => format!("{TEMPLATE_SPEC_PATH}.{inner}"),
+        };
+        Error::ParseTemplate {
+            path,
+            source: err.into_inner(),
+        }
+    })
+}
+
+/// The checks of the CEL rules in [`deployment_spec_schema`], on the typed selector and pod
+/// template of either kind.
+fn check_pods(selector: &LabelSelector, template: &PodTemplateSpec) -> Result<(), Error> {
     let invalid = |path: &str, message: &'static str| Error::InvalidTemplate {
         path: format!("{TEMPLATE_SPEC_PATH}{path}"),
         message,
     };
-    let match_labels = spec.selector.match_labels.as_ref().filter(|l| !l.is_empty());
-    let match_expressions = spec.selector.match_expressions.as_ref().filter(|e| !e.is_empty());
+    let match_labels = selector.match_labels.as_ref().filter(|l| !l.is_empty());
+    let match_expressions = selector.match_expressions.as_ref().filter(|e| !e.is_empty());
     if match_labels.is_none() && match_expressions.is_none() {
         return Err(invalid(
             ".selector",
@@ -102,7 +213,7 @@ fn check_deployment_spec(spec: &DeploymentSpec) -> Result<(), Error> {
         ));
     }
     if let Some(match_labels) = match_labels {
-        let pod_labels = spec.template.metadata.as_ref().and_then(|m| m.labels.as_ref());
+        let pod_labels = template.metadata.as_ref().and_then(|m| m.labels.as_ref());
         let matches = pod_labels.is_some_and(|pod| match_labels.iter().all(|(k, v)| pod.get(k) == Some(v)));
         if !matches {
             return Err(invalid(
@@ -111,7 +222,7 @@ fn check_deployment_spec(spec: &DeploymentSpec) -> Result<(), Error> {
             ));
         }
     }
-    let Some(pod) = &spec.template.spec else {
+    let Some(pod) = &template.spec else {
         return Err(invalid(".template.spec", "the pod template needs a spec"));
     };
     if pod.containers.is_empty() {
@@ -228,7 +339,7 @@ fn deployment_spec_schema(_: &mut SchemaGenerator) -> Schema {
 
     let pod_spec = json_schema!({
         "type": "object",
-        "description": "The pod spec, as in a Deployment (core/v1 PodSpec).",
+        "description": "The pod spec, as in a Deployment or StatefulSet (core/v1 PodSpec).",
         "x-kubernetes-preserve-unknown-fields": true,
         "x-kubernetes-validations": [
             {
@@ -318,6 +429,12 @@ fn deployment_spec_schema(_: &mut SchemaGenerator) -> Schema {
             "revisionHistoryLimit": {"type": "integer", "format": "int32", "minimum": 0, "description": "Old ReplicaSets kept per cluster for rollback."},
             "progressDeadlineSeconds": {"type": "integer", "format": "int32", "minimum": 1, "description": "Seconds before a stalled rollout is reported as not progressing."},
             "paused": {"type": "boolean", "description": "Pauses rollouts in every cluster."},
+            "serviceName": {"type": "string", "description": "StatefulSet only: the headless Service giving the pods their DNS names, in every cluster used (a MultiClusterService with `clusterIP: None` following this workload creates it)."},
+            "volumeClaimTemplates": open_list("StatefulSet only: a PersistentVolumeClaim per replica, made in the replica's cluster; a claim stays in its cluster, which is why a StatefulSet's replicas never move between clusters on their own."),
+            "ordinals": open_object("StatefulSet only, and set by Nave: each cluster's `start` is its range of the fleet's ordinals. Leave it out of the template."),
+            "podManagementPolicy": {"type": "string", "description": "StatefulSet only: OrderedReady (default) or Parallel, within each cluster."},
+            "updateStrategy": open_object("StatefulSet only: how each cluster's StatefulSet replaces old pods (RollingUpdate from its highest ordinal, or OnDelete)."),
+            "persistentVolumeClaimRetentionPolicy": open_object("StatefulSet only: whether claims are deleted with the StatefulSet (whenDeleted) or when it scales down (whenScaled); kept by default."),
         },
     })
 }

@@ -75,6 +75,7 @@ impl McdBuilder {
             MultiClusterDeploymentSpec {
                 replicas: self.replicas,
                 template: DeploymentTemplate {
+                    kind: crate::WorkloadKind::Deployment,
                     metadata: TemplateMetadata::default(),
                     spec: deployment_spec_json(&self.name, self.image),
                 },

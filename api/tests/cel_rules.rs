@@ -42,12 +42,22 @@ fn all_rules() -> Vec<(String, String)> {
     out
 }
 
+/// `rule` on `this`; a transition rule (one naming `oldSelf`) on `{"self": .., "oldSelf": ..}`.
 fn eval(rule: &str, this: &Value) -> Result<bool, String> {
     let program = cel::Program::compile(rule).map_err(|e| format!("does not compile: {e:?}"))?;
     let mut context = cel::Context::default();
+    let (this, old) = match rule.contains("oldSelf") {
+        true => (this["self"].clone(), Some(this["oldSelf"].clone())),
+        false => (this.clone(), None),
+    };
     context
-        .add_variable("self", this.clone())
+        .add_variable("self", this)
         .map_err(|e| format!("cannot bind self: {e:?}"))?;
+    if let Some(old) = old {
+        context
+            .add_variable("oldSelf", old)
+            .map_err(|e| format!("cannot bind oldSelf: {e:?}"))?;
+    }
     match program.execute(&context) {
         Ok(cel::Value::Bool(b)) => Ok(b),
         Ok(other) => Err(format!("evaluates to {other:?}, not a bool")),
@@ -304,6 +314,27 @@ fn cases() -> Vec<Case> {
                 json!([{"name": "http", "port": 80}, {"name": "https", "port": 443}]),
             ],
             invalid: vec![json!([{"name": "http", "port": 80}, {"port": 443}])],
+        },
+        Case {
+            rule_contains: "self.kind : 'Deployment') == (has(oldSelf.kind)",
+            valid: vec![
+                json!({"self": {"spec": {}}, "oldSelf": {"spec": {}}}),
+                json!({"self": {"kind": "Deployment"}, "oldSelf": {}}),
+                json!({"self": {"kind": "StatefulSet"}, "oldSelf": {"kind": "StatefulSet"}}),
+            ],
+            invalid: vec![
+                json!({"self": {"kind": "StatefulSet"}, "oldSelf": {}}),
+                json!({"self": {}, "oldSelf": {"kind": "StatefulSet"}}),
+            ],
+        },
+        Case {
+            rule_contains: "self.kind != 'StatefulSet' || !has(self.spec.ordinals)",
+            valid: vec![
+                json!({"spec": {}}),
+                json!({"kind": "StatefulSet", "spec": {"serviceName": "db"}}),
+                json!({"kind": "Deployment", "spec": {"ordinals": {"start": 1}}}),
+            ],
+            invalid: vec![json!({"kind": "StatefulSet", "spec": {"ordinals": {"start": 1}}})],
         },
     ]
 }

@@ -263,3 +263,24 @@ fn drop_in_example_opens_its_namespace_and_asks_for_a_policy() {
     let _: PlacementPolicy =
         serde_json::from_value(Value::String(policy.clone())).expect("a policy the hub knows");
 }
+
+#[test]
+fn statefulset_example_numbers_a_database_across_the_fleet() {
+    let docs = documents("statefulset.yaml");
+    let mcds = of_kind(&docs, "MultiClusterDeployment");
+    let services = of_kind(&docs, "MultiClusterService");
+    assert_eq!((mcds.len(), services.len()), (1, 1));
+    assert_fits_crd::<MultiClusterDeployment>(mcds[0]);
+    assert_fits_crd::<MultiClusterService>(services[0]);
+    let mcd: MultiClusterDeployment = serde_json::from_value(mcds[0].clone()).unwrap();
+    assert_eq!(mcd.spec.template.kind, nave_api::WorkloadKind::StatefulSet);
+    let spec = mcd
+        .spec
+        .template
+        .stateful_set_spec()
+        .expect("the example template is a valid StatefulSetSpec");
+    assert_eq!(spec.service_name.as_deref(), Some("db"));
+    assert_eq!(spec.volume_claim_templates.map(|c| c.len()), Some(1));
+    let service: MultiClusterService = serde_json::from_value(services[0].clone()).unwrap();
+    assert_eq!(service.spec.deployment.as_deref(), Some("db"));
+}

@@ -497,6 +497,7 @@ pub fn fleet_copy(
                 fields.remove("paused");
             }
             DeploymentTemplate {
+                kind: nave_api::WorkloadKind::Deployment,
                 metadata: TemplateMetadata {
                     labels: deployment.labels().clone(),
                     annotations: BTreeMap::new(),

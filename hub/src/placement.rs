@@ -19,6 +19,7 @@
 pub mod failover;
 pub mod inputs;
 pub mod moves;
+pub mod ordinals;
 pub mod reports;
 pub mod stored;
 pub mod traffic;
@@ -31,7 +32,7 @@ use k8s_openapi::api::apps::v1::DeploymentSpec;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::runtime::events::EventType;
 use nave_api::wire::WorkloadRef;
-use nave_api::{MultiClusterDeployment, PlacementPolicy};
+use nave_api::{MultiClusterDeployment, PlacementPolicy, WorkloadKind};
 use nave_policies::{Decision, Fleet, Ledger, Request, Strategy};
 
 use self::moves::Adapt;
@@ -45,6 +46,10 @@ pub const TRIGGER_SPEC: &str = "spec";
 pub const TRIGGER_FLEET: &str = "fleet";
 /// History trigger of a decision placed again from scratch on request (the rebalance annotation).
 pub const TRIGGER_REBALANCE: &str = "rebalance";
+
+/// How soon a plan looks again while a StatefulSet's ordinals are stopping somewhere, beside the
+/// status reports that wake it.
+const RELEASE_RECHECK: Duration = Duration::from_secs(2);
 
 /// Reasons of the Events a plan asks to publish on the MultiClusterDeployment.
 pub mod event_reasons {
@@ -61,7 +66,10 @@ pub mod event_reasons {
 /// A MultiClusterDeployment's spec as placement reads it, once it has been checked.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Valid {
-    /// The Deployment spec of the template.
+    /// What runs in each cluster.
+    pub kind: WorkloadKind,
+    /// The Deployment spec of the template; of a StatefulSet, its selector and pod template
+    /// ([`nave_api::DeploymentTemplate::workload_spec`]).
     pub deployment: DeploymentSpec,
     /// `rescheduling.pendingTimeout`, also a move's deadline.
     pub pending_timeout: Duration,
@@ -79,8 +87,34 @@ pub fn validate(mcd: &MultiClusterDeployment) -> Result<Valid, String> {
             mcd.spec.replicas
         ));
     }
-    let deployment = mcd.spec.template.deployment_spec().map_err(|e| e.to_string())?;
+    let kind = mcd.spec.template.kind;
+    let deployment = mcd.spec.template.workload_spec().map_err(|e| e.to_string())?;
     let placement = &mcd.spec.placement;
+    if kind == WorkloadKind::StatefulSet {
+        // Each would move or multiply a StatefulSet's numbered replicas behind its back.
+        let refused = [
+            (
+                "spec.placement.policy",
+                placement.policy == PlacementPolicy::Everywhere,
+                "everywhere would run the same ordinals in every cluster; a StatefulSet's replicas are numbered across the fleet",
+            ),
+            (
+                "spec.placement.bursting",
+                placement.bursting.is_some(),
+                "bursting moves replicas back and forth; a StatefulSet's replica stays with its volume in its cluster",
+            ),
+            (
+                "spec.retainReplicas",
+                mcd.spec.retain_replicas,
+                "a cluster scaling its own StatefulSet would run into the ordinals of the next cluster",
+            ),
+        ];
+        if let Some((field, _, why)) = refused.iter().find(|(_, set, _)| *set) {
+            return Err(format!(
+                "{field}: Forbidden: with template.kind StatefulSet, {why}"
+            ));
+        }
+    }
     let selectors = [
         (
             "spec.placement.clusterSelector",
@@ -130,6 +164,7 @@ pub fn validate(mcd: &MultiClusterDeployment) -> Result<Valid, String> {
         )?;
     }
     Ok(Valid {
+        kind,
         deployment,
         pending_timeout,
         cooldown,
@@ -315,16 +350,22 @@ pub fn plan(inputs: &Inputs<'_>) -> Planned {
         .as_ref()
         .and_then(|a| a.get(nave_api::REBALANCE_ANNOTATION))
         .cloned();
-    let rebalance = stored.is_some_and(|s| asked_rebalance.is_some() && s.rebalanced != asked_rebalance);
+    // A StatefulSet is never placed again from scratch: that would move its numbered replicas.
+    let stateful = valid.kind == WorkloadKind::StatefulSet;
+    let rebalance =
+        !stateful && stored.is_some_and(|s| asked_rebalance.is_some() && s.rebalanced != asked_rebalance);
     let mut policy = inputs::policy(&spec.placement);
     if let Strategy::Traffic(by) = &mut policy.strategy {
         *by = traffic.of(&workload.namespace, &workload.name);
     }
-    let request = Request::new(replicas, demand.clone(), policy).with_current(if rebalance {
+    let mut request = Request::new(replicas, demand.clone(), policy).with_current(if rebalance {
         BTreeMap::new()
     } else {
         current.clone()
     });
+    if stateful {
+        request.ordinal_order = ordinals::order(&stored.map(|s| s.ordinals.clone()).unwrap_or_default());
+    }
 
     let mut failover = failover::Plan::new(
         health,
@@ -345,8 +386,9 @@ pub fn plan(inputs: &Inputs<'_>) -> Planned {
     );
     // `everywhere` moves nothing between clusters: a lost cluster keeps its replicas (they run
     // there if only the hub lost it, and every other cluster already runs its own), a stuck one
-    // waits for room there, and there is no burst to retract.
-    let everywhere = spec.placement.policy == PlacementPolicy::Everywhere;
+    // waits for room there, and there is no burst to retract. Nor does a StatefulSet: a replica
+    // is its ordinal and its volume, both in its cluster (see `ordinals`).
+    let everywhere = spec.placement.policy == PlacementPolicy::Everywhere || stateful;
     // Failover first: a lost cluster's replicas move before stuck or burst ones. A rebalance
     // decides from scratch, which already leaves lost clusters out.
     let decision = if everywhere || rebalance {
@@ -354,11 +396,30 @@ pub fn plan(inputs: &Inputs<'_>) -> Planned {
     } else {
         failover.decide(fleet, ledger, &request)
     };
-    let decision = if everywhere || rebalance || failover.trigger().is_some() {
+    let mut decision = if everywhere || rebalance || failover.trigger().is_some() {
         decision
     } else {
         adapt.decide(fleet, ledger, &request, decision)
     };
+    // A StatefulSet's ranges, with replicas held back where their ordinals still run elsewhere.
+    let layout = stateful.then(|| {
+        let before = stored.cloned().unwrap_or_default();
+        let layout = ordinals::lay_out(
+            &before.ordinals,
+            &before.assignment,
+            &before.releasing,
+            &decision.assignment,
+            |cluster, n| ordinals::stopped_beyond(reports.get(cluster).map(Arc::as_ref), workload, n),
+            |cluster| fleet.get(cluster).is_some(),
+        );
+        for cluster in &mut decision.clusters {
+            cluster.replicas = layout.assignment.get(&*cluster.cluster).copied().unwrap_or(0);
+        }
+        decision.assignment = layout.assignment.clone();
+        decision.unplaced += layout.held_back();
+        decision.notes.extend(layout.waiting.iter().cloned());
+        layout
+    });
     let moving = if everywhere {
         None
     } else {
@@ -379,6 +440,10 @@ pub fn plan(inputs: &Inputs<'_>) -> Planned {
     };
     // No words yet: they are built only for a plan that is written (`Planned::explained`).
     let mut stored = StoredDecision::of(&decision, &demand);
+    if let Some(layout) = &layout {
+        stored.ordinals = layout.starts.clone();
+        stored.releasing = layout.releasing.clone();
+    }
     if !everywhere {
         failover.annotate(&mut stored);
         adapt.annotate(&mut stored);
@@ -440,8 +505,12 @@ pub fn plan(inputs: &Inputs<'_>) -> Planned {
         .notes
         .iter()
         .any(|n| matches!(n, nave_policies::Note::StayForRoom { .. }));
-    let settled =
-        decision.unplaced == 0 && !stay_for_room && !pods_pending && in_burst.is_empty() && moving.is_none();
+    let settled = decision.unplaced == 0
+        && !stay_for_room
+        && !pods_pending
+        && in_burst.is_empty()
+        && moving.is_none()
+        && stored.releasing.is_empty();
     let mut next = next_stuck;
     let mut sooner = |at: Duration| next = Some(next.map_or(at, |n| n.min(at)));
     // Traffic that shifted during the cooldown is followed when it ends.
@@ -456,6 +525,10 @@ pub fn plan(inputs: &Inputs<'_>) -> Planned {
     if let Some(m) = &moving {
         let elapsed = now.duration_since(m.since).unsigned_abs();
         sooner(valid.pending_timeout.saturating_sub(elapsed));
+    }
+    // Ordinals stopping: their cluster's reports say when, and the hub looks again meanwhile.
+    if !stored.releasing.is_empty() {
+        sooner(RELEASE_RECHECK);
     }
     // A taint's toleration running out where replicas run: they move then.
     for (cluster, _) in request.current.iter().filter(|(_, n)| **n > 0) {

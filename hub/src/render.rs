@@ -103,6 +103,9 @@ fn override_path_allowed(path: &str) -> Result<(), &'static str> {
     match segments.as_slice() {
         ["spec", "replicas", ..] => Err("replicas is each cluster's share, set by the placement"),
         ["spec", "selector", ..] => Err("the selector ties the Deployment to its pods"),
+        ["spec", "ordinals", ..] => {
+            Err("a StatefulSet's ordinals are each cluster's range, set by the placement")
+        }
         ["spec", "template", "metadata", "labels"] | ["spec", "template", "metadata"] => {
             Err("the pod labels as a whole include Nave's own; override single labels")
         }
@@ -133,17 +136,21 @@ pub fn workload_labels(workload: &WorkloadRef) -> BTreeMap<String, String> {
     labels
 }
 
-/// The Deployment for one cluster: the template's metadata and spec, `replicas` set to the
-/// cluster's share, the workload labels on the Deployment and its pod template, the template's
-/// digest (`template_hash`, [`template_hash`] of `mcd`, computed once for every cluster), then
-/// every override that applies to `cluster` (by name or by its `labels`), in order.
+/// The Deployment (or StatefulSet, by `spec.template.kind`) for one cluster: the template's
+/// metadata and spec, `replicas` set to the cluster's share (and a StatefulSet's
+/// `ordinals.start` to the first of its range, `first_ordinal`), the workload labels on the
+/// object and its pod template, the template's digest (`template_hash`, [`template_hash`] of
+/// `mcd`, computed once for every cluster), then every override that applies to `cluster` (by
+/// name or by its `labels`), in order.
 pub fn render_deployment(
     mcd: &MultiClusterDeployment,
     cluster: &str,
     cluster_labels: &BTreeMap<String, String>,
     replicas: u32,
+    first_ordinal: Option<u32>,
     template_hash: &str,
 ) -> Result<Value, RenderError> {
+    let kind = mcd.spec.template.kind.as_str();
     let workload = workload_ref(mcd);
     let template = &mcd.spec.template;
     let mut labels = template.metadata.labels.clone();
@@ -167,13 +174,20 @@ pub fn render_deployment(
         spec = Value::Object(Map::new());
     }
     spec["replicas"] = json!(replicas);
+    let ordinals = match mcd.spec.template.kind {
+        nave_api::WorkloadKind::StatefulSet => json!({"start": first_ordinal.unwrap_or(0)}),
+        nave_api::WorkloadKind::Deployment => Value::Null,
+    };
+    if !ordinals.is_null() {
+        spec["ordinals"] = ordinals.clone();
+    }
     // The agent reports status per workload from the pods' label; set it here so it holds from
     // the first pod on.
     let pod_labels = pointer_object(&mut spec, &["template", "metadata", "labels"]);
     pod_labels.insert(WORKLOAD_LABEL.to_owned(), json!(workload.label_value()));
     let mut deployment = json!({
         "apiVersion": "apps/v1",
-        "kind": "Deployment",
+        "kind": kind,
         "metadata": metadata,
         "spec": spec,
     });
@@ -195,7 +209,7 @@ pub fn render_deployment(
     // so a path rule missed above cannot send another object to the agent.
     let intended = [
         ("apiVersion", deployment["apiVersion"] == "apps/v1"),
-        ("kind", deployment["kind"] == "Deployment"),
+        ("kind", deployment["kind"] == kind),
         (
             "metadata.name",
             deployment["metadata"]["name"] == workload.name.as_str(),
@@ -205,6 +219,10 @@ pub fn render_deployment(
             deployment["metadata"]["namespace"] == workload.namespace.as_str(),
         ),
         ("spec.replicas", deployment["spec"]["replicas"] == json!(replicas)),
+        (
+            "spec.ordinals",
+            deployment["spec"].get("ordinals").cloned().unwrap_or(Value::Null) == ordinals,
+        ),
         (
             "metadata.labels",
             deployment["metadata"]["labels"][WORKLOAD_LABEL] == workload.label_value().as_str(),
@@ -700,14 +718,12 @@ impl ClusterWork {
             .collect()
     }
 
-    /// The Deployment `workload` contributes to the set, as last rendered.
+    /// The Deployment (or StatefulSet) `workload` contributes to the set, as last rendered.
     pub fn deployment(&self, workload: &WorkloadRef) -> Option<&Value> {
-        let key = (
-            "Deployment".to_owned(),
-            workload.namespace.clone(),
-            workload.name.clone(),
-        );
-        self.objects.get(&key).map(|(object, _)| object)
+        ["Deployment", "StatefulSet"].into_iter().find_map(|kind| {
+            let key = (kind.to_owned(), workload.namespace.clone(), workload.name.clone());
+            self.objects.get(&key).map(|(object, _)| object)
+        })
     }
 
     /// The object of `key` as it is sent: labelled with its contributors.

@@ -188,6 +188,7 @@ fn evaluate<'a>(fleet: &'a Fleet, ledger: &Ledger, request: &Request) -> Table<'
     let layout = fleet.layout();
     let mut prepared = layout.prepare(&request.demand);
     let traffic = dividing_traffic(request);
+    let ordinal_top = ordinal_top(request);
     for (index, cluster) in fleet.iter().enumerate() {
         let name = cluster.name.as_str();
         let burst = cluster.burst_only
@@ -232,6 +233,7 @@ fn evaluate<'a>(fleet: &'a Fleet, ledger: &Ledger, request: &Request) -> Table<'
             _ => (None, None, None),
         };
         let evacuating = request.evacuate.get(name).copied().unwrap_or(0);
+        let previous = request.current.get(name).copied().unwrap_or(0);
         if filter.is_none() {
             filter = if !cluster.ready {
                 Some(Filter::NotReady)
@@ -241,6 +243,8 @@ fn evaluate<'a>(fleet: &'a Fleet, ledger: &Ledger, request: &Request) -> Table<'
                 Some(Filter::CapacityUnknown)
             } else if request.evacuate.contains_key(name) {
                 Some(Filter::Evacuating)
+            } else if let Some(top) = ordinal_top.filter(|top| previous > 0 && *top != name) {
+                Some(Filter::LowerOrdinals { top: top.to_owned() })
             } else {
                 match (role, policy.bursting.threshold_percent, utilization) {
                     (Role::Regular, Some(threshold), Some(u)) if u.exceeds(threshold) => {
@@ -253,7 +257,6 @@ fn evaluate<'a>(fleet: &'a Fleet, ledger: &Ledger, request: &Request) -> Table<'
                 }
             };
         }
-        let previous = request.current.get(name).copied().unwrap_or(0);
         let eligible = filter.is_none();
         let free = if eligible {
             room.as_ref().map_or(0, |r| r.replicas)
@@ -743,8 +746,32 @@ fn by_nearness(
 
 /// Removes `surplus` replicas: burst clusters first (farthest from the regular ones first), then
 /// proportionally over the rest.
+/// The cluster holding a StatefulSet's highest ordinals: the last of `ordinal_order` that holds
+/// replicas now.
+fn ordinal_top(request: &Request) -> Option<&str> {
+    request
+        .ordinal_order
+        .iter()
+        .rev()
+        .find(|c| request.current.get(c.as_str()).is_some_and(|n| *n > 0))
+        .map(String::as_str)
+}
+
 fn shrink(t: &mut Table<'_>, request: &Request, surplus: u64) {
     let mut left = surplus;
+    // A StatefulSet scales down from its highest ordinals: the last cluster's first.
+    for name in request.ordinal_order.iter().rev() {
+        if left == 0 {
+            break;
+        }
+        if let Some(i) = t.outs.iter().position(|o| *o.cluster == **name) {
+            let take = left.min(t.cands[i].kept);
+            if take > 0 {
+                t.remove(i, take, Removal::HighestOrdinals);
+                left -= take;
+            }
+        }
+    }
     let cands = &t.cands;
     let burst: Vec<usize> = (0..cands.len())
         .filter(|&i| cands[i].role == Role::Burst && cands[i].kept > 0)

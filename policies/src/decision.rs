@@ -39,6 +39,12 @@ pub enum Filter {
     CapacityUnknown,
     /// Replicas are being evacuated from it in this decision.
     Evacuating,
+    /// A StatefulSet's cluster holding ordinals below those of another: it keeps its replicas
+    /// but cannot gain any (its range would run into the next cluster's).
+    LowerOrdinals {
+        /// The cluster holding the highest ordinals, where the StatefulSet grows.
+        top: String,
+    },
     /// Utilization is above the bursting threshold.
     AboveThreshold {
         /// Utilization in percent (the higher of CPU and memory).
@@ -89,6 +95,10 @@ impl fmt::Display for Filter {
             },
             Filter::CapacityUnknown => f.write_str("capacity unknown (no agent report yet)"),
             Filter::Evacuating => f.write_str("evacuating"),
+            Filter::LowerOrdinals { top } => write!(
+                f,
+                "holds lower ordinals than {top}: a StatefulSet grows only at its highest ordinals"
+            ),
             Filter::AboveThreshold {
                 utilization_percent,
                 threshold_percent,
@@ -205,6 +215,8 @@ pub enum Removal {
     Proportional,
     /// Scale-down to the count every cluster runs (policy `everywhere`).
     PerCluster,
+    /// Scale-down of a StatefulSet: the highest ordinals first.
+    HighestOrdinals,
 }
 
 impl fmt::Display for Removal {
@@ -215,6 +227,7 @@ impl fmt::Display for Removal {
             Removal::BurstFirst => "scale-down, burst clusters first",
             Removal::Proportional => "scale-down, proportionally",
             Removal::PerCluster => "scale-down to the count every cluster runs",
+            Removal::HighestOrdinals => "scale-down, highest ordinals first",
         })
     }
 }
@@ -423,6 +436,27 @@ pub enum Note {
         /// Replicas that stay.
         replicas: u32,
     },
+    /// A StatefulSet's replicas wait for ordinals another cluster ran until it reports them
+    /// stopped: an ordinal never runs in two clusters at once.
+    OrdinalsReleasing {
+        /// The cluster still running them (or not yet reporting them gone).
+        cluster: String,
+        /// The first and last ordinal waited for.
+        ordinals: (u32, u32),
+        /// Replicas waiting.
+        replicas: u32,
+    },
+}
+
+impl Note {
+    /// Replicas this note holds back from running though they have room: a StatefulSet's
+    /// waiting for ordinals another cluster still stops ([`Note::OrdinalsReleasing`]).
+    pub fn waiting_replicas(&self) -> u32 {
+        match self {
+            Note::OrdinalsReleasing { replicas, .. } => *replicas,
+            _ => 0,
+        }
+    }
 }
 
 impl fmt::Display for Note {
@@ -455,6 +489,14 @@ impl fmt::Display for Note {
             Note::StayForRoom { cluster, replicas } => write!(
                 f,
                 "{replicas} replica(s) stay in {cluster} despite its taint: no other cluster has room for them yet"
+            ),
+            Note::OrdinalsReleasing {
+                cluster,
+                ordinals: (first, last),
+                replicas,
+            } => write!(
+                f,
+                "{replicas} replica(s) wait until {cluster} reports ordinals {first}-{last} stopped: an ordinal never runs in two clusters"
             ),
         }
     }
@@ -516,12 +558,13 @@ impl Decision {
             placed,
             self.assignment.len()
         )?;
-        if self.unplaced > 0 {
-            write!(
-                f,
-                ", {} unplaced (no room left in any eligible cluster)",
-                self.unplaced
-            )?;
+        let waiting: u32 = self.notes.iter().map(Note::waiting_replicas).sum();
+        let no_room = self.unplaced.saturating_sub(waiting);
+        if no_room > 0 {
+            write!(f, ", {no_room} unplaced (no room left in any eligible cluster)")?;
+        }
+        for note in self.notes.iter().filter(|n| n.waiting_replicas() > 0) {
+            write!(f, "; {note}")?;
         }
         Ok(())
     }

@@ -279,6 +279,11 @@ impl Ask {
         self.0.current = to_map(current);
         self
     }
+    pub(crate) fn ordinals(mut self, order: &[&str]) -> Self {
+        self.0.ordinal_order = order.iter().map(|c| (*c).to_owned()).collect();
+        self
+    }
+
     pub(crate) fn evacuate(mut self, cluster: &str, replicas: u32) -> Self {
         self.0.evacuate.insert(cluster.to_owned(), replicas);
         self

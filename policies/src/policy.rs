@@ -115,6 +115,12 @@ pub struct Request {
     /// failover from a cluster that stopped reporting). The cluster gets no new replicas in
     /// this decision.
     pub evacuate: BTreeMap<String, u32>,
+    /// A StatefulSet's clusters in the order of their ordinal ranges, lowest first; empty for a
+    /// workload without ordinals. When set, a scale-down removes replicas from the last cluster
+    /// first (the highest ordinals, as a StatefulSet scales down), and only the last cluster
+    /// holding replicas and clusters holding none may gain replicas: any other would need the
+    /// ordinals the clusters after it hold.
+    pub ordinal_order: Vec<String>,
 }
 
 impl Request {

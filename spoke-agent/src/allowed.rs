@@ -14,6 +14,7 @@ use crate::apply::ObjectRef;
 /// The kinds the hub sends today.
 pub const DEFAULT_KINDS: &[&str] = &[
     "Deployment.apps",
+    "StatefulSet.apps",
     "Service",
     "ServiceExport.multicluster.x-k8s.io",
     "ConfigMap",

@@ -62,8 +62,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
-use k8s_openapi::api::apps::v1::Deployment;
-use kube::runtime::reflector::{self, Store};
+use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
+use kube::runtime::reflector;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client};
 use nave_api::Coordinates;
@@ -153,8 +153,8 @@ pub struct Args {
     pub installation: Option<String>,
     /// Kinds the agent applies, `Kind.group` or `Kind` for the core group (`Deployment.apps`,
     /// `Service`); repeatable or comma-separated. Default: what the hub sends (Deployment.apps,
-    /// Service, ServiceExport.multicluster.x-k8s.io, ConfigMap, Secret, Namespace). Anything else
-    /// in a work set is refused.
+    /// StatefulSet.apps, Service, ServiceExport.multicluster.x-k8s.io, ConfigMap, Secret,
+    /// Namespace). Anything else in a work set is refused.
     #[arg(long = "allow-kind", env = "NAVE_ALLOW_KINDS", value_delimiter = ',')]
     pub allow_kinds: Vec<String>,
     /// Namespaces the agent may write to, names or prefixes ending in `*`; repeatable or
@@ -396,7 +396,7 @@ pub struct Agent {
     applier: Applier,
     nodes: trim::Nodes,
     pods: trim::Pods,
-    deployments: Store<Deployment>,
+    workloads: status::WorkloadStores,
     kubernetes_version: Option<String>,
     work: RwLock<WorkState>,
     status_wake: Notify,
@@ -488,12 +488,16 @@ pub async fn run_agent(config: Config, client: Client, shutdown: CancellationTok
     metrics.set_applied(state.revision, state.objects.len());
 
     let (deployments, deployments_writer) = reflector::store::<Deployment>();
+    let (stateful_sets, stateful_sets_writer) = reflector::store::<StatefulSet>();
     let agent = Arc::new(Agent {
         identity: Identity::new(hub, client.clone(), config.clone(), kubernetes_version.clone()),
         applier,
         nodes: trim::Nodes::new(),
         pods: trim::Pods::new(),
-        deployments,
+        workloads: status::WorkloadStores {
+            deployments,
+            stateful_sets,
+        },
         kubernetes_version,
         work: RwLock::new(WorkState {
             objects: state
@@ -564,11 +568,27 @@ pub async fn run_agent(config: Config, client: Client, shutdown: CancellationTok
         "deployments",
         Some(Box::new(wake(&agent))),
     ));
+    // StatefulSets likewise; not waited for below: an agent whose role predates them (no
+    // list/watch on statefulsets) still starts, and reports no StatefulSet status.
+    let stream = reflector::reflector(
+        stateful_sets_writer,
+        watcher(
+            Api::<StatefulSet>::all(client.clone()),
+            watcher::Config::default().labels(&selector),
+        ),
+    );
+    tasks.spawn(drain(
+        stream.default_backoff().boxed(),
+        shutdown.clone(),
+        "statefulsets",
+        Some(Box::new(wake(&agent))),
+    ));
 
     let ready = async {
         agent.nodes.wait_until_ready().await;
         agent.pods.wait_until_ready().await;
         agent
+            .workloads
             .deployments
             .wait_until_ready()
             .await

@@ -1,10 +1,11 @@
-//! Status reports: per object of the work set, Deployment replicas and pending pods per workload,
-//! sent after each apply, when Deployments or pods change, and periodically.
+//! Status reports: per object of the work set, Deployment and StatefulSet replicas and pending
+//! pods per workload, sent after each apply, when those objects or pods change, and periodically.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::runtime::reflector::{ObjectRef as StoreRef, Store};
 use nave_api::wire::{ConditionSummary, ObjectStatus, StatusReport};
 use tokio_util::sync::CancellationToken;
@@ -15,11 +16,100 @@ use crate::capacity::{PodSummary, pending_by_workload, waiting_by_workload};
 use crate::error::Result;
 use crate::{Agent, WorkState};
 
+/// The reflectors of the workload objects the agent applied (by its ownership label).
+#[derive(Clone)]
+#[allow(missing_debug_implementations)] // reflector stores have no Debug
+pub struct WorkloadStores {
+    /// Deployments.
+    pub deployments: Store<Deployment>,
+    /// StatefulSets.
+    pub stateful_sets: Store<StatefulSet>,
+}
+
+/// What a Deployment's or a StatefulSet's spec and status say, as the report carries it.
+struct Counts {
+    spec_replicas: Option<i32>,
+    ready: Option<i32>,
+    available: Option<i32>,
+    updated: Option<i32>,
+    all: Option<i32>,
+    observed_generation: Option<i64>,
+    conditions: Vec<ConditionSummary>,
+}
+
+impl Counts {
+    fn fill(self, meta: &ObjectMeta, status: &mut ObjectStatus) {
+        status.replicas = Some(self.spec_replicas.unwrap_or(1));
+        status.ready_replicas = Some(self.ready.unwrap_or(0));
+        status.available_replicas = Some(self.available.unwrap_or(0));
+        status.updated_replicas = Some(self.updated.unwrap_or(0));
+        status.all_replicas = Some(self.all.unwrap_or(0));
+        status.template_hash = meta
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(nave_api::TEMPLATE_HASH_ANNOTATION))
+            .cloned();
+        status.observed_current = Some(self.observed_generation.unwrap_or(0) >= meta.generation.unwrap_or(0));
+        status.conditions = self.conditions;
+    }
+}
+
+fn summary(
+    type_: Option<String>,
+    status: Option<String>,
+    reason: Option<String>,
+    message: Option<String>,
+) -> ConditionSummary {
+    ConditionSummary {
+        type_: type_.unwrap_or_default(),
+        status: status.unwrap_or_default(),
+        reason,
+        message,
+    }
+}
+
+/// A Deployment's replica counts, template digest and conditions, into its report.
+fn deployment_status(d: &Deployment, status: &mut ObjectStatus) {
+    let s = d.status.clone().unwrap_or_default();
+    let conditions = s.conditions.unwrap_or_default().into_iter();
+    Counts {
+        spec_replicas: d.spec.replicas,
+        ready: s.ready_replicas,
+        available: s.available_replicas,
+        updated: s.updated_replicas,
+        all: s.replicas,
+        observed_generation: s.observed_generation,
+        conditions: conditions
+            .map(|c| summary(c.type_, c.status, c.reason, c.message))
+            .collect(),
+    }
+    .fill(&d.metadata, status);
+}
+
+/// A StatefulSet's, as a Deployment's: `status.replicas` counts every pod it still has, so the
+/// hub knows when ordinals it gave up are gone.
+fn stateful_set_status(set: &StatefulSet, status: &mut ObjectStatus) {
+    let s = set.status.clone().unwrap_or_default();
+    let conditions = s.conditions.unwrap_or_default().into_iter();
+    Counts {
+        spec_replicas: set.spec.replicas,
+        ready: s.ready_replicas,
+        available: s.available_replicas,
+        updated: s.updated_replicas,
+        all: Some(s.replicas),
+        observed_generation: s.observed_generation,
+        conditions: conditions
+            .map(|c| summary(c.type_, c.status, c.reason, c.message))
+            .collect(),
+    }
+    .fill(&set.metadata, status);
+}
+
 /// Builds the report from what was applied and the reflectors' view.
 pub fn build_report(
     cluster: &str,
     work: &WorkState,
-    deployments: &Store<Deployment>,
+    workloads: &WorkloadStores,
     pods: &[Arc<PodSummary>],
 ) -> StatusReport {
     let pending = pending_by_workload(pods.iter().map(|p| p.as_ref()));
@@ -45,10 +135,12 @@ pub fn build_report(
                     .map(|e| e.message.clone()),
                 ..Default::default()
             };
+            let workload_kind = object_ref.api_version == "apps/v1"
+                && matches!(object_ref.kind.as_str(), "Deployment" | "StatefulSet");
             // Any other object: the content digest the hub gave it, as applied (only when the
             // whole set it came in was applied, and the object did not fail).
             if status.error.is_none()
-                && object_ref.kind != "Deployment"
+                && !workload_kind
                 && let Some(known) = work
                     .known
                     .as_ref()
@@ -65,35 +157,21 @@ pub fn build_report(
                     .and_then(|o| o["metadata"]["annotations"][nave_api::TEMPLATE_HASH_ANNOTATION].as_str())
                     .map(str::to_owned);
             }
-            if object_ref.kind == "Deployment" && object_ref.api_version == "apps/v1" {
-                let key =
-                    StoreRef::new(&object_ref.name).within(object_ref.namespace.as_deref().unwrap_or(""));
-                if let Some(d) = deployments.get(&key) {
-                    let s = d.status.clone().unwrap_or_default();
-                    status.replicas = Some(d.spec.replicas.unwrap_or(1));
-                    status.ready_replicas = Some(s.ready_replicas.unwrap_or(0));
-                    status.available_replicas = Some(s.available_replicas.unwrap_or(0));
-                    status.updated_replicas = Some(s.updated_replicas.unwrap_or(0));
-                    status.all_replicas = Some(s.replicas.unwrap_or(0));
-                    status.template_hash = d
-                        .metadata
-                        .annotations
-                        .as_ref()
-                        .and_then(|a| a.get(nave_api::TEMPLATE_HASH_ANNOTATION))
-                        .cloned();
-                    status.observed_current =
-                        Some(s.observed_generation.unwrap_or(0) >= d.metadata.generation.unwrap_or(0));
-                    status.conditions = s
-                        .conditions
-                        .unwrap_or_default()
-                        .into_iter()
-                        .map(|c| ConditionSummary {
-                            type_: c.type_.unwrap_or_default(),
-                            status: c.status.unwrap_or_default(),
-                            reason: c.reason,
-                            message: c.message,
-                        })
-                        .collect();
+            if workload_kind {
+                let namespace = object_ref.namespace.as_deref().unwrap_or("");
+                match object_ref.kind.as_str() {
+                    "Deployment" => {
+                        let key = StoreRef::new(&object_ref.name).within(namespace);
+                        if let Some(d) = workloads.deployments.get(&key) {
+                            deployment_status(&d, &mut status);
+                        }
+                    }
+                    _ => {
+                        let key = StoreRef::new(&object_ref.name).within(namespace);
+                        if let Some(s) = workloads.stateful_sets.get(&key) {
+                            stateful_set_status(&s, &mut status);
+                        }
+                    }
                 }
                 status.waiting_pods = workload
                     .as_ref()
@@ -135,7 +213,7 @@ pub async fn status_loop(agent: Arc<Agent>, shutdown: CancellationToken) -> Resu
         let report = {
             let work = agent.work.read().await;
             let pods = agent.pods.state();
-            build_report(&agent.config.cluster_name, &work, &agent.deployments, &pods)
+            build_report(&agent.config.cluster_name, &work, &agent.workloads, &pods)
         };
         let periodic = tokio::time::Instant::now() >= due;
         let now_at = (

@@ -1748,6 +1748,57 @@ async fn place_a_drop_in_deployment(env: &Env) {
     .await;
 }
 
+/// A StatefulSet placed (the agent applies it and watches its status), then deleted (the agent
+/// lists its StatefulSets by label and deletes it).
+async fn place_and_delete_a_stateful_set(env: &Env) {
+    let mcds: Api<nave_api::MultiClusterDeployment> = Api::namespaced(env.client.clone(), "default");
+    let mcd: nave_api::MultiClusterDeployment = serde_json::from_value(json!({
+        "metadata": {"name": "db", "namespace": "default"},
+        "spec": {"replicas": 1, "template": {"kind": "StatefulSet", "spec": {
+            "serviceName": "db",
+            "selector": {"matchLabels": {"app": "db"}},
+            "template": {"metadata": {"labels": {"app": "db"}},
+                "spec": {"containers": [{"name": "db", "image": "postgres:17"}]}}}}},
+    }))
+    .expect("a StatefulSet MultiClusterDeployment");
+    mcds.create(&PostParams::default(), &mcd)
+        .await
+        .expect("StatefulSet MCD created");
+    nave_testkit::wait_for(
+        "the StatefulSet ready in the fleet",
+        nave_e2e::DEADLINE,
+        || async {
+            let mcd = mcds.get("db").await.map_err(|e| e.to_string())?;
+            let ready = mcd.status.as_ref().map_or(0, |s| s.ready_replicas);
+            if ready == 1 {
+                Ok(())
+            } else {
+                Err(format!("ready {ready}"))
+            }
+        },
+    )
+    .await;
+    mcds.delete("db", &kube::api::DeleteParams::default())
+        .await
+        .expect("StatefulSet MCD deleted");
+    env.wait_mcd_gone("default", "db").await;
+    for cluster in env.cluster_names() {
+        let sets: Api<k8s_openapi::api::apps::v1::StatefulSet> =
+            Api::namespaced(env.cluster_client(&cluster), "default");
+        nave_testkit::wait_for(
+            &format!("no StatefulSet left in {cluster}"),
+            nave_e2e::DEADLINE,
+            || async {
+                match sets.get_opt("db").await.map_err(|e| e.to_string())? {
+                    None => Ok(()),
+                    Some(_) => Err("still there".to_owned()),
+                }
+            },
+        )
+        .await;
+    }
+}
+
 /// A MultiClusterResource the hub refuses (its kind is not allowed), then deleted: the hub
 /// watches it, adds and removes its finalizer and writes its status.
 async fn send_and_delete_a_resource(env: &Env) {
@@ -1987,6 +2038,7 @@ async fn the_charts_grant_exactly_what_the_hub_and_the_agents_use() {
     place_and_delete_a_workload(&mut env).await;
     place_a_drop_in_deployment(&env).await;
     send_and_delete_a_resource(&env).await;
+    place_and_delete_a_stateful_set(&env).await;
     // An autoscaler: the hub reads its target and writes its status (no Prometheus here, so it
     // says it reads no metrics).
     let mcds: kube::Api<nave_api::MultiClusterDeployment> =

@@ -254,14 +254,21 @@ async fn apply(mcd: Arc<MultiClusterDeployment>, ctx: &Context) -> Result<Action
             .filter(|t| t.scope == nave_policies::TrafficScope::Workload)
             .and_then(|t| t.locality(&decision.assignment)),
     );
+    // Replicas a StatefulSet holds back until another cluster stops their ordinals need no room.
+    let waiting_for_ordinals: u32 = decision
+        .notes
+        .iter()
+        .map(nave_policies::Note::waiting_replicas)
+        .sum();
+    let lacking_room = decision.unplaced.saturating_sub(waiting_for_ordinals);
     ctx.sources.unplaced.set(
         &workload,
         // Built only when something is unplaced: most reconciles place everything.
-        (decision.unplaced > 0 && placement_spec.policy != nave_api::PlacementPolicy::Everywhere).then(
-            || crate::provisioner::WorkloadDemand {
+        (lacking_room > 0 && placement_spec.policy != nave_api::PlacementPolicy::Everywhere).then(|| {
+            crate::provisioner::WorkloadDemand {
                 namespace: workload.namespace.clone(),
                 name: workload.name.clone(),
-                replicas: decision.unplaced,
+                replicas: lacking_room,
                 per_replica: crate::provisioner::Amounts {
                     cpu_millis: planned.stored.demand.cpu_millis,
                     memory_bytes: planned.stored.demand.memory_bytes,
@@ -269,8 +276,8 @@ async fn apply(mcd: Arc<MultiClusterDeployment>, ctx: &Context) -> Result<Action
                 clusters: placement_spec.clusters.clone(),
                 cluster_selector: placement_spec.cluster_selector.clone(),
                 since: gathered.now,
-            },
-        ),
+            }
+        }),
     );
 
     // Write: the placement (unless it decides what the stored one does, for the same
@@ -320,7 +327,13 @@ async fn apply(mcd: Arc<MultiClusterDeployment>, ctx: &Context) -> Result<Action
             }
         }
     };
-    let dispatched = planned.dispatched();
+    let mut dispatched = planned.dispatched();
+    // A StatefulSet's first ordinal in each cluster; a cluster still stopping the ordinals it gave
+    // up keeps its StatefulSet (at zero replicas if it runs none now) until it reports them gone.
+    let first_ordinals = &planned.stored.ordinals;
+    for cluster in first_ordinals.keys() {
+        dispatched.entry(cluster.clone()).or_insert(0);
+    }
 
     // Render every cluster's share.
     let mut rendered: BTreeMap<String, Vec<Value>> = BTreeMap::new();
@@ -406,17 +419,26 @@ async fn apply(mcd: Arc<MultiClusterDeployment>, ctx: &Context) -> Result<Action
             gathered.now,
         )
     };
-    for (cluster, &n) in dispatched.iter().filter(|(_, n)| **n > 0) {
+    for (cluster, &n) in dispatched
+        .iter()
+        .filter(|(c, n)| **n > 0 || first_ordinals.contains_key(*c))
+    {
         let kept = held.remove(cluster).filter(|_| !rollout.update.contains(cluster));
+        let first_ordinal = first_ordinals.get(cluster).copied();
         let deployment = match kept {
             Some(mut deployment) => {
                 deployment["spec"]["replicas"] = json!(n);
+                if let Some(start) = first_ordinal {
+                    deployment["spec"]["ordinals"] = json!({"start": start});
+                }
                 deployment
             }
-            None => match render::render_deployment(&mcd, cluster, &labels_of(cluster), n, &hash) {
-                Ok(d) => d,
-                Err(e) => return invalid(&mcd, ctx, reasons::OVERRIDE_FAILED, e.to_string()).await,
-            },
+            None => {
+                match render::render_deployment(&mcd, cluster, &labels_of(cluster), n, first_ordinal, &hash) {
+                    Ok(d) => d,
+                    Err(e) => return invalid(&mcd, ctx, reasons::OVERRIDE_FAILED, e.to_string()).await,
+                }
+            }
         };
         let mut objects = Vec::new();
         for key in render::dependencies(&deployment["spec"], &mcd.spec.dependencies) {

@@ -58,19 +58,21 @@ pub fn cluster_failure(report: Option<&StatusReport>, workload: &WorkloadRef) ->
         .filter(|error| concerns(error, workload))
         .map(|error| format!("{} {} not applied: {}", error.kind, error.name, error.message))
         .collect();
-    if let Some(why) = deployment_of(Some(report), workload).and_then(deployment_failure) {
-        failing.push(format!("Deployment {}: {why}", workload.name));
+    if let Some(object) = deployment_of(Some(report), workload)
+        && let Some(why) = deployment_failure(object)
+    {
+        failing.push(format!("{} {}: {why}", object.kind, workload.name));
     }
     (!failing.is_empty()).then(|| failing.join("; "))
 }
 
-/// The workload's Deployment in one report.
+/// The workload's Deployment (or StatefulSet) in one report.
 pub fn deployment_of<'a>(
     report: Option<&'a StatusReport>,
     workload: &WorkloadRef,
 ) -> Option<&'a ObjectStatus> {
     report?.objects.iter().find(|o| {
-        o.kind == "Deployment"
+        matches!(o.kind.as_str(), "Deployment" | "StatefulSet")
             && o.name == workload.name
             && o.namespace.as_deref() == Some(&workload.namespace)
     })

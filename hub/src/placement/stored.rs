@@ -44,6 +44,24 @@ pub struct StoredDecision {
     /// The value of the workload's `nave.dev/rebalance` annotation last acted on.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub rebalanced: Option<String>,
+    /// A StatefulSet's first ordinal (`spec.ordinals.start`) in each cluster that runs it or
+    /// still stops some of it (see [`super::ordinals`]).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub ordinals: BTreeMap<String, u32>,
+    /// A StatefulSet's ordinals each cluster gave up and has not yet reported stopped: no other
+    /// cluster runs them until it does.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub releasing: BTreeMap<String, Releasing>,
+}
+
+/// Ordinals `from..to` a cluster gave up (scale-down, or all of them) and may still run.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct Releasing {
+    /// The first ordinal given up.
+    pub from: u32,
+    /// One past the last.
+    pub to: u32,
 }
 
 /// The per-replica resources of a stored decision.
@@ -89,6 +107,8 @@ impl StoredDecision {
             moved_at: None,
             moving: None,
             rebalanced: None,
+            ordinals: BTreeMap::new(),
+            releasing: BTreeMap::new(),
         }
     }
 
@@ -119,6 +139,8 @@ impl StoredDecision {
             moved_at,
             moving,
             rebalanced,
+            ordinals,
+            releasing,
         } = self;
         *strategy == other.strategy
             && *replicas == other.replicas
@@ -129,6 +151,8 @@ impl StoredDecision {
             && *moved_at == other.moved_at
             && *moving == other.moving
             && *rebalanced == other.rebalanced
+            && *ordinals == other.ordinals
+            && *releasing == other.releasing
     }
 
     /// Reads a stored row. A row that does not parse (written by hand, or damaged) reads as an
@@ -225,6 +249,12 @@ mod tests {
             ("rebalanced", |d| {
                 d.rebalanced = Some("2026-01-01T00:00:00Z".into())
             }),
+            ("ordinals", |d| {
+                d.ordinals.insert("eu-1".into(), 3);
+            }),
+            ("releasing", |d| {
+                d.releasing.insert("eu-1".into(), Releasing { from: 3, to: 5 });
+            }),
         ];
         for (what, change) in variants {
             let mut other = base.clone();
@@ -245,7 +275,7 @@ mod tests {
     #[test]
     fn optional_members_are_left_out_when_empty_and_a_damaged_row_reads_as_empty() {
         let plain = StoredDecision::default().to_json();
-        for key in ["failedOverFrom", "movedAt", "moving"] {
+        for key in ["failedOverFrom", "movedAt", "moving", "ordinals", "releasing"] {
             assert!(plain.get(key).is_none(), "{key} is left out when empty: {plain}");
         }
         assert_eq!(

@@ -50,7 +50,7 @@ fn image_override(clusters: &[&str], image: &str) -> ClusterOverride {
 #[test]
 fn deployment_gets_the_clusters_share_name_and_workload_labels() {
     let mcd = mk_mcd(vec![]);
-    let d = render_deployment(&mcd, "eu-1", &BTreeMap::new(), 3, &template_hash(&mcd)).unwrap();
+    let d = render_deployment(&mcd, "eu-1", &BTreeMap::new(), 3, None, &template_hash(&mcd)).unwrap();
     assert_eq!(d["kind"], "Deployment");
     assert_eq!(d["metadata"]["name"], "web");
     assert_eq!(d["metadata"]["namespace"], "shop");
@@ -68,8 +68,8 @@ fn deployment_gets_the_clusters_share_name_and_workload_labels() {
 fn override_applies_to_its_cluster_only() {
     let mcd = mk_mcd(vec![image_override(&["cn-1"], "mirror.cn/nginx:1.27")]);
     let image = |d: &Value| d["spec"]["template"]["spec"]["containers"][0]["image"].clone();
-    let cn = render_deployment(&mcd, "cn-1", &BTreeMap::new(), 2, &template_hash(&mcd)).unwrap();
-    let eu = render_deployment(&mcd, "eu-1", &BTreeMap::new(), 2, &template_hash(&mcd)).unwrap();
+    let cn = render_deployment(&mcd, "cn-1", &BTreeMap::new(), 2, None, &template_hash(&mcd)).unwrap();
+    let eu = render_deployment(&mcd, "eu-1", &BTreeMap::new(), 2, None, &template_hash(&mcd)).unwrap();
     assert_eq!(image(&cn), "mirror.cn/nginx:1.27");
     assert_eq!(image(&eu), "nginx:1.27", "eu-1 must keep the template's image");
 }
@@ -80,8 +80,8 @@ fn override_by_selector_matches_cluster_labels() {
     over.cluster_selector = Some(serde_json::from_value(json!({"matchLabels": {"region": "cn"}})).unwrap());
     let mcd = mk_mcd(vec![over]);
     let cn_labels = BTreeMap::from([("region".to_owned(), "cn".to_owned())]);
-    let cn = render_deployment(&mcd, "x", &cn_labels, 1, &template_hash(&mcd)).unwrap();
-    let other = render_deployment(&mcd, "y", &BTreeMap::new(), 1, &template_hash(&mcd)).unwrap();
+    let cn = render_deployment(&mcd, "x", &cn_labels, 1, None, &template_hash(&mcd)).unwrap();
+    let other = render_deployment(&mcd, "y", &BTreeMap::new(), 1, None, &template_hash(&mcd)).unwrap();
     assert_eq!(
         cn["spec"]["template"]["spec"]["containers"][0]["image"],
         "mirror.cn/nginx:1.27"
@@ -97,7 +97,7 @@ fn failing_override_names_its_index_and_cluster() {
     let mut over = image_override(&["eu-1"], "x");
     over.patches[0].path = "/spec/nothing/here".to_owned();
     let mcd = mk_mcd(vec![over]);
-    let err = render_deployment(&mcd, "eu-1", &BTreeMap::new(), 1, &template_hash(&mcd))
+    let err = render_deployment(&mcd, "eu-1", &BTreeMap::new(), 1, None, &template_hash(&mcd))
         .unwrap_err()
         .to_string();
     assert!(
@@ -227,7 +227,7 @@ fn merge_replaces_only_the_workloads_objects_and_tracks_namespaces() {
     let a = WorkloadRef::new("shop", "web");
     let b = WorkloadRef::new("blog", "api");
     let mcd = mk_mcd(vec![]);
-    let web = render_deployment(&mcd, "eu-1", &BTreeMap::new(), 2, &template_hash(&mcd)).unwrap();
+    let web = render_deployment(&mcd, "eu-1", &BTreeMap::new(), 2, None, &template_hash(&mcd)).unwrap();
     let mut api = web.clone();
     api["metadata"]["name"] = json!("api");
     api["metadata"]["namespace"] = json!("blog");
@@ -377,10 +377,10 @@ fn overrides_that_would_retarget_the_object_are_refused_with_the_field_named() {
 fn a_rendered_deployment_is_checked_to_be_the_object_intended() {
     // A path check can be bypassed only by a bug; the render refuses the result all the same.
     let mcd = mk_mcd(vec![op(PatchOp::Replace, "/metadata/namespace", None)]);
-    let error = render_deployment(&mcd, "eu-1", &BTreeMap::new(), 2, &template_hash(&mcd)).unwrap_err();
+    let error = render_deployment(&mcd, "eu-1", &BTreeMap::new(), 2, None, &template_hash(&mcd)).unwrap_err();
     assert!(error.to_string().contains("metadata.namespace"), "{error}");
     let mcd = mk_mcd(vec![op(PatchOp::Replace, "/spec/replicas", None)]);
-    let error = render_deployment(&mcd, "eu-1", &BTreeMap::new(), 2, &template_hash(&mcd)).unwrap_err();
+    let error = render_deployment(&mcd, "eu-1", &BTreeMap::new(), 2, None, &template_hash(&mcd)).unwrap_err();
     assert!(error.to_string().contains("spec.replicas"), "{error}");
 }
 
@@ -498,17 +498,48 @@ fn a_set_read_back_with_what_the_hub_would_not_write_is_put_right_by_the_next_wr
 #[test]
 fn a_workload_that_retains_replicas_tells_the_agent_so() {
     let mut mcd = mk_mcd(vec![]);
-    let d = render_deployment(&mcd, "eu-1", &BTreeMap::new(), 3, &template_hash(&mcd)).unwrap();
+    let d = render_deployment(&mcd, "eu-1", &BTreeMap::new(), 3, None, &template_hash(&mcd)).unwrap();
     assert_eq!(
         d["metadata"]["annotations"].get(nave_api::RETAIN_REPLICAS_ANNOTATION),
         None
     );
     mcd.spec.retain_replicas = true;
-    let d = render_deployment(&mcd, "eu-1", &BTreeMap::new(), 3, &template_hash(&mcd)).unwrap();
+    let d = render_deployment(&mcd, "eu-1", &BTreeMap::new(), 3, None, &template_hash(&mcd)).unwrap();
     assert_eq!(
         d["metadata"]["annotations"][nave_api::RETAIN_REPLICAS_ANNOTATION],
         "true"
     );
     // The share is still sent: it is the size a new Deployment is created with.
     assert_eq!(d["spec"]["replicas"], 3);
+}
+
+#[test]
+fn a_statefulset_gets_the_clusters_share_and_first_ordinal_which_no_override_changes() {
+    let mut mcd = mk_mcd(vec![]);
+    mcd.spec.template.kind = nave_api::WorkloadKind::StatefulSet;
+    mcd.spec.template.spec["serviceName"] = json!("web");
+    mcd.spec.template.spec["volumeClaimTemplates"] =
+        json!([{"metadata": {"name": "data"}, "spec": {"resources": {"requests": {"storage": "1Gi"}}}}]);
+    let s = render_deployment(&mcd, "eu-1", &BTreeMap::new(), 2, Some(3), &template_hash(&mcd)).unwrap();
+    assert_eq!(s["kind"], "StatefulSet");
+    assert_eq!(s["apiVersion"], "apps/v1");
+    assert_eq!(s["spec"]["replicas"], 2);
+    assert_eq!(s["spec"]["ordinals"], json!({"start": 3}));
+    assert_eq!(
+        s["spec"]["volumeClaimTemplates"][0]["metadata"]["name"], "data",
+        "claims follow: {s}"
+    );
+    assert_eq!(
+        s["spec"]["template"]["metadata"]["labels"][WORKLOAD_LABEL],
+        "shop.web"
+    );
+
+    let mut over = image_override(&["eu-1"], "mirror/web:1");
+    over.patches[0].path = "/spec/ordinals/start".to_owned();
+    over.patches[0].value = Some(json!(0));
+    let error = check_override_paths(&[over]).unwrap_err();
+    assert!(
+        error.contains("spec.overrides[0].patches[0].path") && error.contains("ordinals"),
+        "{error}"
+    );
 }

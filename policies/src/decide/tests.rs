@@ -1246,3 +1246,51 @@ fn traffic_scale_down_keeps_min_clusters() {
         "the replica minClusters put in b stays; seen\n{down}"
     );
 }
+
+// ---- StatefulSets: ordinal order ---------------------------------------------------------------
+
+#[test]
+fn a_statefulset_scales_down_from_its_highest_ordinals() {
+    let fleet = three_sizes();
+    // Ordinals: small 0-1, big 2-4, mid 5-6. Proportional removal would take from big.
+    let decision = ask(4)
+        .current(&[("small", 2), ("big", 3), ("mid", 2)])
+        .ordinals(&["small", "big", "mid"])
+        .on(&fleet);
+    assert_eq!(
+        placed(&decision),
+        [("big", 2), ("small", 2)],
+        "mid's two, then big's top one, should go; seen\n{decision}"
+    );
+    assert!(
+        line(&decision, "mid").contains("highest ordinals first"),
+        "{}",
+        line(&decision, "mid")
+    );
+}
+
+#[test]
+fn a_statefulset_grows_only_in_its_top_cluster_or_clusters_without_replicas() {
+    // worst-fit would add to big, which holds the lowest ordinals.
+    let fleet = three_sizes();
+    let decision = ask(6)
+        .current(&[("big", 2), ("small", 2)])
+        .ordinals(&["big", "small"])
+        .on(&fleet);
+    assert_eq!(
+        placed(&decision),
+        [("big", 2), ("mid", 2), ("small", 2)],
+        "small (top, room for 4 with 2 running: 2 free) and mid should grow, not big; seen\n{decision}"
+    );
+    assert_eq!(
+        decision.cluster("big").and_then(|c| c.filter.clone()),
+        Some(Filter::LowerOrdinals {
+            top: "small".to_owned()
+        }),
+        "{}",
+        line(&decision, "big")
+    );
+    // Without ordinals the same request grows big.
+    let free = ask(6).current(&[("big", 2), ("small", 2)]).on(&fleet);
+    assert_eq!(free.replicas_in("big"), 4, "{free}");
+}

@@ -169,7 +169,14 @@ pub fn status_of(
         )
     } else {
         let eligible = decision.clusters.iter().any(|c| c.filter.is_none());
-        let reason = if placed > 0 {
+        let waiting: u32 = decision
+            .notes
+            .iter()
+            .map(nave_policies::Note::waiting_replicas)
+            .sum();
+        let reason = if waiting > 0 && waiting == decision.unplaced {
+            reasons::WAITING_FOR_ORDINALS
+        } else if placed > 0 {
             reasons::PARTIALLY_PLACED
         } else if eligible {
             reasons::INSUFFICIENT_CAPACITY

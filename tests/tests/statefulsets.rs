@@ -1,0 +1,354 @@
+//! StatefulSets divided across clusters, end to end with the real hub and agents on nave-sim:
+//! every ordinal runs in exactly one cluster (each cluster's StatefulSet has its own range,
+//! `spec.ordinals.start`), a scale-down removes the highest ordinals, a scale-up right after
+//! it waits for ordinals still stopping in another cluster instead of running them twice, claims
+//! follow their pods, and deleting the workload leaves no StatefulSet anywhere.
+//!
+//! A watcher lists the pods of every cluster all along, twice per look (in one order, then the
+//! other), and fails the test if one ordinal shows in two clusters in both passes.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use nave_api::MultiClusterDeployment;
+use nave_e2e::{DEADLINE, Database, Env, fleet};
+use nave_testkit::wait_for;
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+const NS: &str = "data";
+const NAME: &str = "db";
+const POD_DELETE_MILLIS: u64 = 1_500;
+
+fn stateful_mcd(replicas: i32) -> MultiClusterDeployment {
+    serde_json::from_value(json!({
+        "apiVersion": "nave.dev/v1alpha1",
+        "kind": "MultiClusterDeployment",
+        "metadata": {"name": NAME, "namespace": NS},
+        "spec": {
+            "replicas": replicas,
+            "placement": {"policy": "spread"},
+            "template": {
+                "kind": "StatefulSet",
+                "spec": {
+                    "serviceName": NAME,
+                    "selector": {"matchLabels": {"app": NAME}},
+                    "template": {
+                        "metadata": {"labels": {"app": NAME}},
+                        "spec": {"containers": [{
+                            "name": "db",
+                            "image": "postgres:17",
+                            "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}},
+                        }]},
+                    },
+                    "volumeClaimTemplates": [{
+                        "metadata": {"name": "data"},
+                        "spec": {
+                            "accessModes": ["ReadWriteOnce"],
+                            "resources": {"requests": {"storage": "1Gi"}},
+                        },
+                    }],
+                },
+            },
+        },
+    }))
+    .expect("a MultiClusterDeployment")
+}
+
+/// The ordinal of a pod of the StatefulSet (`db-3` is 3).
+fn ordinal(pod: &str) -> Option<u32> {
+    pod.strip_prefix(&format!("{NAME}-"))?.parse().ok()
+}
+
+/// The StatefulSet's pods in each cluster (terminating ones included), by ordinal.
+async fn pods(env: &Env, clusters: &[String]) -> Result<BTreeMap<u32, Vec<String>>, String> {
+    let mut by_ordinal: BTreeMap<u32, Vec<String>> = BTreeMap::new();
+    for cluster in clusters {
+        let api: Api<Pod> = Api::namespaced(env.cluster_client(cluster), NS);
+        let list = api
+            .list(&ListParams::default().labels(&format!("app={NAME}")))
+            .await
+            .map_err(|e| format!("listing pods in {cluster}: {e}"))?;
+        for pod in list {
+            if let Some(n) = pod.metadata.name.as_deref().and_then(ordinal) {
+                by_ordinal.entry(n).or_default().push(cluster.clone());
+            }
+        }
+    }
+    Ok(by_ordinal)
+}
+
+/// Ordinals in more than one cluster.
+fn doubled(by_ordinal: &BTreeMap<u32, Vec<String>>) -> BTreeMap<u32, Vec<String>> {
+    by_ordinal
+        .iter()
+        .filter(|(_, clusters)| clusters.len() > 1)
+        .map(|(n, c)| (*n, c.clone()))
+        .collect()
+}
+
+/// Waits until exactly `ordinals` run, each Running and in one cluster; answers where each is.
+async fn wait_ordinals(env: &Env, ordinals: std::ops::Range<u32>, what: &str) -> BTreeMap<u32, String> {
+    let clusters = env.cluster_names();
+    let want: BTreeSet<u32> = ordinals.collect();
+    wait_for(
+        &format!("ordinals {want:?} each Running in one cluster ({what})"),
+        DEADLINE,
+        || {
+            let (clusters, want) = (clusters.clone(), want.clone());
+            async move {
+                let mut placed = BTreeMap::new();
+                for cluster in &clusters {
+                    let api: Api<Pod> = Api::namespaced(env.cluster_client(cluster), NS);
+                    let list = api
+                        .list(&ListParams::default().labels(&format!("app={NAME}")))
+                        .await
+                        .map_err(|e| e.to_string())?;
+                    for pod in list {
+                        let Some(n) = pod.metadata.name.as_deref().and_then(ordinal) else {
+                            continue;
+                        };
+                        let running = pod.metadata.deletion_timestamp.is_none()
+                            && pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running");
+                        if placed.insert(n, (cluster.clone(), running)).is_some() {
+                            return Err(format!("ordinal {n} in two clusters"));
+                        }
+                    }
+                }
+                let have: BTreeSet<u32> = placed.keys().copied().collect();
+                if have == want && placed.values().all(|(_, running)| *running) {
+                    Ok(placed.into_iter().map(|(n, (c, _))| (n, c)).collect())
+                } else {
+                    Err(format!("pods {placed:?}"))
+                }
+            }
+        },
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_statefulset_runs_each_ordinal_once_across_clusters_as_it_scales() {
+    // Pods take 1.5 s to go once deleted, as with a grace period: long enough that ordinals
+    // given up are still running when a scale-up wants them.
+    let mut config = fleet(3);
+    for cluster in &mut config.clusters {
+        cluster.timing.pod_delete_millis = POD_DELETE_MILLIS;
+    }
+    let env = Env::start(config, Database::Sqlite)
+        .await
+        .expect("the environment starts");
+    env.create_namespace(NS, false).await;
+    let clusters = env.cluster_names();
+
+    // The watcher: every ordinal in at most one cluster, all along.
+    let seen_twice: Arc<Mutex<BTreeMap<u32, Vec<String>>>> = Arc::default();
+    let stop = CancellationToken::new();
+    let watcher = {
+        let (env_clusters, seen_twice, stop) = (clusters.clone(), seen_twice.clone(), stop.clone());
+        let clients: Vec<(String, kube::Client)> = env_clusters
+            .iter()
+            .map(|c| (c.clone(), env.cluster_client(c)))
+            .collect();
+        tokio::spawn(async move {
+            let look = |order: Vec<(String, kube::Client)>| async move {
+                let mut by_ordinal: BTreeMap<u32, Vec<String>> = BTreeMap::new();
+                for (cluster, client) in order {
+                    let api: Api<Pod> = Api::namespaced(client, NS);
+                    let Ok(list) = api
+                        .list(&ListParams::default().labels(&format!("app={NAME}")))
+                        .await
+                    else {
+                        continue;
+                    };
+                    for pod in list {
+                        if let Some(n) = pod.metadata.name.as_deref().and_then(ordinal) {
+                            by_ordinal.entry(n).or_default().push(cluster.clone());
+                        }
+                    }
+                }
+                doubled(&by_ordinal)
+            };
+            while !stop.is_cancelled() {
+                let forward = look(clients.clone()).await;
+                let backward = look(clients.iter().rev().cloned().collect()).await;
+                for (n, where_) in forward {
+                    if backward.contains_key(&n) {
+                        seen_twice.lock().expect("not poisoned").insert(n, where_);
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        })
+    };
+
+    let mcds: Api<MultiClusterDeployment> = Api::namespaced(env.client.clone(), NS);
+    let started = std::time::Instant::now();
+    mcds.create(&PostParams::default(), &stateful_mcd(5))
+        .await
+        .expect("the MultiClusterDeployment is created");
+    let first = wait_ordinals(&env, 0..5, "5 replicas spread over 3 clusters").await;
+    let running_after = started.elapsed();
+    let used: BTreeSet<&String> = first.values().collect();
+    assert_eq!(used.len(), 3, "spread uses every cluster: {first:?}");
+    // Each cluster's StatefulSet holds one contiguous range, from its spec.ordinals.start.
+    for cluster in &clusters {
+        let sets: Api<StatefulSet> = Api::namespaced(env.cluster_client(cluster), NS);
+        let set = sets.get(NAME).await.expect("a StatefulSet in every cluster used");
+        let spec = set.spec.clone();
+        let start = spec.ordinals.and_then(|o| o.start).unwrap_or(0) as u32;
+        let replicas = spec.replicas.unwrap_or(1) as u32;
+        let here: Vec<u32> = first
+            .iter()
+            .filter(|(_, c)| *c == cluster)
+            .map(|(n, _)| *n)
+            .collect();
+        assert_eq!(
+            here,
+            (start..start + replicas).collect::<Vec<_>>(),
+            "{cluster}: ordinals.start {start}, replicas {replicas}"
+        );
+        // The claims follow: one per pod, in the pod's cluster.
+        let claims: Api<PersistentVolumeClaim> = Api::namespaced(env.cluster_client(cluster), NS);
+        let names: BTreeSet<String> = claims
+            .list(&ListParams::default())
+            .await
+            .expect("claims")
+            .into_iter()
+            .filter_map(|c| c.metadata.name)
+            .collect();
+        let want: BTreeSet<String> = here.iter().map(|n| format!("data-{NAME}-{n}")).collect();
+        assert_eq!(names, want, "{cluster}'s claims");
+    }
+    let status = wait_for("the MCD reports 5 ready", DEADLINE, || {
+        let mcds = mcds.clone();
+        async move {
+            let mcd = mcds.get(NAME).await.map_err(|e| e.to_string())?;
+            let status = mcd.status.clone().unwrap_or_default();
+            if status.ready_replicas == 5 {
+                Ok(status)
+            } else {
+                Err(format!("{status:?}"))
+            }
+        }
+    })
+    .await;
+    assert_eq!(
+        status.clusters.iter().filter(|c| c.desired > 0).count(),
+        3,
+        "{status:?}"
+    );
+
+    // Down to 3: the two highest ordinals go, the others stay where they are.
+    let scale = |replicas: i32| {
+        let mcds = mcds.clone();
+        async move {
+            mcds.patch(
+                NAME,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"replicas": replicas}})),
+            )
+            .await
+            .expect("scaling the MultiClusterDeployment");
+        }
+    };
+    let started = std::time::Instant::now();
+    scale(3).await;
+    let down = wait_ordinals(&env, 0..3, "scaled down to 3").await;
+    let down_after = started.elapsed();
+    for (n, cluster) in &down {
+        assert_eq!(Some(cluster), first.get(n), "ordinal {n} stayed in its cluster");
+    }
+
+    // Down to 1 (the hub gives 1-2 up, their pods stopping for 1.5 s), then at once up to 6:
+    // ordinals a cluster gave up come back elsewhere only once they stopped there, and the
+    // status says what the replicas wait for.
+    let owner_of_2 = first[&2].clone();
+    scale(1).await;
+    wait_for("the hub to give ordinals 1-2 up", DEADLINE, || {
+        let sets: Api<StatefulSet> = Api::namespaced(env.cluster_client(&owner_of_2), NS);
+        let owner_of_2 = owner_of_2.clone();
+        async move {
+            let set = sets.get(NAME).await.map_err(|e| e.to_string())?;
+            let start = set.spec.ordinals.and_then(|o| o.start).unwrap_or(0);
+            let replicas = set.spec.replicas.unwrap_or(1);
+            match start + replicas <= 2 {
+                true => Ok(()),
+                false => Err(format!(
+                    "{owner_of_2}: ordinals.start {start}, replicas {replicas}"
+                )),
+            }
+        }
+    })
+    .await;
+    let started = std::time::Instant::now();
+    scale(6).await;
+    let waiting = wait_for(
+        "the Scheduled condition to name the ordinals waited for",
+        DEADLINE,
+        || {
+            let mcds = mcds.clone();
+            async move {
+                let mcd = mcds.get(NAME).await.map_err(|e| e.to_string())?;
+                let scheduled = mcd
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.conditions.iter().find(|c| c.type_ == "Scheduled"))
+                    .map(|c| (c.reason.clone(), c.message.clone()));
+                match &scheduled {
+                    Some((reason, message)) if reason == "WaitingForOrdinals" => Ok(message.clone()),
+                    _ => Err(format!("Scheduled {scheduled:?}")),
+                }
+            }
+        },
+    )
+    .await;
+    assert!(waiting.contains("stopped"), "{waiting}");
+    let up = wait_ordinals(&env, 0..6, "scaled up to 6 right after a scale-down").await;
+    let up_after = started.elapsed();
+    println!(
+        "created -> 5 ordinals Running: {running_after:?}; 5 -> 3: {down_after:?}; \
+         1 -> 6 while 1-2 stop: {up_after:?}"
+    );
+    assert_eq!(up.get(&0), first.get(&0), "ordinal 0 never moved");
+    let now = pods(&env, &clusters).await.expect("pods");
+    assert!(doubled(&now).is_empty(), "{now:?}");
+
+    // Deleted: no StatefulSet remains anywhere.
+    mcds.delete(NAME, &DeleteParams::default())
+        .await
+        .expect("the MCD is deleted");
+    env.wait_mcd_gone(NS, NAME).await;
+    wait_for("no StatefulSet in any cluster", DEADLINE, || {
+        let clusters = clusters.clone();
+        let env = &env;
+        async move {
+            let mut left = Vec::new();
+            for cluster in &clusters {
+                let sets: Api<StatefulSet> = Api::namespaced(env.cluster_client(cluster), NS);
+                if sets.get_opt(NAME).await.map_err(|e| e.to_string())?.is_some() {
+                    left.push(cluster.clone());
+                }
+            }
+            if left.is_empty() {
+                Ok(())
+            } else {
+                Err(format!("still in {left:?}"))
+            }
+        }
+    })
+    .await;
+
+    stop.cancel();
+    watcher.await.expect("the watcher ends");
+    let twice = seen_twice.lock().expect("not poisoned").clone();
+    assert!(
+        twice.is_empty(),
+        "no ordinal may run in two clusters at once; seen: {twice:?}"
+    );
+    env.shutdown().await;
+}
