@@ -397,6 +397,11 @@ pub struct ClusterPlacementStatus {
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub burst: bool,
 
+    /// StatefulSets: the ordinals this cluster runs, e.g. `2-4`, and those it still stops after
+    /// giving them up (`2-3, 4 stopping`), which no other cluster runs until it has.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ordinals: Option<String>,
+
     /// Why the cluster was chosen and how it is doing, e.g.
     /// `worst-fit: most free room (cpu 12 of 16 free)` or `2 pods Pending: Insufficient cpu`.
     #[serde(default, skip_serializing_if = "Option::is_none")]

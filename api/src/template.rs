@@ -429,7 +429,7 @@ fn deployment_spec_schema(_: &mut SchemaGenerator) -> Schema {
             "revisionHistoryLimit": {"type": "integer", "format": "int32", "minimum": 0, "description": "Old ReplicaSets kept per cluster for rollback."},
             "progressDeadlineSeconds": {"type": "integer", "format": "int32", "minimum": 1, "description": "Seconds before a stalled rollout is reported as not progressing."},
             "paused": {"type": "boolean", "description": "Pauses rollouts in every cluster."},
-            "serviceName": {"type": "string", "description": "StatefulSet only: the headless Service giving the pods their DNS names, in every cluster used (a MultiClusterService with `clusterIP: None` following this workload creates it)."},
+            "serviceName": {"type": "string", "description": "StatefulSet only: the headless Service giving the pods their DNS names, in every cluster used (a MultiClusterService with `headless: true` following this workload creates it)."},
             "volumeClaimTemplates": open_list("StatefulSet only: a PersistentVolumeClaim per replica, made in the replica's cluster; a claim stays in its cluster, which is why a StatefulSet's replicas never move between clusters on their own."),
             "ordinals": open_object("StatefulSet only, and set by Nave: each cluster's `start` is its range of the fleet's ordinals. Leave it out of the template."),
             "podManagementPolicy": {"type": "string", "description": "StatefulSet only: OrderedReady (default) or Parallel, within each cluster."},

@@ -897,9 +897,14 @@ pub struct ObjectStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub template_hash: Option<String>,
     /// Deployments: whether its controller has seen its latest spec (`status.observedGeneration`
-    /// at least `metadata.generation`), so the replica counts are of that spec.
+    /// at least `metadata.generation`, itself at least the generation the agent's last apply
+    /// made), so the replica counts are of the spec the agent applied last.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_current: Option<bool>,
+    /// StatefulSets: `spec.ordinals.start` as the cluster holds it (absent when it holds none:
+    /// numbered from 0, or a cluster that does not know the field).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_ordinal: Option<i32>,
     /// Why the object could not be applied, if it could not.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,

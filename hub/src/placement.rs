@@ -47,9 +47,10 @@ pub const TRIGGER_FLEET: &str = "fleet";
 /// History trigger of a decision placed again from scratch on request (the rebalance annotation).
 pub const TRIGGER_REBALANCE: &str = "rebalance";
 
-/// How soon a plan looks again while a StatefulSet's ordinals are stopping somewhere, beside the
-/// status reports that wake it.
-const RELEASE_RECHECK: Duration = Duration::from_secs(2);
+/// How soon a plan looks again while a StatefulSet's ordinals are stopping somewhere: the
+/// status reports of that cluster wake it as soon as they change; this is only a safety net
+/// (and cheap while the cluster is silent).
+const RELEASE_RECHECK: Duration = Duration::from_secs(10);
 
 /// Reasons of the Events a plan asks to publish on the MultiClusterDeployment.
 pub mod event_reasons {
@@ -157,6 +158,25 @@ pub fn validate(mcd: &MultiClusterDeployment) -> Result<Valid, String> {
         .unwrap_or_default()
         .waves()
         .map_err(|e| e.to_string())?;
+    // A wave is done when a cluster runs the new template on every replica; a StatefulSet that
+    // updates only on deletion or above a partition never does.
+    if kind == WorkloadKind::StatefulSet && rollout.staged() {
+        let strategy = mcd
+            .spec
+            .template
+            .stateful_set_spec()
+            .map_err(|e| e.to_string())?
+            .update_strategy
+            .unwrap_or_default();
+        let partitioned = strategy
+            .rolling_update
+            .as_ref()
+            .and_then(|r| r.partition)
+            .is_some_and(|p| p > 0);
+        if strategy.type_.as_deref() == Some("OnDelete") || partitioned {
+            return Err("spec.rollout: Forbidden: waves wait for every replica of a cluster to run the new template, which a StatefulSet with updateStrategy OnDelete or a partition never does; roll it out with the StatefulSet's own strategy, without waves".to_owned());
+        }
+    }
     for (i, wave) in mcd.spec.rollout.iter().flat_map(|r| r.waves.iter()).enumerate() {
         check_selector(
             &format!("spec.rollout.waves[{i}].clusterSelector"),
@@ -340,7 +360,21 @@ pub fn plan(inputs: &Inputs<'_>) -> Planned {
     let generation = mcd.metadata.generation.unwrap_or(0);
     let stored = previous.map(|p| &p.decision);
     let demand = inputs::demand(&valid.deployment);
-    let current = stored.map(|d| d.assignment.clone()).unwrap_or_default();
+    let stateful = valid.kind == WorkloadKind::StatefulSet;
+    // A StatefulSet's layout as stored; when none is (a lost or damaged row), as the clusters
+    // report it, so that ordinals that run are never given out again.
+    let previously = stateful.then(|| match stored.filter(|s| !s.ordinals.is_empty()) {
+        Some(s) => ordinals::Previously {
+            starts: s.ordinals.clone(),
+            counts: s.assignment.clone(),
+            releasing: s.releasing.clone(),
+        },
+        None => ordinals::adopt(reports, workload),
+    });
+    let current = match &previously {
+        Some(p) => p.counts.clone(),
+        None => stored.map(|d| d.assignment.clone()).unwrap_or_default(),
+    };
     let replicas = u32::try_from(spec.replicas).unwrap_or(0);
     // A new value of the rebalance annotation: placed from scratch, as a new workload would be,
     // the replicas that move kept running until their successors are ready.
@@ -351,7 +385,6 @@ pub fn plan(inputs: &Inputs<'_>) -> Planned {
         .and_then(|a| a.get(nave_api::REBALANCE_ANNOTATION))
         .cloned();
     // A StatefulSet is never placed again from scratch: that would move its numbered replicas.
-    let stateful = valid.kind == WorkloadKind::StatefulSet;
     let rebalance =
         !stateful && stored.is_some_and(|s| asked_rebalance.is_some() && s.rebalanced != asked_rebalance);
     let mut policy = inputs::policy(&spec.placement);
@@ -363,8 +396,9 @@ pub fn plan(inputs: &Inputs<'_>) -> Planned {
     } else {
         current.clone()
     });
-    if stateful {
-        request.ordinal_order = ordinals::order(&stored.map(|s| s.ordinals.clone()).unwrap_or_default());
+    if let Some(previously) = &previously {
+        request.ordinal_order = ordinals::order(&previously.starts);
+        request.min_kubernetes_minor = Some(ordinals::MIN_KUBERNETES_MINOR);
     }
 
     let mut failover = failover::Plan::new(
@@ -402,18 +436,28 @@ pub fn plan(inputs: &Inputs<'_>) -> Planned {
         adapt.decide(fleet, ledger, &request, decision)
     };
     // A StatefulSet's ranges, with replicas held back where their ordinals still run elsewhere.
-    let layout = stateful.then(|| {
-        let before = stored.cloned().unwrap_or_default();
-        let layout = ordinals::lay_out(
-            &before.ordinals,
-            &before.assignment,
-            &before.releasing,
-            &decision.assignment,
-            |cluster, n| ordinals::stopped_beyond(reports.get(cluster).map(Arc::as_ref), workload, n),
-            |cluster| fleet.get(cluster).is_some(),
-        );
+    let layout = previously.as_ref().map(|previously| {
+        let clusters = ordinals::Reported {
+            reports,
+            workload,
+            fleet,
+        };
+        let layout = ordinals::lay_out(previously, &decision.assignment, &clusters);
         for cluster in &mut decision.clusters {
-            cluster.replicas = layout.assignment.get(&*cluster.cluster).copied().unwrap_or(0);
+            let laid = layout.assignment.get(&*cluster.cluster).copied().unwrap_or(0);
+            // Held back: fewer added than the engine said (the notes say why).
+            let mut held = cluster.replicas.saturating_sub(laid);
+            for change in cluster.changes.iter_mut().rev() {
+                if let nave_policies::Change::Added { replicas, .. } = change {
+                    let less = held.min(*replicas);
+                    *replicas -= less;
+                    held -= less;
+                }
+            }
+            cluster
+                .changes
+                .retain(|c| !matches!(c, nave_policies::Change::Added { replicas: 0, .. }));
+            cluster.replicas = laid;
         }
         decision.assignment = layout.assignment.clone();
         decision.unplaced += layout.held_back();

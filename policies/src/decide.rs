@@ -243,6 +243,11 @@ fn evaluate<'a>(fleet: &'a Fleet, ledger: &Ledger, request: &Request) -> Table<'
                 Some(Filter::CapacityUnknown)
             } else if request.evacuate.contains_key(name) {
                 Some(Filter::Evacuating)
+            } else if let (Some(needs), Some(minor)) =
+                (request.min_kubernetes_minor, cluster.kubernetes_minor)
+                && minor < needs
+            {
+                Some(Filter::OlderKubernetes { minor, needs })
             } else if let Some(top) = ordinal_top.filter(|top| previous > 0 && *top != name) {
                 Some(Filter::LowerOrdinals { top: top.to_owned() })
             } else {
@@ -744,8 +749,6 @@ fn by_nearness(
         .collect()
 }
 
-/// Removes `surplus` replicas: burst clusters first (farthest from the regular ones first), then
-/// proportionally over the rest.
 /// The cluster holding a StatefulSet's highest ordinals: the last of `ordinal_order` that holds
 /// replicas now.
 fn ordinal_top(request: &Request) -> Option<&str> {
@@ -757,6 +760,8 @@ fn ordinal_top(request: &Request) -> Option<&str> {
         .map(String::as_str)
 }
 
+/// Removes `surplus` replicas: a StatefulSet's from its highest ordinals; otherwise burst
+/// clusters first (farthest from the regular ones first), then proportionally over the rest.
 fn shrink(t: &mut Table<'_>, request: &Request, surplus: u64) {
     let mut left = surplus;
     // A StatefulSet scales down from its highest ordinals: the last cluster's first.

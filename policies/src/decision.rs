@@ -39,6 +39,13 @@ pub enum Filter {
     CapacityUnknown,
     /// Replicas are being evacuated from it in this decision.
     Evacuating,
+    /// Its Kubernetes is older than the workload needs.
+    OlderKubernetes {
+        /// The cluster's minor version.
+        minor: u32,
+        /// The oldest minor version the workload runs on.
+        needs: u32,
+    },
     /// A StatefulSet's cluster holding ordinals below those of another: it keeps its replicas
     /// but cannot gain any (its range would run into the next cluster's).
     LowerOrdinals {
@@ -95,6 +102,10 @@ impl fmt::Display for Filter {
             },
             Filter::CapacityUnknown => f.write_str("capacity unknown (no agent report yet)"),
             Filter::Evacuating => f.write_str("evacuating"),
+            Filter::OlderKubernetes { minor, needs } => write!(
+                f,
+                "Kubernetes 1.{minor}, older than the 1.{needs} this workload needs (a StatefulSet's spec.ordinals)"
+            ),
             Filter::LowerOrdinals { top } => write!(
                 f,
                 "holds lower ordinals than {top}: a StatefulSet grows only at its highest ordinals"

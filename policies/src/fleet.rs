@@ -72,6 +72,8 @@ pub struct Cluster {
     pub network: Option<NetworkCoordinate>,
     /// What the agent last reported.
     pub capacity: Capacity,
+    /// The minor version of the cluster's Kubernetes (`32` for 1.32), when its agent said.
+    pub kubernetes_minor: Option<u32>,
 }
 
 impl Cluster {

@@ -150,6 +150,9 @@ pub struct Applier {
     allowed: Allowed,
     /// Discovery results by (apiVersion, kind): kinds do not move while the agent runs.
     discovered: Mutex<HashMap<(String, String), (ApiResource, ApiCapabilities)>>,
+    /// The `metadata.generation` each object had after this process last applied it: a status
+    /// read from a watch that has not seen that apply yet is not current.
+    generations: std::sync::Mutex<HashMap<ObjectRef, i64>>,
 }
 
 impl std::fmt::Debug for Applier {
@@ -161,6 +164,14 @@ impl std::fmt::Debug for Applier {
 }
 
 impl Applier {
+    /// The generation each object had after this process last applied it.
+    pub fn applied_generations(&self) -> HashMap<ObjectRef, i64> {
+        self.generations
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
     /// An applier keeping its state in `namespace`.
     pub fn new(client: Client, namespace: impl Into<String>) -> Self {
         let namespace = namespace.into();
@@ -170,6 +181,7 @@ impl Applier {
             allowed: Allowed::defaults(&namespace),
             namespace,
             discovered: Mutex::default(),
+            generations: std::sync::Mutex::default(),
         }
     }
 
@@ -704,13 +716,20 @@ impl Applier {
         } else {
             None
         };
-        api.patch(
-            &p.object_ref.name,
-            &PatchParams::apply(AGENT_FIELD_MANAGER).force(),
-            &Patch::Apply(handed_over.as_ref().unwrap_or(&p.body)),
-        )
-        .await
-        .map_err(Error::kube(format!("applying {}", p.object_ref)))?;
+        let applied = api
+            .patch(
+                &p.object_ref.name,
+                &PatchParams::apply(AGENT_FIELD_MANAGER).force(),
+                &Patch::Apply(handed_over.as_ref().unwrap_or(&p.body)),
+            )
+            .await
+            .map_err(Error::kube(format!("applying {}", p.object_ref)))?;
+        if let Some(generation) = applied.metadata.generation {
+            self.generations
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .insert(p.object_ref.clone(), generation);
+        }
         debug!("applied");
         Ok(())
     }

@@ -1,6 +1,7 @@
 //! Status reports: per object of the work set, Deployment and StatefulSet replicas and pending
 //! pods per workload, sent after each apply, when those objects or pods change, and periodically.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -11,6 +12,7 @@ use nave_api::wire::{ConditionSummary, ObjectStatus, StatusReport};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, instrument, warn};
 
+use crate::apply::ObjectRef;
 use crate::backoff::Backoff;
 use crate::capacity::{PodSummary, pending_by_workload, waiting_by_workload};
 use crate::error::Result;
@@ -34,6 +36,8 @@ struct Counts {
     updated: Option<i32>,
     all: Option<i32>,
     observed_generation: Option<i64>,
+    /// The generation this agent's last apply of the object made, if it applied it.
+    applied_generation: Option<i64>,
     conditions: Vec<ConditionSummary>,
 }
 
@@ -49,7 +53,14 @@ impl Counts {
             .as_ref()
             .and_then(|a| a.get(nave_api::TEMPLATE_HASH_ANNOTATION))
             .cloned();
-        status.observed_current = Some(self.observed_generation.unwrap_or(0) >= meta.generation.unwrap_or(0));
+        // Current: the controller saw the object as the watch has it, and the watch has seen
+        // this agent's last apply (a report sent right after an apply may read the object from
+        // before it).
+        let generation = meta.generation.unwrap_or(0);
+        status.observed_current = Some(
+            self.observed_generation.unwrap_or(0) >= generation
+                && generation >= self.applied_generation.unwrap_or(0),
+        );
         status.conditions = self.conditions;
     }
 }
@@ -69,7 +80,7 @@ fn summary(
 }
 
 /// A Deployment's replica counts, template digest and conditions, into its report.
-fn deployment_status(d: &Deployment, status: &mut ObjectStatus) {
+fn deployment_status(d: &Deployment, applied_generation: Option<i64>, status: &mut ObjectStatus) {
     let s = d.status.clone().unwrap_or_default();
     let conditions = s.conditions.unwrap_or_default().into_iter();
     Counts {
@@ -79,6 +90,7 @@ fn deployment_status(d: &Deployment, status: &mut ObjectStatus) {
         updated: s.updated_replicas,
         all: s.replicas,
         observed_generation: s.observed_generation,
+        applied_generation,
         conditions: conditions
             .map(|c| summary(c.type_, c.status, c.reason, c.message))
             .collect(),
@@ -88,7 +100,7 @@ fn deployment_status(d: &Deployment, status: &mut ObjectStatus) {
 
 /// A StatefulSet's, as a Deployment's: `status.replicas` counts every pod it still has, so the
 /// hub knows when ordinals it gave up are gone.
-fn stateful_set_status(set: &StatefulSet, status: &mut ObjectStatus) {
+fn stateful_set_status(set: &StatefulSet, applied_generation: Option<i64>, status: &mut ObjectStatus) {
     let s = set.status.clone().unwrap_or_default();
     let conditions = s.conditions.unwrap_or_default().into_iter();
     Counts {
@@ -98,11 +110,13 @@ fn stateful_set_status(set: &StatefulSet, status: &mut ObjectStatus) {
         updated: s.updated_replicas,
         all: Some(s.replicas),
         observed_generation: s.observed_generation,
+        applied_generation,
         conditions: conditions
             .map(|c| summary(c.type_, c.status, c.reason, c.message))
             .collect(),
     }
     .fill(&set.metadata, status);
+    status.first_ordinal = set.spec.ordinals.as_ref().and_then(|o| o.start);
 }
 
 /// Builds the report from what was applied and the reflectors' view.
@@ -110,6 +124,7 @@ pub fn build_report(
     cluster: &str,
     work: &WorkState,
     workloads: &WorkloadStores,
+    applied_generations: &HashMap<ObjectRef, i64>,
     pods: &[Arc<PodSummary>],
 ) -> StatusReport {
     let pending = pending_by_workload(pods.iter().map(|p| p.as_ref()));
@@ -163,13 +178,17 @@ pub fn build_report(
                     "Deployment" => {
                         let key = StoreRef::new(&object_ref.name).within(namespace);
                         if let Some(d) = workloads.deployments.get(&key) {
-                            deployment_status(&d, &mut status);
+                            deployment_status(&d, applied_generations.get(object_ref).copied(), &mut status);
                         }
                     }
                     _ => {
                         let key = StoreRef::new(&object_ref.name).within(namespace);
                         if let Some(s) = workloads.stateful_sets.get(&key) {
-                            stateful_set_status(&s, &mut status);
+                            stateful_set_status(
+                                &s,
+                                applied_generations.get(object_ref).copied(),
+                                &mut status,
+                            );
                         }
                     }
                 }
@@ -213,7 +232,13 @@ pub async fn status_loop(agent: Arc<Agent>, shutdown: CancellationToken) -> Resu
         let report = {
             let work = agent.work.read().await;
             let pods = agent.pods.state();
-            build_report(&agent.config.cluster_name, &work, &agent.workloads, &pods)
+            build_report(
+                &agent.config.cluster_name,
+                &work,
+                &agent.workloads,
+                &agent.applier.applied_generations(),
+                &pods,
+            )
         };
         let periodic = tokio::time::Instant::now() >= due;
         let now_at = (

@@ -242,6 +242,25 @@ async fn a_statefulset_runs_each_ordinal_once_across_clusters_as_it_scales() {
         3,
         "{status:?}"
     );
+    // Status names each cluster's ordinals.
+    for c in &status.clusters {
+        let here: Vec<u32> = first
+            .iter()
+            .filter(|(_, on)| **on == c.name)
+            .map(|(n, _)| *n)
+            .collect();
+        let want = match here.as_slice() {
+            [one] => one.to_string(),
+            [lo, .., hi] => format!("{lo}-{hi}"),
+            [] => String::new(),
+        };
+        assert_eq!(
+            c.ordinals.as_deref(),
+            Some(want.as_str()),
+            "{}: {status:?}",
+            c.name
+        );
+    }
 
     // Down to 3: the two highest ordinals go, the others stay where they are.
     let scale = |replicas: i32| {

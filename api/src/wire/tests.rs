@@ -265,6 +265,7 @@ fn status_report_round_trips() {
             all_replicas: Some(3),
             template_hash: Some("0123456789abcdef".into()),
             observed_current: Some(true),
+            first_ordinal: Some(2),
             error: None,
         }],
         apply_errors: vec![ApplyError {

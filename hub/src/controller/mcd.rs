@@ -72,6 +72,14 @@ pub async fn reconcile(mcd: Arc<MultiClusterDeployment>, ctx: Arc<Context>) -> R
         debug!(object = %object, ?awaited, "waiting for the clusters that joined before to report");
         return Ok(Action::requeue(Duration::from_secs(1)));
     }
+    // A deleted StatefulSet stops everywhere before the finalizer lets it go (the finalizer's
+    // cleanup, once started, ends with the finalizer removed).
+    if mcd.metadata.deletion_timestamp.is_some() && mcd.finalizers().iter().any(|f| f == FINALIZER) {
+        let clusters: Vec<String> = ctx.sources.index.clusters().into_keys().collect();
+        if let Some(wait) = stop_stateful_sets_first(&mcd, &ctx, &clusters).await? {
+            return Ok(wait);
+        }
+    }
     let result = finalizer(&api, FINALIZER, mcd, |event| async {
         match event {
             Event::Apply(mcd) => apply(mcd, &ctx).await,
@@ -491,7 +499,7 @@ async fn apply(mcd: Arc<MultiClusterDeployment>, ctx: &Context) -> Result<Action
         &gathered.reports,
         &hash,
         &missing,
-        planned.moving.as_ref(),
+        &planned.stored,
     );
     // What a workload cluster reports failing (an object not applied, a Deployment that cannot
     // progress): a Warning Event when it starts or changes, besides the condition.
@@ -743,6 +751,62 @@ async fn write_service_status(
             warn!(service = %name, error = %error, "writing MultiClusterService status failed");
         }
     }
+}
+
+/// How often a deleted StatefulSet's clusters are looked at while their pods stop.
+const STATEFUL_STOP_RECHECK: Duration = Duration::from_secs(1);
+
+/// A deleted StatefulSet stops before it goes: every cluster holding it is sent it at zero
+/// replicas, and its objects leave the work sets once each cluster reports its pods gone (or is
+/// silent: its agent prunes it when it returns). Otherwise a MultiClusterDeployment created again
+/// under the same name could start ordinals another cluster is still stopping. `Some` while it
+/// waits, with when to look again.
+async fn stop_stateful_sets_first(
+    mcd: &MultiClusterDeployment,
+    ctx: &Context,
+    clusters: &[String],
+) -> Result<Option<Action>, Error> {
+    if mcd.spec.template.kind != nave_api::WorkloadKind::StatefulSet {
+        return Ok(None);
+    }
+    let workload = render::workload_ref(mcd);
+    let gathered = ctx.sources.gather(None);
+    let mut waiting = Vec::new();
+    let mut work = ctx.sources.index.work().await;
+    for cluster in &work.holding(clusters, &workload).await? {
+        let Some(mut set) = work
+            .deployment(cluster, &workload)
+            .await?
+            .filter(|o| o["kind"] == "StatefulSet")
+        else {
+            continue;
+        };
+        let start = set["spec"]["ordinals"]["start"]
+            .as_u64()
+            .and_then(|s| u32::try_from(s).ok())
+            .unwrap_or(0);
+        if set["spec"]["replicas"] != 0 {
+            set["spec"]["replicas"] = json!(0);
+            work.replace(cluster, &workload, vec![set]).await?;
+            waiting.push(cluster.clone());
+            continue;
+        }
+        let report = gathered.reports.get(cluster).map(Arc::as_ref);
+        let reporting = gathered.view.fleet.get(cluster).is_some_and(|c| c.ready);
+        if reporting && !crate::placement::ordinals::stopped_beyond(report, &workload, 0, start, None) {
+            waiting.push(cluster.clone());
+        }
+    }
+    for (cluster, write) in work.flush().await? {
+        if write.changed {
+            ctx.signals.notify(&cluster, write.revision);
+        }
+    }
+    if waiting.is_empty() {
+        return Ok(None);
+    }
+    debug!(workload = %workload, clusters = ?waiting, "deleted StatefulSet: waiting for its pods to stop");
+    Ok(Some(Action::requeue(STATEFUL_STOP_RECHECK)))
 }
 
 async fn cleanup(mcd: Arc<MultiClusterDeployment>, ctx: &Context) -> Result<Action, Error> {

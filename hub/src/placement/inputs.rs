@@ -54,6 +54,9 @@ pub fn fleet_cluster(
     cluster.unschedulable = object.map_or(record.is_some_and(|r| r.cordoned), |o| o.spec.unschedulable);
     cluster.burst_only = object.map_or(record.is_some_and(|r| r.burst_only), |o| o.spec.burst_only);
     cluster.unaccepted = record.is_some_and(|r| !r.accepted);
+    cluster.kubernetes_minor = record
+        .and_then(|r| r.kubernetes_version.as_deref())
+        .and_then(kubernetes_minor);
     cluster.ready = record
         .and_then(|r| r.last_heartbeat_at)
         .is_some_and(|at| now.duration_since(at).unsigned_abs() < grace);
@@ -64,6 +67,18 @@ pub fn fleet_cluster(
             .and_then(|r| r.coordinates)
             .map(|c| Coordinates::new(c.latitude, c.longitude)));
     cluster
+}
+
+/// The minor version in a Kubernetes version as the agents report it (`v1.32.3`, `1.27`,
+/// `v1.31.2-eks-1234`): `32`.
+pub fn kubernetes_minor(version: &str) -> Option<u32> {
+    let mut parts = version.trim_start_matches('v').split('.');
+    if parts.next()? != "1" {
+        return None;
+    }
+    let minor = parts.next()?;
+    let digits: String = minor.chars().take_while(char::is_ascii_digit).collect();
+    digits.parse().ok()
 }
 
 /// When each cluster taint without a `timeAdded` was first seen, by cluster, key and effect:
@@ -356,6 +371,21 @@ pub fn policy(placement: &Placement) -> Policy {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_minor_version_is_read_as_agents_report_it() {
+        for (version, minor) in [
+            ("v1.32.3", Some(32)),
+            ("1.27", Some(27)),
+            ("v1.31.2-eks-1234", Some(31)),
+            ("v1.30+k3s1", Some(30)),
+            ("v2.0.0", None),
+            ("garbage", None),
+            ("", None),
+        ] {
+            assert_eq!(kubernetes_minor(version), minor, "{version}");
+        }
+    }
 
     #[test]
     fn taints_age_from_time_added_else_from_first_seen_which_is_forgotten_with_the_taint() {

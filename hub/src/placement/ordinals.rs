@@ -47,6 +47,30 @@ impl Layout {
     }
 }
 
+/// Each cluster's ordinals as status shows them: `2-4`, with those it still stops
+/// (`2-3, 4-5 stopping`; `5-6 stopping` when it runs none now).
+pub fn describe(stored: &super::stored::StoredDecision) -> BTreeMap<String, String> {
+    let span = |from: u32, to: u32| match to - from {
+        1 => from.to_string(),
+        _ => format!("{from}-{}", to - 1),
+    };
+    let mut out = BTreeMap::new();
+    for (cluster, &start) in &stored.ordinals {
+        let runs = stored.assignment.get(cluster).copied().unwrap_or(0);
+        let mut parts = Vec::new();
+        if runs > 0 {
+            parts.push(span(start, start + runs));
+        }
+        if let Some(r) = stored.releasing.get(cluster).filter(|r| r.from < r.to) {
+            parts.push(format!("{} stopping", span(r.from, r.to)));
+        }
+        if !parts.is_empty() {
+            out.insert(cluster.clone(), parts.join(", "));
+        }
+    }
+    out
+}
+
 /// The clusters in the order of their ranges, lowest first: what the engine keeps contiguous.
 pub fn order(starts: &BTreeMap<String, u32>) -> Vec<String> {
     let mut clusters: Vec<(&String, &u32)> = starts.iter().collect();
@@ -54,31 +78,139 @@ pub fn order(starts: &BTreeMap<String, u32>) -> Vec<String> {
     clusters.into_iter().map(|(name, _)| name.clone()).collect()
 }
 
-/// Whether `cluster`'s agent reports the workload's StatefulSet at `replicas` with no pod beyond
-/// them: its controller saw that spec and counts no more pods than that.
-pub fn stopped_beyond(report: Option<&StatusReport>, workload: &WorkloadRef, replicas: u32) -> bool {
-    deployment_of(report, workload).is_some_and(|object| {
-        object.kind == "StatefulSet"
-            && object.observed_current == Some(true)
-            && object.replicas == i32::try_from(replicas).ok()
-            && object
-                .all_replicas
-                .is_some_and(|n| u32::try_from(n).is_ok_and(|n| n <= replicas))
-    })
+/// Whether `report` says the workload's StatefulSet runs `replicas` from `start` and no pod
+/// beyond them: the agent applied a work set newer than `after` (the one it had applied when
+/// the ordinals were given up, so the report is of the lower count, not of the set before), its
+/// watch saw that apply and the controller saw that spec, with this first ordinal, and counts no
+/// more pods than that.
+pub fn stopped_beyond(
+    report: Option<&StatusReport>,
+    workload: &WorkloadRef,
+    replicas: u32,
+    start: u32,
+    after: Option<u64>,
+) -> bool {
+    let Some(report) = report else {
+        return false;
+    };
+    let newer = report
+        .applied_revision
+        .is_some_and(|r| after.is_none_or(|a| r > a));
+    let first_ordinal = |object: &nave_api::wire::ObjectStatus| match object.first_ordinal {
+        Some(first) => u32::try_from(first).ok() == Some(start),
+        None => start == 0,
+    };
+    newer
+        && deployment_of(Some(report), workload).is_some_and(|object| {
+            object.kind == "StatefulSet"
+                && object.observed_current == Some(true)
+                && object.replicas == i32::try_from(replicas).ok()
+                && first_ordinal(object)
+                && object
+                    .all_replicas
+                    .is_some_and(|n| u32::try_from(n).is_ok_and(|n| n <= replicas))
+        })
 }
 
-/// Lays out the ranges for the engine's `wanted` counts, from the previous `starts`, `counts`
-/// and `releasing`. `stopped(cluster, replicas)` says whether a cluster reports running no more
-/// than `replicas`; `in_fleet(cluster)` whether it is still a member (a removed cluster releases
-/// everything).
-pub fn lay_out(
-    starts: &BTreeMap<String, u32>,
-    counts: &BTreeMap<String, u32>,
-    releasing: &BTreeMap<String, Releasing>,
-    wanted: &BTreeMap<String, u32>,
-    stopped: impl Fn(&str, u32) -> bool,
-    in_fleet: impl Fn(&str) -> bool,
-) -> Layout {
+/// The layout the clusters' reports show, for a StatefulSet whose stored layout is gone (a lost
+/// or damaged store row): each reported StatefulSet's first ordinal and replicas, and the pods
+/// it still has beyond them as releasing. Laying ranges out afresh over StatefulSets that run
+/// would give their ordinals to other clusters.
+pub fn adopt(reports: &super::reports::Reports, workload: &WorkloadRef) -> Previously {
+    let mut found = Previously::default();
+    for (cluster, report) in reports {
+        let Some(object) = deployment_of(Some(report), workload).filter(|o| o.kind == "StatefulSet") else {
+            continue;
+        };
+        let start = object
+            .first_ordinal
+            .and_then(|f| u32::try_from(f).ok())
+            .unwrap_or(0);
+        let replicas = object.replicas.and_then(|r| u32::try_from(r).ok()).unwrap_or(0);
+        let pods = object
+            .all_replicas
+            .and_then(|r| u32::try_from(r).ok())
+            .unwrap_or(0);
+        found.starts.insert(cluster.clone(), start);
+        if replicas > 0 {
+            found.counts.insert(cluster.clone(), replicas);
+        }
+        if pods > replicas {
+            found.releasing.insert(
+                cluster.clone(),
+                // The report already shows the lower count applied: any later report of it
+                // with the pods gone says they stopped.
+                Releasing {
+                    from: start + replicas,
+                    to: start + pods,
+                    after: None,
+                },
+            );
+        }
+    }
+    found
+}
+
+/// A layout as a plan starts from: first ordinals, replicas and releasing ranges by cluster.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Previously {
+    /// First ordinal by cluster.
+    pub starts: BTreeMap<String, u32>,
+    /// Replicas by cluster.
+    pub counts: BTreeMap<String, u32>,
+    /// Ordinals given up and not reported stopped.
+    pub releasing: BTreeMap<String, Releasing>,
+}
+
+/// The oldest Kubernetes a StatefulSet is placed on: `spec.ordinals` is beta (on by default)
+/// from 1.27 and GA from 1.31; an older API server drops it and numbers every cluster from 0.
+pub const MIN_KUBERNETES_MINOR: u32 = 27;
+
+/// The clusters as the agents' reports and the fleet show them.
+#[derive(Debug)]
+pub struct Reported<'a> {
+    /// The agents' latest reports.
+    pub reports: &'a super::reports::Reports,
+    /// The workload.
+    pub workload: &'a WorkloadRef,
+    /// The fleet.
+    pub fleet: &'a nave_policies::Fleet,
+}
+
+impl Clusters for Reported<'_> {
+    fn stopped(&self, cluster: &str, replicas: u32, start: u32, after: Option<u64>) -> bool {
+        let report = self.reports.get(cluster).map(std::sync::Arc::as_ref);
+        stopped_beyond(report, self.workload, replicas, start, after)
+    }
+
+    fn applied(&self, cluster: &str) -> Option<u64> {
+        self.reports.get(cluster).and_then(|r| r.applied_revision)
+    }
+
+    fn in_fleet(&self, cluster: &str) -> bool {
+        self.fleet.get(cluster).is_some()
+    }
+}
+
+/// What [`lay_out`] asks of each cluster.
+pub trait Clusters {
+    /// Whether the cluster reports running `replicas` from `start` and nothing beyond, in a
+    /// report newer than `after` ([`stopped_beyond`]).
+    fn stopped(&self, cluster: &str, replicas: u32, start: u32, after: Option<u64>) -> bool;
+    /// The work-set revision the cluster's agent last reported applied.
+    fn applied(&self, cluster: &str) -> Option<u64>;
+    /// Whether the cluster is still a member of the fleet (a removed cluster releases all).
+    fn in_fleet(&self, cluster: &str) -> bool;
+}
+
+/// Lays out the ranges for the engine's `wanted` counts, from the `previous` layout, asking
+/// `clusters` what they report.
+pub fn lay_out(previous: &Previously, wanted: &BTreeMap<String, u32>, clusters: &impl Clusters) -> Layout {
+    let Previously {
+        starts,
+        counts,
+        releasing,
+    } = previous;
     let mut layout = Layout::default();
     let count_of = |map: &BTreeMap<String, u32>, c: &str| map.get(c).copied().unwrap_or(0);
     // What each cluster gives up now joins what it gave up before.
@@ -86,14 +218,17 @@ pub fn lay_out(
     for (cluster, &start) in starts {
         let (was, now) = (count_of(counts, cluster), count_of(wanted, cluster));
         if now < was {
+            // Stopped once a report newer than what the agent has applied now says so.
             let range = Releasing {
                 from: start + now,
                 to: start + was,
+                after: clusters.applied(cluster),
             };
             gone.entry(cluster.clone())
                 .and_modify(|r| {
                     r.from = r.from.min(range.from);
                     r.to = r.to.max(range.to);
+                    r.after = range.after;
                 })
                 .or_insert(range);
         }
@@ -105,9 +240,10 @@ pub fn lay_out(
     // What was given up before and is reported stopped now (at the count the cluster runs: a
     // cluster still releasing gains nothing meanwhile), or whose cluster left the fleet, is
     // released: it no longer holds anyone back.
-    gone.retain(|cluster, _| {
+    gone.retain(|cluster, range| {
         let runs = count_of(wanted, cluster).min(count_of(counts, cluster));
-        in_fleet(cluster) && !stopped(cluster, runs)
+        let start = starts.get(cluster).copied().unwrap_or(0);
+        clusters.in_fleet(cluster) && !clusters.stopped(cluster, runs, start, range.after)
     });
     let place =
         |cluster: &str, start: u32, want: u32, layout: &mut Layout, gone: &BTreeMap<String, Releasing>| {
@@ -138,7 +274,15 @@ pub fn lay_out(
         }
         let start = starts[cluster];
         let end = if Some(cluster) == top.as_ref() {
-            place(cluster, start, want, &mut layout, &gone)
+            // The top may grow up to what another cluster still releases; it never runs fewer
+            // than it does now for that (its range is its own).
+            let kept = want.min(count_of(counts, cluster));
+            let end = place(cluster, start, want, &mut layout, &gone);
+            if end < start + kept {
+                layout.assignment.insert(cluster.clone(), kept);
+                layout.starts.insert(cluster.clone(), start);
+            }
+            end.max(start + kept)
         } else {
             // Not the top: the engine never grows it, so its range stays within what it had.
             layout.assignment.insert(cluster.clone(), want);
@@ -178,7 +322,7 @@ pub fn lay_out(
         // A cluster that grew again took its own ordinals back: nothing of those to release.
         let range = Releasing {
             from: range.from.max(start.unwrap_or(0) + keeps),
-            to: range.to,
+            ..range
         };
         if range.from >= range.to {
             continue;
@@ -199,23 +343,64 @@ mod tests {
         pairs.iter().map(|(c, n)| ((*c).to_owned(), *n)).collect()
     }
 
-    fn never(_: &str, _: u32) -> bool {
-        false
+    fn previously(
+        starts: &[(&str, u32)],
+        counts: &[(&str, u32)],
+        releasing: &[(&str, u32, u32)],
+    ) -> Previously {
+        Previously {
+            starts: map(starts),
+            counts: map(counts),
+            releasing: releasing
+                .iter()
+                .map(|(c, from, to)| {
+                    (
+                        (*c).to_owned(),
+                        Releasing {
+                            from: *from,
+                            to: *to,
+                            after: Some(1),
+                        },
+                    )
+                })
+                .collect(),
+        }
     }
 
-    fn member(_: &str) -> bool {
-        true
+    /// Clusters as a test sees them: which report (at which count) their ordinals stopped, at
+    /// which revision their agents are, and which left the fleet.
+    #[derive(Default)]
+    struct Fleet {
+        stopped: Vec<(&'static str, u32)>,
+        applied: u64,
+        removed: Vec<&'static str>,
+    }
+
+    impl Clusters for Fleet {
+        fn stopped(&self, cluster: &str, replicas: u32, _start: u32, after: Option<u64>) -> bool {
+            self.applied > after.unwrap_or(0) && self.stopped.contains(&(cluster, replicas))
+        }
+        fn applied(&self, _: &str) -> Option<u64> {
+            Some(self.applied)
+        }
+        fn in_fleet(&self, cluster: &str) -> bool {
+            !self.removed.contains(&cluster)
+        }
+    }
+
+    fn silent() -> Fleet {
+        Fleet {
+            applied: 1,
+            ..Fleet::default()
+        }
     }
 
     #[test]
     fn a_first_layout_gives_clusters_consecutive_ranges_in_name_order() {
         let layout = lay_out(
-            &BTreeMap::new(),
-            &BTreeMap::new(),
-            &BTreeMap::new(),
+            &Previously::default(),
             &map(&[("us", 2), ("eu", 2), ("ap", 1)]),
-            never,
-            member,
+            &silent(),
         );
         assert_eq!(layout.starts, map(&[("ap", 0), ("eu", 1), ("us", 3)]));
         assert_eq!(layout.assignment, map(&[("ap", 1), ("eu", 2), ("us", 2)]));
@@ -226,35 +411,44 @@ mod tests {
     }
 
     #[test]
-    fn a_scale_down_releases_the_top_ordinals_until_the_cluster_reports_them_stopped() {
-        let starts = map(&[("ap", 0), ("eu", 1), ("us", 3)]);
-        let counts = map(&[("ap", 1), ("eu", 2), ("us", 2)]);
+    fn a_scale_down_releases_the_top_ordinals_until_a_newer_report_says_they_stopped() {
+        let before = previously(
+            &[("ap", 0), ("eu", 1), ("us", 3)],
+            &[("ap", 1), ("eu", 2), ("us", 2)],
+            &[],
+        );
         // 5 -> 2: us's 3-4 and eu's 2 go.
         let wanted = map(&[("ap", 1), ("eu", 1)]);
-        let layout = lay_out(&starts, &counts, &BTreeMap::new(), &wanted, never, member);
+        // The reports say stopped already, but they are of the set before: not believed.
+        let stale = Fleet {
+            stopped: vec![("us", 0), ("eu", 1)],
+            applied: 1,
+            ..Fleet::default()
+        };
+        let layout = lay_out(&before, &wanted, &stale);
         assert_eq!(layout.assignment, wanted);
         assert_eq!(
             layout.starts,
             map(&[("ap", 0), ("eu", 1), ("us", 3)]),
             "us keeps its StatefulSet (at zero) while it releases"
         );
+        let ranges: Vec<(String, u32, u32, Option<u64>)> = layout
+            .releasing
+            .iter()
+            .map(|(c, r)| (c.clone(), r.from, r.to, r.after))
+            .collect();
         assert_eq!(
-            layout.releasing,
-            BTreeMap::from([
-                ("eu".to_owned(), Releasing { from: 2, to: 3 }),
-                ("us".to_owned(), Releasing { from: 3, to: 5 }),
-            ])
+            ranges,
+            [("eu".to_owned(), 2, 3, Some(1)), ("us".to_owned(), 3, 5, Some(1))]
         );
-        // Reported stopped: released, and us's StatefulSet goes.
-        let stopped = |c: &str, n: u32| (c == "us" && n == 0) || (c == "eu" && n == 1);
-        let after = lay_out(
-            &layout.starts,
-            &layout.assignment,
-            &layout.releasing,
-            &wanted,
-            stopped,
-            member,
-        );
+        // Reported stopped after applying a newer set: released, and us's StatefulSet goes.
+        let now = Previously {
+            starts: layout.starts.clone(),
+            counts: layout.assignment.clone(),
+            releasing: layout.releasing.clone(),
+        };
+        let fresh = Fleet { applied: 2, ..stale };
+        let after = lay_out(&now, &wanted, &fresh);
         assert!(after.releasing.is_empty(), "{after:?}");
         assert_eq!(after.starts, map(&[("ap", 0), ("eu", 1)]));
     }
@@ -262,12 +456,9 @@ mod tests {
     #[test]
     fn ordinals_another_cluster_still_runs_are_not_given_until_it_stops_them() {
         // eu 0-1, us 2-4; 5 -> 2 -> 5 before us reports its pods gone.
-        let starts = map(&[("eu", 0), ("us", 2)]);
-        let releasing = BTreeMap::from([("us".to_owned(), Releasing { from: 2, to: 5 })]);
-        let counts = map(&[("eu", 2)]);
+        let before = previously(&[("eu", 0), ("us", 2)], &[("eu", 2)], &[("us", 2, 5)]);
         // The engine grows eu (the top now): it may not take 2-4 yet.
-        let wanted = map(&[("eu", 5)]);
-        let layout = lay_out(&starts, &counts, &releasing, &wanted, never, member);
+        let layout = lay_out(&before, &map(&[("eu", 5)]), &silent());
         assert_eq!(layout.assignment, map(&[("eu", 2)]), "{layout:?}");
         assert_eq!(layout.held_back(), 3);
         assert_eq!(
@@ -279,13 +470,16 @@ mod tests {
             }]
         );
         // A newcomer waits as well rather than skip ordinals.
-        let wanted = map(&[("eu", 2), ("ap", 3)]);
-        let layout = lay_out(&starts, &counts, &releasing, &wanted, never, member);
+        let layout = lay_out(&before, &map(&[("eu", 2), ("ap", 3)]), &silent());
         assert_eq!(layout.assignment, map(&[("eu", 2)]), "{layout:?}");
         assert_eq!(layout.held_back(), 3);
         // Once us reports them stopped, eu grows into them.
-        let stopped = |c: &str, n: u32| c == "us" && n == 0;
-        let layout = lay_out(&starts, &counts, &releasing, &map(&[("eu", 5)]), stopped, member);
+        let stopped = Fleet {
+            stopped: vec![("us", 0)],
+            applied: 2,
+            ..Fleet::default()
+        };
+        let layout = lay_out(&before, &map(&[("eu", 5)]), &stopped);
         assert_eq!(layout.assignment, map(&[("eu", 5)]));
         assert!(
             layout.releasing.is_empty() && layout.waiting.is_empty(),
@@ -295,15 +489,17 @@ mod tests {
 
     #[test]
     fn a_silent_cluster_keeps_its_ordinals_and_a_removed_one_releases_them() {
-        let starts = map(&[("eu", 0), ("us", 2)]);
-        let counts = map(&[("eu", 2), ("us", 3)]);
+        let before = previously(&[("eu", 0), ("us", 2)], &[("eu", 2), ("us", 3)], &[]);
         // The selector dropped us: the engine moved its 3 away, to new ordinals.
         let wanted = map(&[("eu", 2), ("ap", 3)]);
-        let layout = lay_out(&starts, &counts, &BTreeMap::new(), &wanted, never, member);
+        let layout = lay_out(&before, &wanted, &silent());
         assert_eq!(layout.assignment, map(&[("eu", 2)]), "ap waits: {layout:?}");
-        assert_eq!(layout.releasing["us"], Releasing { from: 2, to: 5 });
-        let gone = |c: &str| c != "us";
-        let layout = lay_out(&starts, &counts, &BTreeMap::new(), &wanted, never, gone);
+        assert_eq!((layout.releasing["us"].from, layout.releasing["us"].to), (2, 5));
+        let gone = Fleet {
+            removed: vec!["us"],
+            ..silent()
+        };
+        let layout = lay_out(&before, &wanted, &gone);
         assert_eq!(layout.assignment, map(&[("ap", 3), ("eu", 2)]));
         assert_eq!(layout.starts, map(&[("ap", 2), ("eu", 0)]), "{layout:?}");
     }
@@ -311,16 +507,18 @@ mod tests {
     #[test]
     fn a_cluster_that_gave_everything_up_gets_a_new_range_once_it_reports_its_pods_gone() {
         // us gave up 2-4 and runs none; the engine now wants 2 there.
-        let starts = map(&[("eu", 0), ("us", 2)]);
-        let counts = map(&[("eu", 2)]);
-        let releasing = BTreeMap::from([("us".to_owned(), Releasing { from: 2, to: 5 })]);
+        let before = previously(&[("eu", 0), ("us", 2)], &[("eu", 2)], &[("us", 2, 5)]);
         let wanted = map(&[("eu", 2), ("us", 2)]);
-        let layout = lay_out(&starts, &counts, &releasing, &wanted, never, member);
+        let layout = lay_out(&before, &wanted, &silent());
         assert_eq!(layout.assignment, map(&[("eu", 2)]), "{layout:?}");
         assert_eq!(layout.held_back(), 2);
         // Reported at zero replicas, no pod left: it starts again at the top.
-        let stopped = |c: &str, n: u32| c == "us" && n == 0;
-        let layout = lay_out(&starts, &counts, &releasing, &wanted, stopped, member);
+        let stopped = Fleet {
+            stopped: vec![("us", 0)],
+            applied: 2,
+            ..Fleet::default()
+        };
+        let layout = lay_out(&before, &wanted, &stopped);
         assert_eq!(layout.assignment, wanted);
         assert_eq!(layout.starts, map(&[("eu", 0), ("us", 2)]));
         assert!(layout.releasing.is_empty(), "{layout:?}");
@@ -328,21 +526,92 @@ mod tests {
 
     #[test]
     fn a_cluster_that_grows_back_takes_its_own_ordinals_without_waiting() {
-        let starts = map(&[("eu", 0), ("us", 2)]);
-        let counts = map(&[("eu", 2), ("us", 1)]);
-        let releasing = BTreeMap::from([("us".to_owned(), Releasing { from: 3, to: 5 })]);
-        let layout = lay_out(
-            &starts,
-            &counts,
-            &releasing,
-            &map(&[("eu", 2), ("us", 3)]),
-            never,
-            member,
-        );
+        let before = previously(&[("eu", 0), ("us", 2)], &[("eu", 2), ("us", 1)], &[("us", 3, 5)]);
+        let layout = lay_out(&before, &map(&[("eu", 2), ("us", 3)]), &silent());
         assert_eq!(layout.assignment, map(&[("eu", 2), ("us", 3)]));
         assert!(
             layout.releasing.is_empty() && layout.waiting.is_empty(),
             "{layout:?}"
+        );
+    }
+
+    #[test]
+    fn the_top_cluster_never_runs_fewer_than_it_does_for_a_range_in_its_way() {
+        // Damaged: ap's releasing range overlaps us's own (as a lost layout could leave it).
+        let before = previously(&[("eu", 0), ("us", 2)], &[("eu", 2), ("us", 3)], &[("ap", 3, 4)]);
+        let layout = lay_out(&before, &map(&[("eu", 2), ("us", 4)]), &silent());
+        assert_eq!(layout.assignment["us"], 3, "us keeps what it runs: {layout:?}");
+        assert_eq!(layout.starts["us"], 2);
+    }
+
+    #[test]
+    fn a_lost_layout_is_read_back_from_the_reports() {
+        use nave_api::wire::ObjectStatus;
+        let workload = WorkloadRef::new("data", "db");
+        let report = |first: Option<i32>, replicas: i32, pods: i32| {
+            std::sync::Arc::new(StatusReport {
+                applied_revision: Some(7),
+                objects: vec![ObjectStatus {
+                    api_version: "apps/v1".to_owned(),
+                    kind: "StatefulSet".to_owned(),
+                    namespace: Some("data".to_owned()),
+                    name: "db".to_owned(),
+                    replicas: Some(replicas),
+                    all_replicas: Some(pods),
+                    first_ordinal: first,
+                    ..ObjectStatus::default()
+                }],
+                ..StatusReport::default()
+            })
+        };
+        let reports: super::super::reports::Reports = [
+            ("eu".to_owned(), report(None, 2, 2)),
+            ("us".to_owned(), report(Some(2), 1, 3)),
+        ]
+        .into();
+        let found = adopt(&reports, &workload);
+        assert_eq!(found.starts, map(&[("eu", 0), ("us", 2)]));
+        assert_eq!(found.counts, map(&[("eu", 2), ("us", 1)]));
+        assert_eq!(
+            found.releasing["us"],
+            Releasing {
+                from: 3,
+                to: 5,
+                after: None
+            }
+        );
+    }
+
+    #[test]
+    fn status_names_each_clusters_ordinals_and_those_stopping() {
+        let mut stored = super::super::stored::StoredDecision {
+            ordinals: map(&[("ap", 5), ("eu", 0), ("us", 2)]),
+            assignment: map(&[("eu", 2), ("us", 1)]),
+            ..Default::default()
+        };
+        stored.releasing.insert(
+            "us".to_owned(),
+            Releasing {
+                from: 3,
+                to: 5,
+                after: None,
+            },
+        );
+        stored.releasing.insert(
+            "ap".to_owned(),
+            Releasing {
+                from: 5,
+                to: 6,
+                after: None,
+            },
+        );
+        assert_eq!(
+            describe(&stored),
+            BTreeMap::from([
+                ("ap".to_owned(), "5 stopping".to_owned()),
+                ("eu".to_owned(), "0-1".to_owned()),
+                ("us".to_owned(), "2, 3-4 stopping".to_owned()),
+            ])
         );
     }
 }

@@ -62,6 +62,10 @@ pub struct Releasing {
     pub from: u32,
     /// One past the last.
     pub to: u32,
+    /// The work-set revision its cluster's agent had applied when they were given up: only a
+    /// report of a newer one says they stopped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub after: Option<u64>,
 }
 
 /// The per-replica resources of a stored decision.
@@ -253,7 +257,14 @@ mod tests {
                 d.ordinals.insert("eu-1".into(), 3);
             }),
             ("releasing", |d| {
-                d.releasing.insert("eu-1".into(), Releasing { from: 3, to: 5 });
+                d.releasing.insert(
+                    "eu-1".into(),
+                    Releasing {
+                        from: 3,
+                        to: 5,
+                        after: None,
+                    },
+                );
             }),
         ];
         for (what, change) in variants {

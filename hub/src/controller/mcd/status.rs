@@ -12,7 +12,7 @@ use nave_policies::{Decision, Fleet, Role};
 
 use crate::placement::Reports;
 use crate::placement::reports::{deployment_counts, deployment_failure, deployment_of};
-use crate::placement::stored::Moving;
+use crate::placement::stored::StoredDecision;
 
 /// A condition of `type_`, as of now.
 pub(crate) fn condition(
@@ -62,8 +62,10 @@ pub fn status_of(
     reports: &Reports,
     template_hash: &str,
     missing_dependencies: &[String],
-    moving: Option<&Moving>,
+    stored: &StoredDecision,
 ) -> MultiClusterDeploymentStatus {
+    let moving = stored.moving.as_ref();
+    let ordinals = &crate::placement::ordinals::describe(stored);
     let generation = mcd.metadata.generation;
     let workload = &crate::render::workload_ref(mcd);
     let mut status = mcd.status.clone().unwrap_or_default();
@@ -90,6 +92,8 @@ pub fn status_of(
                 .map(|(name, _)| name),
         )
         .chain(still_running.map(|c| &c.name))
+        // A StatefulSet's clusters still stopping ordinals they gave up.
+        .chain(ordinals.keys())
         .collect();
     names.sort_unstable();
     names.dedup();
@@ -115,7 +119,8 @@ pub fn status_of(
             }
             // What fails comes first: the message is cut at 256 characters.
             if let Some(failure) = &failure {
-                line = format!("Deployment failing: {failure}; {line}");
+                let kind = object.map_or("Deployment", |o| o.kind.as_str());
+                line = format!("{kind} failing: {failure}; {line}");
             }
             truncate(&line, 256)
         });
@@ -126,12 +131,13 @@ pub fn status_of(
             _ => i32::try_from(desired).unwrap_or(i32::MAX),
         };
         clusters.push(ClusterPlacementStatus {
-            name: name.clone(),
+            name: name.to_string(),
             desired,
             ready,
             available,
             pending,
             burst,
+            ordinals: ordinals.get(name).cloned(),
             message,
         });
     }

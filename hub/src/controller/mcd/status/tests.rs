@@ -10,6 +10,7 @@ use serde_json::json;
 use super::*;
 use crate::fixtures;
 use crate::fixtures::{at, cluster, fleet, request};
+use crate::placement::stored::Moving;
 
 fn web() -> WorkloadRef {
     WorkloadRef::new("shop", "web")
@@ -56,7 +57,10 @@ impl Case {
             &self.reports,
             &crate::render::template_hash(&self.mcd),
             &self.missing,
-            self.moving.as_ref(),
+            &StoredDecision {
+                moving: self.moving.clone(),
+                ..StoredDecision::default()
+            },
         )
     }
 
@@ -165,7 +169,7 @@ fn pending_pods_missing_dependencies_and_silent_clusters_degrade_the_workload() 
         &silent.reports,
         &crate::render::template_hash(&silent.mcd),
         &[],
-        None,
+        &StoredDecision::default(),
     );
     assert_eq!(reason(&status, types::DEGRADED), reasons::CLUSTER_NOT_READY);
     let message = &conditions::find(&status.conditions, types::DEGRADED)
