@@ -376,6 +376,21 @@ pub fn plan(inputs: &Inputs<'_>) -> Planned {
         None => stored.map(|d| d.assignment.clone()).unwrap_or_default(),
     };
     let replicas = u32::try_from(spec.replicas).unwrap_or(0);
+    // Without a stored layout, ordinals are laid out only once every Ready cluster has reported:
+    // one not heard from may run some of them. Until then the StatefulSet keeps what is known.
+    let unheard: Vec<String> = match (&previously, stored.is_some_and(|s| !s.ordinals.is_empty())) {
+        (Some(_), false) => fleet
+            .iter()
+            .filter(|c| c.ready && !reports.contains_key(&c.name))
+            .map(|c| c.name.clone())
+            .collect(),
+        _ => Vec::new(),
+    };
+    let wanted_replicas = replicas;
+    let replicas = match unheard.is_empty() {
+        true => replicas,
+        false => replicas.min(current.values().sum()),
+    };
     // A new value of the rebalance annotation: placed from scratch, as a new workload would be,
     // the replicas that move kept running until their successors are ready.
     let asked_rebalance = mcd
@@ -462,6 +477,15 @@ pub fn plan(inputs: &Inputs<'_>) -> Planned {
         decision.assignment = layout.assignment.clone();
         decision.unplaced += layout.held_back();
         decision.notes.extend(layout.waiting.iter().cloned());
+        if wanted_replicas > decision.replicas {
+            let waiting = wanted_replicas - decision.replicas;
+            decision.replicas = wanted_replicas;
+            decision.unplaced += waiting;
+            decision.notes.push(nave_policies::Note::AwaitingReports {
+                clusters: unheard.iter().take(5).cloned().collect(),
+                replicas: waiting,
+            });
+        }
         layout
     });
     let moving = if everywhere {
@@ -573,6 +597,9 @@ pub fn plan(inputs: &Inputs<'_>) -> Planned {
     // Ordinals stopping: their cluster's reports say when, and the hub looks again meanwhile.
     if !stored.releasing.is_empty() {
         sooner(RELEASE_RECHECK);
+    }
+    if !unheard.is_empty() {
+        sooner(Duration::from_secs(1));
     }
     // A taint's toleration running out where replicas run: they move then.
     for (cluster, _) in request.current.iter().filter(|(_, n)| **n > 0) {

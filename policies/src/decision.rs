@@ -447,6 +447,14 @@ pub enum Note {
         /// Replicas that stay.
         replicas: u32,
     },
+    /// A StatefulSet's layout is being read back from the clusters (the stored one is gone): its
+    /// replicas beyond those known to run wait until every Ready cluster has reported.
+    AwaitingReports {
+        /// Clusters not heard from yet (the first few).
+        clusters: Vec<String>,
+        /// Replicas waiting.
+        replicas: u32,
+    },
     /// A StatefulSet's replicas wait for ordinals another cluster ran until it reports them
     /// stopped: an ordinal never runs in two clusters at once.
     OrdinalsReleasing {
@@ -464,7 +472,7 @@ impl Note {
     /// waiting for ordinals another cluster still stops ([`Note::OrdinalsReleasing`]).
     pub fn waiting_replicas(&self) -> u32 {
         match self {
-            Note::OrdinalsReleasing { replicas, .. } => *replicas,
+            Note::OrdinalsReleasing { replicas, .. } | Note::AwaitingReports { replicas, .. } => *replicas,
             _ => 0,
         }
     }
@@ -500,6 +508,11 @@ impl fmt::Display for Note {
             Note::StayForRoom { cluster, replicas } => write!(
                 f,
                 "{replicas} replica(s) stay in {cluster} despite its taint: no other cluster has room for them yet"
+            ),
+            Note::AwaitingReports { clusters, replicas } => write!(
+                f,
+                "{replicas} replica(s) wait until {} report(s) what runs there: a StatefulSet's ordinals are laid out anew only from every cluster's word",
+                clusters.join(", ")
             ),
             Note::OrdinalsReleasing {
                 cluster,

@@ -52,6 +52,9 @@ pub struct Identity {
     /// Counts registrations: a hub that registered this agent again may have lost what it
     /// was told before (its store replaced), so the status loop reports again.
     registrations: std::sync::atomic::AtomicU64,
+    /// Woken at each registration, so the status loop reports again at once rather than at its
+    /// next interval (a hub on a new store waits for every cluster's report of a StatefulSet).
+    registered: tokio::sync::Notify,
 }
 
 impl std::fmt::Debug for Identity {
@@ -66,6 +69,11 @@ impl Identity {
     /// How many times this agent registered since it started.
     pub fn registrations(&self) -> u64 {
         self.registrations.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Resolves at the next registration (or at once, if one came since the last wait).
+    pub async fn registered(&self) {
+        self.registered.notified().await;
     }
 
     /// An identity with no credential yet.
@@ -83,6 +91,7 @@ impl Identity {
             state: Mutex::new(State::default()),
             answered: tokio::sync::watch::channel(0).0,
             registrations: std::sync::atomic::AtomicU64::new(0),
+            registered: tokio::sync::Notify::new(),
         }
     }
 
@@ -253,6 +262,7 @@ impl Identity {
         };
         self.registrations
             .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        self.registered.notify_one();
         // A credential that cannot be stored still works until the next restart.
         if let Err(e) = self.store(&response).await {
             warn!(error = %e, secret = CREDENTIAL_SECRET, "cannot store the credential");

@@ -280,6 +280,7 @@ pub async fn status_loop(agent: Arc<Agent>, shutdown: CancellationToken) -> Resu
                 // rollout touches many pods) they wait for the pace and go together.
                 tokio::time::sleep(pace.wait(std::time::Instant::now())).await;
             }
+            () = agent.identity.registered(), if retry_in.is_none() => {}
             () = tokio::time::sleep(sleep) => {}
         }
     }

@@ -131,30 +131,25 @@ async fn wait_ordinals(env: &Env, ordinals: std::ops::Range<u32>, what: &str) ->
     .await
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_statefulset_runs_each_ordinal_once_across_clusters_as_it_scales() {
-    // Pods take 1.5 s to go once deleted, as with a grace period: long enough that ordinals
-    // given up are still running when a scale-up wants them.
-    let mut config = fleet(3);
-    for cluster in &mut config.clusters {
-        cluster.timing.pod_delete_millis = POD_DELETE_MILLIS;
-    }
-    let env = Env::start(config, Database::Sqlite)
-        .await
-        .expect("the environment starts");
-    env.create_namespace(NS, false).await;
-    let clusters = env.cluster_names();
+/// Lists every cluster's pods of the StatefulSet all along, twice per look (in one order, then
+/// the other): an ordinal seen in two clusters in both passes ran twice at once.
+struct Watcher {
+    seen_twice: Arc<Mutex<BTreeMap<u32, Vec<String>>>>,
+    stop: CancellationToken,
+    task: tokio::task::JoinHandle<()>,
+}
 
-    // The watcher: every ordinal in at most one cluster, all along.
-    let seen_twice: Arc<Mutex<BTreeMap<u32, Vec<String>>>> = Arc::default();
-    let stop = CancellationToken::new();
-    let watcher = {
-        let (env_clusters, seen_twice, stop) = (clusters.clone(), seen_twice.clone(), stop.clone());
-        let clients: Vec<(String, kube::Client)> = env_clusters
+impl Watcher {
+    fn start(env: &Env) -> Watcher {
+        let seen_twice: Arc<Mutex<BTreeMap<u32, Vec<String>>>> = Arc::default();
+        let stop = CancellationToken::new();
+        let clients: Vec<(String, kube::Client)> = env
+            .cluster_names()
             .iter()
             .map(|c| (c.clone(), env.cluster_client(c)))
             .collect();
-        tokio::spawn(async move {
+        let (seen, token) = (seen_twice.clone(), stop.clone());
+        let task = tokio::spawn(async move {
             let look = |order: Vec<(String, kube::Client)>| async move {
                 let mut by_ordinal: BTreeMap<u32, Vec<String>> = BTreeMap::new();
                 for (cluster, client) in order {
@@ -173,18 +168,152 @@ async fn a_statefulset_runs_each_ordinal_once_across_clusters_as_it_scales() {
                 }
                 doubled(&by_ordinal)
             };
-            while !stop.is_cancelled() {
+            while !token.is_cancelled() {
                 let forward = look(clients.clone()).await;
                 let backward = look(clients.iter().rev().cloned().collect()).await;
                 for (n, where_) in forward {
                     if backward.contains_key(&n) {
-                        seen_twice.lock().expect("not poisoned").insert(n, where_);
+                        seen.lock().expect("not poisoned").insert(n, where_);
                     }
                 }
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
-        })
-    };
+        });
+        Watcher {
+            seen_twice,
+            stop,
+            task,
+        }
+    }
+
+    /// Stops watching; fails the test if an ordinal ran in two clusters at once.
+    async fn check(self) {
+        self.stop.cancel();
+        self.task.await.expect("the watcher ends");
+        let twice = self.seen_twice.lock().expect("not poisoned").clone();
+        assert!(
+            twice.is_empty(),
+            "no ordinal may run in two clusters at once; seen: {twice:?}"
+        );
+    }
+}
+
+/// Each cluster's StatefulSet as `(ordinals.start, replicas)`.
+async fn layout(env: &Env) -> BTreeMap<String, (i32, i32)> {
+    let mut out = BTreeMap::new();
+    for cluster in env.cluster_names() {
+        let sets: Api<StatefulSet> = Api::namespaced(env.cluster_client(&cluster), NS);
+        if let Ok(Some(set)) = sets.get_opt(NAME).await {
+            let start = set.spec.ordinals.and_then(|o| o.start).unwrap_or(0);
+            out.insert(cluster, (start, set.spec.replicas.unwrap_or(1)));
+        }
+    }
+    out
+}
+
+/// Every pod of the StatefulSet, by name, with its uid.
+async fn pod_uids(env: &Env) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    for cluster in env.cluster_names() {
+        let api: Api<Pod> = Api::namespaced(env.cluster_client(&cluster), NS);
+        if let Ok(list) = api
+            .list(&ListParams::default().labels(&format!("app={NAME}")))
+            .await
+        {
+            for pod in list {
+                out.insert(
+                    format!("{cluster}/{}", pod.metadata.name.unwrap_or_default()),
+                    pod.metadata.uid.unwrap_or_default(),
+                );
+            }
+        }
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_hub_that_lost_its_store_reads_the_ordinals_back_from_the_clusters() {
+    let mut env = Env::start(fleet(3), Database::Sqlite)
+        .await
+        .expect("the environment starts");
+    env.create_namespace(NS, false).await;
+    let mcds: Api<MultiClusterDeployment> = Api::namespaced(env.client.clone(), NS);
+    // 3 spread (0 | 1 | 2), then 5: the top cluster grows (0 | 1 | 2-4), a layout that laying
+    // 5 out afresh would not give (0-1 | 2-3 | 4).
+    mcds.create(&PostParams::default(), &stateful_mcd(3))
+        .await
+        .expect("the MultiClusterDeployment is created");
+    wait_ordinals(&env, 0..3, "3 replicas, one per cluster").await;
+    mcds.patch(
+        NAME,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"replicas": 5}})),
+    )
+    .await
+    .expect("scaled");
+    wait_ordinals(&env, 0..5, "grown to 5 at the top").await;
+    let before = layout(&env).await;
+    let replicas: Vec<i32> = before.values().map(|(_, n)| *n).collect();
+    assert!(replicas.contains(&3), "the top cluster grew: {before:?}");
+    let pods = pod_uids(&env).await;
+
+    let watcher = Watcher::start(&env);
+    env.stop_hub().await;
+    for file in ["hub.db", "hub.db-wal", "hub.db-shm"] {
+        let path = env.dir().join(file);
+        if path.exists() {
+            std::fs::remove_file(&path).unwrap_or_else(|e| panic!("removing {}: {e}", path.display()));
+        }
+    }
+    env.start_hub().await.expect("the hub starts on an empty store");
+    let restarted = std::time::Instant::now();
+    wait_for("the layout read back and placed again", DEADLINE, || {
+        let (env, mcds, before) = (&env, mcds.clone(), before.clone());
+        async move {
+            let placed = env
+                .rest("/placements")
+                .await
+                .ok()
+                .and_then(|v| v["items"].as_array().map(Vec::len))
+                .unwrap_or(0);
+            let mcd = mcds.get(NAME).await.map_err(|e| e.to_string())?;
+            let ready = mcd.status.as_ref().map_or(0, |s| s.ready_replicas);
+            let now = layout(env).await;
+            if placed == 1 && ready == 5 && now == before {
+                Ok(())
+            } else {
+                Err(format!(
+                    "placements {placed}, ready {ready}, layout {now:?} (before {before:?})"
+                ))
+            }
+        }
+    })
+    .await;
+    println!(
+        "StatefulSet placed again on a new store after {:?}",
+        restarted.elapsed()
+    );
+    assert_eq!(pod_uids(&env).await, pods, "no pod was deleted or made again");
+    watcher.check().await;
+    env.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_statefulset_runs_each_ordinal_once_across_clusters_as_it_scales() {
+    // Pods take 1.5 s to go once deleted, as with a grace period: long enough that ordinals
+    // given up are still running when a scale-up wants them.
+    let mut config = fleet(3);
+    for cluster in &mut config.clusters {
+        cluster.timing.pod_delete_millis = POD_DELETE_MILLIS;
+    }
+    let env = Env::start(config, Database::Sqlite)
+        .await
+        .expect("the environment starts");
+    env.create_namespace(NS, false).await;
+    let clusters = env.cluster_names();
+
+    // The watcher: every ordinal in at most one cluster, all along.
+    let watcher = Watcher::start(&env);
 
     let mcds: Api<MultiClusterDeployment> = Api::namespaced(env.client.clone(), NS);
     let started = std::time::Instant::now();
@@ -362,12 +491,6 @@ async fn a_statefulset_runs_each_ordinal_once_across_clusters_as_it_scales() {
     })
     .await;
 
-    stop.cancel();
-    watcher.await.expect("the watcher ends");
-    let twice = seen_twice.lock().expect("not poisoned").clone();
-    assert!(
-        twice.is_empty(),
-        "no ordinal may run in two clusters at once; seen: {twice:?}"
-    );
+    watcher.check().await;
     env.shutdown().await;
 }

@@ -72,6 +72,16 @@ pub async fn reconcile(mcd: Arc<MultiClusterDeployment>, ctx: Arc<Context>) -> R
         debug!(object = %object, ?awaited, "waiting for the clusters that joined before to report");
         return Ok(Action::requeue(Duration::from_secs(1)));
     }
+    // A StatefulSet without a stored layout (new, or its store row lost) is laid out from what
+    // every Ready cluster reports running: until each has reported, nothing is written (nor
+    // counted done for the first pass, so agents that lost their hub's store keep what runs).
+    if mcd.metadata.deletion_timestamp.is_none() {
+        let unheard = unheard_for_layout(&mcd, &ctx);
+        if !unheard.is_empty() {
+            debug!(object = %object, ?unheard, "StatefulSet: waiting for every cluster's report before laying out ordinals");
+            return Ok(Action::requeue(Duration::from_secs(1)));
+        }
+    }
     // A deleted StatefulSet stops everywhere before the finalizer lets it go (the finalizer's
     // cleanup, once started, ends with the finalizer removed).
     if mcd.metadata.deletion_timestamp.is_some() && mcd.finalizers().iter().any(|f| f == FINALIZER) {
@@ -751,6 +761,32 @@ async fn write_service_status(
             warn!(service = %name, error = %error, "writing MultiClusterService status failed");
         }
     }
+}
+
+/// The Ready clusters a StatefulSet waits to hear from before laying its ordinals out: every one
+/// that has sent no status report yet, when the hub keeps no layout of this incarnation.
+fn unheard_for_layout(mcd: &MultiClusterDeployment, ctx: &Context) -> Vec<String> {
+    if mcd.spec.template.kind != nave_api::WorkloadKind::StatefulSet {
+        return Vec::new();
+    }
+    let workload = render::workload_ref(mcd);
+    let uid = mcd.uid().unwrap_or_default();
+    let laid_out = ctx
+        .sources
+        .index
+        .placement(&workload)
+        .is_some_and(|p| p.record.uid == uid && !p.decision.ordinals.is_empty());
+    if laid_out {
+        return Vec::new();
+    }
+    let reports = ctx.sources.index.reports();
+    ctx.sources
+        .view()
+        .fleet
+        .iter()
+        .filter(|c| c.ready && !reports.contains_key(&c.name))
+        .map(|c| c.name.clone())
+        .collect()
 }
 
 /// How often a deleted StatefulSet's clusters are looked at while their pods stop.
