@@ -842,6 +842,11 @@ impl WorkSets {
         Ok(self.load(cluster).await?.deployment(workload).cloned())
     }
 
+    /// Every object `workload` contributes to `cluster`'s set, as last rendered.
+    pub async fn objects_of(&mut self, cluster: &str, workload: &WorkloadRef) -> Result<Vec<Value>, Error> {
+        Ok(self.load(cluster).await?.objects_of(workload))
+    }
+
     /// Of `objects`, those another contributor holds in `cluster`'s set already (see
     /// [`ClusterWork::held_by_others`]).
     pub async fn held_by_others(

@@ -363,13 +363,21 @@ pub fn plan(inputs: &Inputs<'_>) -> Planned {
     let stateful = valid.kind == WorkloadKind::StatefulSet;
     // A StatefulSet's layout as stored; when none is (a lost or damaged row), as the clusters
     // report it, so that ordinals that run are never given out again.
-    let previously = stateful.then(|| match stored.filter(|s| !s.ordinals.is_empty()) {
-        Some(s) => ordinals::Previously {
-            starts: s.ordinals.clone(),
-            counts: s.assignment.clone(),
-            releasing: s.releasing.clone(),
-        },
-        None => ordinals::adopt(reports, workload),
+    let previously = stateful.then(|| {
+        let mut previously = match stored.filter(|s| !s.ordinals.is_empty()) {
+            Some(s) => ordinals::Previously {
+                starts: s.ordinals.clone(),
+                counts: s.assignment.clone(),
+                releasing: s.releasing.clone(),
+            },
+            None => {
+                let status = mcd.status.as_ref().map_or(&[][..], |s| &s.clusters[..]);
+                ordinals::adopt(reports, workload, status)
+            }
+        };
+        // Whatever the record says, pods a cluster reports beyond it stop there first.
+        ordinals::reported_beyond(&mut previously, reports, workload);
+        previously
     });
     let current = match &previously {
         Some(p) => p.counts.clone(),

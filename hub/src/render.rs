@@ -718,6 +718,17 @@ impl ClusterWork {
             .collect()
     }
 
+    /// Every object `workload` contributes to the set, as last rendered (before the labels of
+    /// other contributors are added).
+    pub fn objects_of(&self, workload: &WorkloadRef) -> Vec<Value> {
+        self.by_workload
+            .get(&workload.label_value())
+            .into_iter()
+            .flatten()
+            .filter_map(|key| self.objects.get(key).map(|(object, _)| object.clone()))
+            .collect()
+    }
+
     /// The Deployment (or StatefulSet) `workload` contributes to the set, as last rendered.
     pub fn deployment(&self, workload: &WorkloadRef) -> Option<&Value> {
         ["Deployment", "StatefulSet"].into_iter().find_map(|kind| {

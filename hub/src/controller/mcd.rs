@@ -72,10 +72,11 @@ pub async fn reconcile(mcd: Arc<MultiClusterDeployment>, ctx: Arc<Context>) -> R
         debug!(object = %object, ?awaited, "waiting for the clusters that joined before to report");
         return Ok(Action::requeue(Duration::from_secs(1)));
     }
-    // A StatefulSet without a stored layout (new, or its store row lost) is laid out from what
-    // every Ready cluster reports running: until each has reported, nothing is written (nor
-    // counted done for the first pass, so agents that lost their hub's store keep what runs).
-    if mcd.metadata.deletion_timestamp.is_none() {
+    // A StatefulSet placed before whose stored layout is gone (a lost store row) is laid out
+    // from what every Ready cluster reports running: until each has reported (for at most the
+    // heartbeat grace after the hub's start), nothing is written, nor is it counted done for the
+    // first pass, so agents that lost their hub's store keep what runs.
+    if mcd.metadata.deletion_timestamp.is_none() && ctx.started.elapsed() < ctx.sources.grace {
         let unheard = unheard_for_layout(&mcd, &ctx);
         if !unheard.is_empty() {
             debug!(object = %object, ?unheard, "StatefulSet: waiting for every cluster's report before laying out ordinals");
@@ -87,6 +88,8 @@ pub async fn reconcile(mcd: Arc<MultiClusterDeployment>, ctx: Arc<Context>) -> R
     if mcd.metadata.deletion_timestamp.is_some() && mcd.finalizers().iter().any(|f| f == FINALIZER) {
         let clusters: Vec<String> = ctx.sources.index.clusters().into_keys().collect();
         if let Some(wait) = stop_stateful_sets_first(&mcd, &ctx, &clusters).await? {
+            // Its zero-replica sets are written: the first pass need not wait for its pods.
+            ctx.reconciled(&object);
             return Ok(wait);
         }
     }
@@ -766,7 +769,8 @@ async fn write_service_status(
 /// The Ready clusters a StatefulSet waits to hear from before laying its ordinals out: every one
 /// that has sent no status report yet, when the hub keeps no layout of this incarnation.
 fn unheard_for_layout(mcd: &MultiClusterDeployment, ctx: &Context) -> Vec<String> {
-    if mcd.spec.template.kind != nave_api::WorkloadKind::StatefulSet {
+    let placed_before = mcd.status.as_ref().is_some_and(|s| !s.clusters.is_empty());
+    if mcd.spec.template.kind != nave_api::WorkloadKind::StatefulSet || !placed_before {
         return Vec::new();
     }
     let workload = render::workload_ref(mcd);
@@ -822,8 +826,17 @@ async fn stop_stateful_sets_first(
             .and_then(|s| u32::try_from(s).ok())
             .unwrap_or(0);
         if set["spec"]["replicas"] != 0 {
+            // Only the count changes: the headless Service, the ConfigMaps and Secrets stay
+            // while the pods stop (a pod left without its peers' names or its Secret may never
+            // stop in order).
             set["spec"]["replicas"] = json!(0);
-            work.replace(cluster, &workload, vec![set]).await?;
+            let mut objects = work.objects_of(cluster, &workload).await?;
+            for object in &mut objects {
+                if object["kind"] == "StatefulSet" && object["metadata"]["name"] == set["metadata"]["name"] {
+                    *object = set.clone();
+                }
+            }
+            work.replace(cluster, &workload, objects).await?;
             waiting.push(cluster.clone());
             continue;
         }

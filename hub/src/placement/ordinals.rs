@@ -71,6 +71,76 @@ pub fn describe(stored: &super::stored::StoredDecision) -> BTreeMap<String, Stri
     out
 }
 
+/// A cluster's ordinals as status describes them: first ordinal, replicas, and the ordinals
+/// `from..to` it still stops.
+pub type Described = (u32, u32, Option<(u32, u32)>);
+
+/// `(start, count, stopping)` from what [`describe`] wrote: `2-4`, `2`, `2-3, 4-5 stopping`,
+/// `5 stopping`; `None` for anything else.
+pub fn parse_described(text: &str) -> Option<Described> {
+    let span = |part: &str| -> Option<(u32, u32)> {
+        let (from, last) = match part.split_once('-') {
+            Some((a, b)) => (a.trim().parse().ok()?, b.trim().parse().ok()?),
+            None => {
+                let n: u32 = part.trim().parse().ok()?;
+                (n, n)
+            }
+        };
+        if last < from {
+            return None;
+        }
+        Some((from, last.checked_add(1)?))
+    };
+    let (mut runs, mut stopping) = (None, None);
+    for part in text.split(',') {
+        match part.trim().strip_suffix(" stopping") {
+            Some(range) => stopping = Some(span(range)?),
+            None => runs = Some(span(part)?),
+        }
+    }
+    match (runs, stopping) {
+        (Some((from, to)), stopping) => Some((from, to - from, stopping)),
+        (None, Some((from, to))) => Some((from, 0, Some((from, to)))),
+        (None, None) => None,
+    }
+}
+
+/// Pods a cluster reports beyond the range the layout gives it (a layout restored from an old
+/// backup, or one damaged): they stop there before their ordinals go anywhere else.
+pub fn reported_beyond(previous: &mut Previously, reports: &super::reports::Reports, workload: &WorkloadRef) {
+    for (cluster, report) in reports {
+        let Some(object) = deployment_of(Some(report), workload).filter(|o| o.kind == "StatefulSet") else {
+            continue;
+        };
+        let first = object
+            .first_ordinal
+            .and_then(|f| u32::try_from(f).ok())
+            .unwrap_or(0);
+        let pods = object
+            .all_replicas
+            .and_then(|r| u32::try_from(r).ok())
+            .unwrap_or(0);
+        let start = *previous.starts.entry(cluster.clone()).or_insert(first);
+        let end = start + previous.counts.get(cluster).copied().unwrap_or(0);
+        if first < start || first + pods <= end {
+            continue;
+        }
+        let beyond = Releasing {
+            from: end.max(first),
+            to: first + pods,
+            after: None,
+        };
+        previous
+            .releasing
+            .entry(cluster.clone())
+            .and_modify(|r| {
+                r.from = r.from.min(beyond.from);
+                r.to = r.to.max(beyond.to);
+            })
+            .or_insert(beyond);
+    }
+}
+
 /// The clusters in the order of their ranges, lowest first: what the engine keeps contiguous.
 pub fn order(starts: &BTreeMap<String, u32>) -> Vec<String> {
     let mut clusters: Vec<(&String, &u32)> = starts.iter().collect();
@@ -93,31 +163,58 @@ pub fn stopped_beyond(
     let Some(report) = report else {
         return false;
     };
-    let newer = report
-        .applied_revision
-        .is_some_and(|r| after.is_none_or(|a| r > a));
     let first_ordinal = |object: &nave_api::wire::ObjectStatus| match object.first_ordinal {
         Some(first) => u32::try_from(first).ok() == Some(start),
         None => start == 0,
     };
-    newer
-        && deployment_of(Some(report), workload).is_some_and(|object| {
-            object.kind == "StatefulSet"
-                && object.observed_current == Some(true)
-                && object.replicas == i32::try_from(replicas).ok()
-                && first_ordinal(object)
-                && object
-                    .all_replicas
-                    .is_some_and(|n| u32::try_from(n).is_ok_and(|n| n <= replicas))
-        })
+    deployment_of(Some(report), workload).is_some_and(|object| {
+        // The set attempted last counts when this object of it applied: another object failing
+        // in the same set (a quota, a missing CRD) keeps the applied revision back.
+        let attempted = report.attempted_revision.filter(|_| object.error.is_none());
+        let seen = report.applied_revision.max(attempted);
+        let newer = seen.is_some_and(|r| after.is_none_or(|a| r > a));
+        newer
+            && object.kind == "StatefulSet"
+            && object.observed_current == Some(true)
+            && object.replicas == i32::try_from(replicas).ok()
+            && first_ordinal(object)
+            && object
+                .all_replicas
+                .is_some_and(|n| u32::try_from(n).is_ok_and(|n| n <= replicas))
+    })
 }
 
 /// The layout the clusters' reports show, for a StatefulSet whose stored layout is gone (a lost
 /// or damaged store row): each reported StatefulSet's first ordinal and replicas, and the pods
 /// it still has beyond them as releasing. Laying ranges out afresh over StatefulSets that run
 /// would give their ordinals to other clusters.
-pub fn adopt(reports: &super::reports::Reports, workload: &WorkloadRef) -> Previously {
+pub fn adopt(
+    reports: &super::reports::Reports,
+    workload: &WorkloadRef,
+    status: &[nave_api::ClusterPlacementStatus],
+) -> Previously {
     let mut found = Previously::default();
+    // What the workload's status last said of each cluster (it lives in Kubernetes, not in the
+    // store): a cluster that does not report now keeps those ordinals, as a silent one does.
+    for cluster in status {
+        let Some((start, count, stopping)) = cluster.ordinals.as_deref().and_then(parse_described) else {
+            continue;
+        };
+        found.starts.insert(cluster.name.clone(), start);
+        if count > 0 {
+            found.counts.insert(cluster.name.clone(), count);
+        }
+        if let Some((from, to)) = stopping {
+            found.releasing.insert(
+                cluster.name.clone(),
+                Releasing {
+                    from,
+                    to,
+                    after: None,
+                },
+            );
+        }
+    }
     for (cluster, report) in reports {
         let Some(object) = deployment_of(Some(report), workload).filter(|o| o.kind == "StatefulSet") else {
             continue;
@@ -132,6 +229,8 @@ pub fn adopt(reports: &super::reports::Reports, workload: &WorkloadRef) -> Previ
             .and_then(|r| u32::try_from(r).ok())
             .unwrap_or(0);
         found.starts.insert(cluster.clone(), start);
+        found.counts.remove(cluster);
+        found.releasing.remove(cluster);
         if replicas > 0 {
             found.counts.insert(cluster.clone(), replicas);
         }
@@ -184,7 +283,10 @@ impl Clusters for Reported<'_> {
     }
 
     fn applied(&self, cluster: &str) -> Option<u64> {
-        self.reports.get(cluster).and_then(|r| r.applied_revision)
+        // The newest set the agent has applied or tried: a report newer than that is of a later
+        // set.
+        let report = self.reports.get(cluster)?;
+        report.applied_revision.max(report.attempted_revision)
     }
 
     fn in_fleet(&self, cluster: &str) -> bool {
@@ -277,10 +379,16 @@ pub fn lay_out(previous: &Previously, wanted: &BTreeMap<String, u32>, clusters: 
             // The top may grow up to what another cluster still releases; it never runs fewer
             // than it does now for that (its range is its own).
             let kept = want.min(count_of(counts, cluster));
+            let notes = layout.waiting.len();
             let end = place(cluster, start, want, &mut layout, &gone);
             if end < start + kept {
+                // Held back less than the note says: only beyond what it runs.
                 layout.assignment.insert(cluster.clone(), kept);
                 layout.starts.insert(cluster.clone(), start);
+                if let Some(Note::OrdinalsReleasing { replicas, .. }) = layout.waiting.get_mut(notes) {
+                    *replicas = want - kept;
+                }
+                layout.waiting.retain(|n| n.waiting_replicas() > 0);
             }
             end.max(start + kept)
         } else {
@@ -364,6 +472,21 @@ mod tests {
                     )
                 })
                 .collect(),
+        }
+    }
+
+    /// A stored decision with this layout.
+    fn stored(
+        starts: &[(&str, u32)],
+        counts: &[(&str, u32)],
+        releasing: &[(&str, u32, u32)],
+    ) -> super::super::stored::StoredDecision {
+        let previous = previously(starts, counts, releasing);
+        super::super::stored::StoredDecision {
+            ordinals: previous.starts,
+            assignment: previous.counts,
+            releasing: previous.releasing,
+            ..Default::default()
         }
     }
 
@@ -569,7 +692,7 @@ mod tests {
             ("us".to_owned(), report(Some(2), 1, 3)),
         ]
         .into();
-        let found = adopt(&reports, &workload);
+        let found = adopt(&reports, &workload, &[]);
         assert_eq!(found.starts, map(&[("eu", 0), ("us", 2)]));
         assert_eq!(found.counts, map(&[("eu", 2), ("us", 1)]));
         assert_eq!(
@@ -584,26 +707,10 @@ mod tests {
 
     #[test]
     fn status_names_each_clusters_ordinals_and_those_stopping() {
-        let mut stored = super::super::stored::StoredDecision {
-            ordinals: map(&[("ap", 5), ("eu", 0), ("us", 2)]),
-            assignment: map(&[("eu", 2), ("us", 1)]),
-            ..Default::default()
-        };
-        stored.releasing.insert(
-            "us".to_owned(),
-            Releasing {
-                from: 3,
-                to: 5,
-                after: None,
-            },
-        );
-        stored.releasing.insert(
-            "ap".to_owned(),
-            Releasing {
-                from: 5,
-                to: 6,
-                after: None,
-            },
+        let stored = stored(
+            &[("ap", 5), ("eu", 0), ("us", 2)],
+            &[("eu", 2), ("us", 1)],
+            &[("us", 3, 5), ("ap", 5, 6)],
         );
         assert_eq!(
             describe(&stored),
@@ -613,5 +720,58 @@ mod tests {
                 ("us".to_owned(), "2, 3-4 stopping".to_owned()),
             ])
         );
+    }
+
+    #[test]
+    fn what_status_wrote_reads_back() {
+        for (text, read) in [
+            ("2-4", Some((2, 3, None))),
+            ("7", Some((7, 1, None))),
+            ("2-3, 4-5 stopping", Some((2, 2, Some((4, 6))))),
+            ("5 stopping", Some((5, 0, Some((5, 6))))),
+            ("4-2", None),
+            ("x", None),
+            ("", None),
+        ] {
+            assert_eq!(parse_described(text), read, "{text:?}");
+        }
+        let stored = stored(&[("eu", 0), ("us", 2)], &[("eu", 2), ("us", 1)], &[("us", 3, 5)]);
+        for (cluster, text) in describe(&stored) {
+            let (start, count, stopping) = parse_described(&text).expect("describe's words read back");
+            assert_eq!(start, stored.ordinals[&cluster], "{cluster}: {text}");
+            assert_eq!(count, stored.assignment[&cluster], "{cluster}: {text}");
+            assert_eq!(stopping, (cluster == "us").then_some((3, 5)), "{cluster}: {text}");
+        }
+    }
+
+    #[test]
+    fn pods_beyond_a_stale_layout_stop_before_their_ordinals_go_elsewhere() {
+        use nave_api::wire::ObjectStatus;
+        let workload = WorkloadRef::new("data", "db");
+        // Restored from an old backup: eu 0-1. eu really runs 0-3.
+        let mut previous = previously(&[("eu", 0)], &[("eu", 2)], &[]);
+        let reports: super::super::reports::Reports = [(
+            "eu".to_owned(),
+            std::sync::Arc::new(StatusReport {
+                objects: vec![ObjectStatus {
+                    kind: "StatefulSet".to_owned(),
+                    namespace: Some("data".to_owned()),
+                    name: "db".to_owned(),
+                    replicas: Some(4),
+                    all_replicas: Some(4),
+                    ..ObjectStatus::default()
+                }],
+                ..StatusReport::default()
+            }),
+        )]
+        .into();
+        reported_beyond(&mut previous, &reports, &workload);
+        assert_eq!(
+            (previous.releasing["eu"].from, previous.releasing["eu"].to),
+            (2, 4)
+        );
+        // A newcomer may not take 2-3 meanwhile.
+        let layout = lay_out(&previous, &map(&[("eu", 2), ("us", 2)]), &silent());
+        assert_eq!(layout.assignment, map(&[("eu", 2)]), "{layout:?}");
     }
 }
