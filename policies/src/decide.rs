@@ -243,11 +243,13 @@ fn evaluate<'a>(fleet: &'a Fleet, ledger: &Ledger, request: &Request) -> Table<'
                 Some(Filter::CapacityUnknown)
             } else if request.evacuate.contains_key(name) {
                 Some(Filter::Evacuating)
-            } else if let (Some(needs), Some(minor)) =
-                (request.min_kubernetes_minor, cluster.kubernetes_minor)
-                && minor < needs
+            } else if let Some(needs) = request.min_kubernetes_minor
+                && cluster.kubernetes_minor.is_none_or(|minor| minor < needs)
             {
-                Some(Filter::OlderKubernetes { minor, needs })
+                Some(Filter::OlderKubernetes {
+                    minor: cluster.kubernetes_minor,
+                    needs,
+                })
             } else if let Some(top) = ordinal_top.filter(|top| previous > 0 && *top != name) {
                 Some(Filter::LowerOrdinals { top: top.to_owned() })
             } else {

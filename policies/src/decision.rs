@@ -39,10 +39,10 @@ pub enum Filter {
     CapacityUnknown,
     /// Replicas are being evacuated from it in this decision.
     Evacuating,
-    /// Its Kubernetes is older than the workload needs.
+    /// Its Kubernetes is older than the workload needs, or unknown (its agent did not say).
     OlderKubernetes {
-        /// The cluster's minor version.
-        minor: u32,
+        /// The cluster's minor version, when known.
+        minor: Option<u32>,
         /// The oldest minor version the workload runs on.
         needs: u32,
     },
@@ -102,9 +102,16 @@ impl fmt::Display for Filter {
             },
             Filter::CapacityUnknown => f.write_str("capacity unknown (no agent report yet)"),
             Filter::Evacuating => f.write_str("evacuating"),
-            Filter::OlderKubernetes { minor, needs } => write!(
+            Filter::OlderKubernetes {
+                minor: Some(minor),
+                needs,
+            } => write!(
                 f,
                 "Kubernetes 1.{minor}, older than the 1.{needs} this workload needs (a StatefulSet's spec.ordinals)"
+            ),
+            Filter::OlderKubernetes { minor: None, needs } => write!(
+                f,
+                "Kubernetes version unknown (its agent did not say), and this workload needs 1.{needs} (a StatefulSet's spec.ordinals)"
             ),
             Filter::LowerOrdinals { top } => write!(
                 f,

@@ -121,7 +121,7 @@ pub struct Request {
     /// holding replicas and clusters holding none may gain replicas: any other would need the
     /// ordinals the clusters after it hold.
     pub ordinal_order: Vec<String>,
-    /// Clusters whose Kubernetes minor version is known and below this take no new replicas
+    /// Clusters whose Kubernetes minor version is below this, or unknown, take no new replicas
     /// (they keep those they have): a StatefulSet's `spec.ordinals` needs 1.27.
     pub min_kubernetes_minor: Option<u32>,
 }

@@ -48,6 +48,10 @@ pub struct Context {
     /// The objects reconciled with the whole fleet in view since the start, as `namespace/name`;
     /// `None` once the first pass is over and the work sets are published.
     first_pass: Arc<Mutex<Option<HashSet<String>>>>,
+    /// Deleted StatefulSets: the work-set revision that sent each cluster its zero replicas, by
+    /// workload ([`WorkloadRef::label_value`](nave_api::wire::WorkloadRef::label_value)) and
+    /// cluster; a report of an older set does not say its pods stopped.
+    pub stopping: Arc<Mutex<std::collections::HashMap<(String, String), u64>>>,
 }
 
 impl std::fmt::Debug for Context {
@@ -88,6 +92,7 @@ impl Context {
             started: Instant::now(),
             awaited: Arc::default(),
             first_pass: Arc::new(Mutex::new(Some(HashSet::new()))),
+            stopping: Arc::default(),
         }
     }
 

@@ -842,14 +842,34 @@ async fn stop_stateful_sets_first(
         }
         let report = gathered.reports.get(cluster).map(Arc::as_ref);
         let reporting = gathered.view.fleet.get(cluster).is_some_and(|c| c.ready);
-        if reporting && !crate::placement::ordinals::stopped_beyond(report, &workload, 0, start, None) {
+        // Only a report of the zero-replica set (or a later one) says the pods stopped; after a
+        // hub restart the revision is not known, and any report of zero replicas counts.
+        let after = ctx
+            .stopping
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&(workload.label_value(), cluster.clone()))
+            .map(|revision| revision.saturating_sub(1));
+        if reporting && !crate::placement::ordinals::stopped_beyond(report, &workload, 0, start, after) {
             waiting.push(cluster.clone());
         }
     }
     for (cluster, write) in work.flush().await? {
         if write.changed {
             ctx.signals.notify(&cluster, write.revision);
+            if waiting.contains(&cluster) {
+                ctx.stopping
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .insert((workload.label_value(), cluster.clone()), write.revision);
+            }
         }
+    }
+    if waiting.is_empty() {
+        ctx.stopping
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|(label, _), _| *label != workload.label_value());
     }
     if waiting.is_empty() {
         return Ok(None);

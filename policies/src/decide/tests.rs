@@ -1294,3 +1294,27 @@ fn a_statefulset_grows_only_in_its_top_cluster_or_clusters_without_replicas() {
     let free = ask(6).current(&[("big", 2), ("small", 2)]).on(&fleet);
     assert_eq!(free.replicas_in("big"), 4, "{free}");
 }
+
+#[test]
+fn a_statefulset_goes_only_to_clusters_whose_kubernetes_keeps_its_ordinals() {
+    let mut fleet = three_sizes();
+    for (name, minor) in [("big", Some(26)), ("mid", None), ("small", Some(31))] {
+        let mut cluster = fleet.get(name).expect("in the fleet").clone();
+        cluster.kubernetes_minor = minor;
+        fleet.insert(cluster);
+    }
+    let mut ask = ask(3);
+    ask.0.min_kubernetes_minor = Some(27);
+    let decision = ask.on(&fleet);
+    assert_eq!(placed(&decision), [("small", 3)], "{decision}");
+    assert!(
+        line(&decision, "big").contains("Kubernetes 1.26, older than the 1.27"),
+        "{}",
+        line(&decision, "big")
+    );
+    assert!(
+        line(&decision, "mid").contains("Kubernetes version unknown"),
+        "{}",
+        line(&decision, "mid")
+    );
+}

@@ -107,6 +107,23 @@ pub fn status_of(
         let burst = decision.cluster(name).is_some_and(|c| c.role == Role::Burst);
         let kept = held.and_then(|h| h.get(name)).copied().unwrap_or(0);
         let failure = object.and_then(deployment_failure);
+        // A StatefulSet whose cluster dropped `spec.ordinals` numbers its pods from 0: they may
+        // clash with another cluster's.
+        let failure = match (object, stored.ordinals.get(name)) {
+            (Some(o), Some(&start)) if o.kind == "StatefulSet" && o.observed_current == Some(true) => {
+                let has = o.first_ordinal.and_then(|f| u32::try_from(f).ok()).unwrap_or(0);
+                let dropped = (has != start).then(|| {
+                    format!(
+                        "spec.ordinals.start is {has} there, not the {start} sent: the cluster does not keep it (Kubernetes before 1.27, or the StatefulSetStartOrdinal gate off), so its ordinals may clash with another cluster's"
+                    )
+                });
+                match (failure, dropped) {
+                    (Some(f), Some(d)) => Some(format!("{d}; {f}")),
+                    (f, d) => f.or(d),
+                }
+            }
+            _ => failure,
+        };
         updated_ready =
             updated_ready.saturating_add(object.map_or(0, |d| updated_ready_of(d, template_hash)));
         if let Some(failure) = &failure {
