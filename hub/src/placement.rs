@@ -387,11 +387,7 @@ pub fn plan(inputs: &Inputs<'_>) -> Planned {
     // Without a stored layout, ordinals are laid out only once every Ready cluster has reported:
     // one not heard from may run some of them. Until then the StatefulSet keeps what is known.
     let unheard: Vec<String> = match (&previously, stored.is_some_and(|s| !s.ordinals.is_empty())) {
-        (Some(_), false) => fleet
-            .iter()
-            .filter(|c| c.ready && !reports.contains_key(&c.name))
-            .map(|c| c.name.clone())
-            .collect(),
+        (Some(_), false) => ordinals::unheard(fleet, reports),
         _ => Vec::new(),
     };
     let wanted_replicas = replicas;

@@ -164,12 +164,12 @@ impl std::fmt::Debug for Applier {
 }
 
 impl Applier {
-    /// The generation each object had after this process last applied it.
-    pub fn applied_generations(&self) -> HashMap<ObjectRef, i64> {
+    /// The generation each object had after this process last applied it (held while a report
+    /// is built, not copied).
+    pub fn applied_generations(&self) -> std::sync::MutexGuard<'_, HashMap<ObjectRef, i64>> {
         self.generations
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone()
     }
 
     /// An applier keeping its state in `namespace`.

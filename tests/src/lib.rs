@@ -437,6 +437,17 @@ impl Env {
         self.dir.path()
     }
 
+    /// Deletes the hub's SQLite store (with its journal files), as a lost volume would: stop the
+    /// hub first.
+    pub fn lose_sqlite_store(&self) {
+        for file in ["hub.db", "hub.db-wal", "hub.db-shm"] {
+            let path = self.dir().join(file);
+            if path.exists() {
+                std::fs::remove_file(&path).unwrap_or_else(|e| panic!("removing {}: {e}", path.display()));
+            }
+        }
+    }
+
     /// The kubeconfig of workload cluster `name` the agent reads.
     fn agent_kubeconfig(&self, name: &str) -> PathBuf {
         self.dir

@@ -174,12 +174,7 @@ async fn a_hub_that_lost_its_store_deletes_nothing_in_the_workload_clusters() {
     let before = managed_objects(&env).await;
 
     env.stop_hub().await;
-    for file in ["hub.db", "hub.db-wal", "hub.db-shm"] {
-        let path = env.dir().join(file);
-        if path.exists() {
-            std::fs::remove_file(&path).unwrap_or_else(|e| panic!("removing {}: {e}", path.display()));
-        }
-    }
+    env.lose_sqlite_store();
     env.start_hub().await.expect("the hub starts on an empty store");
     let restarted = tokio::time::Instant::now();
 

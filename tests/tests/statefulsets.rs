@@ -64,16 +64,31 @@ fn ordinal(pod: &str) -> Option<u32> {
     pod.strip_prefix(&format!("{NAME}-"))?.parse().ok()
 }
 
-/// The StatefulSet's pods in each cluster (terminating ones included), by ordinal.
-async fn pods(env: &Env, clusters: &[String]) -> Result<BTreeMap<u32, Vec<String>>, String> {
+/// The StatefulSet's pods in one cluster (terminating ones included).
+async fn pods_in(client: kube::Client) -> Result<Vec<Pod>, String> {
+    Api::<Pod>::namespaced(client, NS)
+        .list(&ListParams::default().labels(&format!("app={NAME}")))
+        .await
+        .map(|list| list.items)
+        .map_err(|e| format!("listing pods: {e}"))
+}
+
+/// Every cluster's client, by name.
+fn clients(env: &Env) -> Vec<(String, kube::Client)> {
+    env.cluster_names()
+        .into_iter()
+        .map(|c| {
+            let client = env.cluster_client(&c);
+            (c, client)
+        })
+        .collect()
+}
+
+/// The StatefulSet's pods in the clusters of `clients`, read in that order, by ordinal.
+async fn by_ordinal(clients: Vec<(String, kube::Client)>) -> Result<BTreeMap<u32, Vec<String>>, String> {
     let mut by_ordinal: BTreeMap<u32, Vec<String>> = BTreeMap::new();
-    for cluster in clusters {
-        let api: Api<Pod> = Api::namespaced(env.cluster_client(cluster), NS);
-        let list = api
-            .list(&ListParams::default().labels(&format!("app={NAME}")))
-            .await
-            .map_err(|e| format!("listing pods in {cluster}: {e}"))?;
-        for pod in list {
+    for (cluster, client) in clients {
+        for pod in pods_in(client).await.map_err(|e| format!("{cluster}: {e}"))? {
             if let Some(n) = pod.metadata.name.as_deref().and_then(ordinal) {
                 by_ordinal.entry(n).or_default().push(cluster.clone());
             }
@@ -103,12 +118,7 @@ async fn wait_ordinals(env: &Env, ordinals: std::ops::Range<u32>, what: &str) ->
             async move {
                 let mut placed = BTreeMap::new();
                 for cluster in &clusters {
-                    let api: Api<Pod> = Api::namespaced(env.cluster_client(cluster), NS);
-                    let list = api
-                        .list(&ListParams::default().labels(&format!("app={NAME}")))
-                        .await
-                        .map_err(|e| e.to_string())?;
-                    for pod in list {
+                    for pod in pods_in(env.cluster_client(cluster)).await? {
                         let Some(n) = pod.metadata.name.as_deref().and_then(ordinal) else {
                             continue;
                         };
@@ -143,32 +153,20 @@ impl Watcher {
     fn start(env: &Env) -> Watcher {
         let seen_twice: Arc<Mutex<BTreeMap<u32, Vec<String>>>> = Arc::default();
         let stop = CancellationToken::new();
-        let clients: Vec<(String, kube::Client)> = env
-            .cluster_names()
-            .iter()
-            .map(|c| (c.clone(), env.cluster_client(c)))
-            .collect();
+        let clients = clients(env);
         let (seen, token) = (seen_twice.clone(), stop.clone());
         let task = tokio::spawn(async move {
+            // Looked at at this pace (a sampling rate, not a wait for anything).
+            let mut pace = tokio::time::interval(Duration::from_millis(20));
+            pace.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             let look = |order: Vec<(String, kube::Client)>| async move {
-                let mut by_ordinal: BTreeMap<u32, Vec<String>> = BTreeMap::new();
-                for (cluster, client) in order {
-                    let api: Api<Pod> = Api::namespaced(client, NS);
-                    let Ok(list) = api
-                        .list(&ListParams::default().labels(&format!("app={NAME}")))
-                        .await
-                    else {
-                        continue;
-                    };
-                    for pod in list {
-                        if let Some(n) = pod.metadata.name.as_deref().and_then(ordinal) {
-                            by_ordinal.entry(n).or_default().push(cluster.clone());
-                        }
-                    }
-                }
-                doubled(&by_ordinal)
+                by_ordinal(order)
+                    .await
+                    .map(|found| doubled(&found))
+                    .unwrap_or_default()
             };
             while !token.is_cancelled() {
+                pace.tick().await;
                 let forward = look(clients.clone()).await;
                 let backward = look(clients.iter().rev().cloned().collect()).await;
                 for (n, where_) in forward {
@@ -176,7 +174,6 @@ impl Watcher {
                         seen.lock().expect("not poisoned").insert(n, where_);
                     }
                 }
-                tokio::time::sleep(Duration::from_millis(20)).await;
             }
         });
         Watcher {
@@ -215,11 +212,7 @@ async fn layout(env: &Env) -> BTreeMap<String, (i32, i32)> {
 async fn pod_uids(env: &Env) -> BTreeMap<String, String> {
     let mut out = BTreeMap::new();
     for cluster in env.cluster_names() {
-        let api: Api<Pod> = Api::namespaced(env.cluster_client(&cluster), NS);
-        if let Ok(list) = api
-            .list(&ListParams::default().labels(&format!("app={NAME}")))
-            .await
-        {
+        if let Ok(list) = pods_in(env.cluster_client(&cluster)).await {
             for pod in list {
                 out.insert(
                     format!("{cluster}/{}", pod.metadata.name.unwrap_or_default()),
@@ -259,12 +252,7 @@ async fn a_hub_that_lost_its_store_reads_the_ordinals_back_from_the_clusters() {
 
     let watcher = Watcher::start(&env);
     env.stop_hub().await;
-    for file in ["hub.db", "hub.db-wal", "hub.db-shm"] {
-        let path = env.dir().join(file);
-        if path.exists() {
-            std::fs::remove_file(&path).unwrap_or_else(|e| panic!("removing {}: {e}", path.display()));
-        }
-    }
+    env.lose_sqlite_store();
     env.start_hub().await.expect("the hub starts on an empty store");
     let restarted = std::time::Instant::now();
     wait_for("the layout read back and placed again", DEADLINE, || {
@@ -463,7 +451,7 @@ async fn a_statefulset_runs_each_ordinal_once_across_clusters_as_it_scales() {
          1 -> 6 while 1-2 stop: {up_after:?}"
     );
     assert_eq!(up.get(&0), first.get(&0), "ordinal 0 never moved");
-    let now = pods(&env, &clusters).await.expect("pods");
+    let now = by_ordinal(clients(&env)).await.expect("pods");
     assert!(doubled(&now).is_empty(), "{now:?}");
 
     // Deleted: no StatefulSet remains anywhere.

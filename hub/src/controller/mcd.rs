@@ -783,14 +783,7 @@ fn unheard_for_layout(mcd: &MultiClusterDeployment, ctx: &Context) -> Vec<String
     if laid_out {
         return Vec::new();
     }
-    let reports = ctx.sources.index.reports();
-    ctx.sources
-        .view()
-        .fleet
-        .iter()
-        .filter(|c| c.ready && !reports.contains_key(&c.name))
-        .map(|c| c.name.clone())
-        .collect()
+    crate::placement::ordinals::unheard(&ctx.sources.view().fleet, &ctx.sources.index.reports())
 }
 
 /// How often a deleted StatefulSet's clusters are looked at while their pods stop.
@@ -810,7 +803,7 @@ async fn stop_stateful_sets_first(
         return Ok(None);
     }
     let workload = render::workload_ref(mcd);
-    let gathered = ctx.sources.gather(None);
+    let (view, reports) = (ctx.sources.view(), ctx.sources.index.reports());
     let mut waiting = Vec::new();
     let mut work = ctx.sources.index.work().await;
     for cluster in &work.holding(clusters, &workload).await? {
@@ -840,8 +833,8 @@ async fn stop_stateful_sets_first(
             waiting.push(cluster.clone());
             continue;
         }
-        let report = gathered.reports.get(cluster).map(Arc::as_ref);
-        let reporting = gathered.view.fleet.get(cluster).is_some_and(|c| c.ready);
+        let report = reports.get(cluster).map(Arc::as_ref);
+        let reporting = view.fleet.get(cluster).is_some_and(|c| c.ready);
         // Only a report of the zero-replica set (or a later one) says the pods stopped; after a
         // hub restart the revision is not known, and any report of zero replicas counts.
         let after = ctx

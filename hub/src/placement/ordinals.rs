@@ -105,21 +105,52 @@ pub fn parse_described(text: &str) -> Option<Described> {
     }
 }
 
+/// A StatefulSet as a cluster reports it: first ordinal, replicas asked, pods it has.
+struct Running {
+    start: u32,
+    replicas: u32,
+    pods: u32,
+}
+
+/// The workload's StatefulSet in each cluster that reports one.
+fn running<'a>(
+    reports: &'a super::reports::Reports,
+    workload: &'a WorkloadRef,
+) -> impl Iterator<Item = (&'a String, Running)> + 'a {
+    let number = |n: Option<i32>| n.and_then(|n| u32::try_from(n).ok()).unwrap_or(0);
+    reports.iter().filter_map(move |(cluster, report)| {
+        let object = deployment_of(Some(report), workload).filter(|o| o.kind == "StatefulSet")?;
+        Some((
+            cluster,
+            Running {
+                start: number(object.first_ordinal),
+                replicas: number(object.replicas),
+                pods: number(object.all_replicas),
+            },
+        ))
+    })
+}
+
+/// The Ready clusters of `fleet` that have sent no status report: a layout read back from the
+/// reports waits for them.
+pub fn unheard(fleet: &nave_policies::Fleet, reports: &super::reports::Reports) -> Vec<String> {
+    fleet
+        .iter()
+        .filter(|c| c.ready && !reports.contains_key(&c.name))
+        .map(|c| c.name.clone())
+        .collect()
+}
+
 /// Pods a cluster reports beyond the range the layout gives it (a layout restored from an old
 /// backup, or one damaged): they stop there before their ordinals go anywhere else.
 pub fn reported_beyond(previous: &mut Previously, reports: &super::reports::Reports, workload: &WorkloadRef) {
-    for (cluster, report) in reports {
-        let Some(object) = deployment_of(Some(report), workload).filter(|o| o.kind == "StatefulSet") else {
-            continue;
-        };
-        let first = object
-            .first_ordinal
-            .and_then(|f| u32::try_from(f).ok())
-            .unwrap_or(0);
-        let pods = object
-            .all_replicas
-            .and_then(|r| u32::try_from(r).ok())
-            .unwrap_or(0);
+    for (
+        cluster,
+        Running {
+            start: first, pods, ..
+        },
+    ) in running(reports, workload)
+    {
         let start = *previous.starts.entry(cluster.clone()).or_insert(first);
         let end = start + previous.counts.get(cluster).copied().unwrap_or(0);
         if first < start || first + pods <= end {
@@ -215,19 +246,15 @@ pub fn adopt(
             );
         }
     }
-    for (cluster, report) in reports {
-        let Some(object) = deployment_of(Some(report), workload).filter(|o| o.kind == "StatefulSet") else {
-            continue;
-        };
-        let start = object
-            .first_ordinal
-            .and_then(|f| u32::try_from(f).ok())
-            .unwrap_or(0);
-        let replicas = object.replicas.and_then(|r| u32::try_from(r).ok()).unwrap_or(0);
-        let pods = object
-            .all_replicas
-            .and_then(|r| u32::try_from(r).ok())
-            .unwrap_or(0);
+    for (
+        cluster,
+        Running {
+            start,
+            replicas,
+            pods,
+        },
+    ) in running(reports, workload)
+    {
         found.starts.insert(cluster.clone(), start);
         found.counts.remove(cluster);
         found.releasing.remove(cluster);
