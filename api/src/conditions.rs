@@ -43,6 +43,13 @@ pub mod types {
     /// WorkloadCluster: it is being deleted; its workloads move away and the hub waits for its
     /// agent to apply the empty work set (reason `WithdrawingWork`; the message says what is left).
     pub const REMOVING: &str = "Removing";
+    /// MultiClusterJob: every piece of it has a cluster (`False`, reason `Queued`, while some
+    /// wait in the hub's queue for room).
+    pub const ADMITTED: &str = "Admitted";
+    /// MultiClusterJob: every completion succeeded, as a Job's `Complete`.
+    pub const COMPLETE: &str = "Complete";
+    /// MultiClusterJob: a cluster's Job failed, as a Job's `Failed`; the others are suspended.
+    pub const FAILED: &str = "Failed";
 }
 
 /// Condition reasons (CamelCase, as Kubernetes requires).
@@ -155,6 +162,18 @@ pub mod reasons {
     pub const CONFLICT: &str = "Conflict";
     /// No cluster is selected.
     pub const NO_CLUSTERS_SELECTED: &str = "NoClustersSelected";
+
+    // MultiClusterJob
+    /// Admitted: waiting in the hub's queue until all of its pods at once fit.
+    pub const QUEUED: &str = "Queued";
+    /// Admitted: every piece runs in a cluster.
+    pub const PIECES_PLACED: &str = "PiecesPlaced";
+    /// Complete: every completion succeeded.
+    pub const COMPLETIONS_REACHED: &str = "CompletionsReached";
+    /// Failed: a cluster's Job failed (its backoffLimit or deadline reached).
+    pub const PIECE_FAILED: &str = "PieceFailed";
+    /// Event: a cluster running a piece was lost; what it had not completed runs again.
+    pub const CLUSTER_LOST: &str = "ClusterLost";
 }
 
 /// The condition of this type in a list, if present.

@@ -19,6 +19,7 @@
 //! - [`MultiClusterDeployment`] (`mcd`): a Deployment whose replicas are divided among clusters.
 //! - [`MultiClusterService`] (`mcsvc`): a Service created in every cluster that runs a workload.
 //! - [`MultiClusterResource`] (`mcr`): any object sent to the clusters a selector picks.
+//! - [`MultiClusterJob`] (`mcj`): a batch Job whose completions are divided among clusters.
 //! - [`WorkloadCluster`] (`wcl`): one workload cluster, its labels, capacity and health.
 //!
 //! The CRD manifests in `crds/` are generated from these types by [`CRDGEN_COMMAND`]; a test fails
@@ -35,6 +36,7 @@ pub mod cluster;
 pub mod conditions;
 pub mod deployment;
 mod error;
+pub mod job;
 pub mod placement;
 pub mod resource;
 pub mod rollout;
@@ -57,6 +59,10 @@ pub use deployment::{
     MultiClusterDeployment, MultiClusterDeploymentSpec, MultiClusterDeploymentStatus, PatchOp,
 };
 pub use error::Error;
+pub use job::{
+    JobPhase, JobPiece, JobPlacement, JobPolicy, JobTemplate, MultiClusterJob, MultiClusterJobSpec,
+    MultiClusterJobStatus, PieceState,
+};
 pub use placement::{
     Bursting, Coordinates, Failback, Placement, PlacementPolicy, Proximity, ProximityOrigin, Rescheduling,
 };
@@ -149,6 +155,7 @@ pub fn crds() -> Vec<CustomResourceDefinition> {
     [
         MultiClusterDeployment::crd(),
         MultiClusterHorizontalPodAutoscaler::crd(),
+        MultiClusterJob::crd(),
         MultiClusterResource::crd(),
         MultiClusterService::crd(),
         WorkloadCluster::crd(),

@@ -648,6 +648,7 @@ fn crd_yaml_parses_back_to_the_same_crd() {
         [
             "multiclusterdeployments.nave.dev.yaml",
             "multiclusterhorizontalpodautoscalers.nave.dev.yaml",
+            "multiclusterjobs.nave.dev.yaml",
             "multiclusterresources.nave.dev.yaml",
             "multiclusterservices.nave.dev.yaml",
             "workloadclusters.nave.dev.yaml"

@@ -91,6 +91,8 @@ pub const WORKLOAD_LABEL: &str = "nave.dev/workload";
 /// What begins the name of a MultiClusterResource's [`WorkloadRef`] (see
 /// [`WorkloadRef::resource`]): `kubectl get -l nave.dev/workload=shop.mcr_deny-all`.
 pub const RESOURCE_PREFIX: &str = "mcr_";
+/// What begins the name of a MultiClusterJob's [`WorkloadRef`] (see [`WorkloadRef::job`]).
+pub const JOB_PREFIX: &str = "mcj_";
 /// Annotation with the work revision that last changed the object (or re-applied it in a full
 /// resync): an object a new revision leaves unchanged keeps the revision it was sent at.
 pub const REVISION_ANNOTATION: &str = "nave.dev/work-revision";
@@ -663,6 +665,17 @@ impl WorkloadRef {
         self.name.strip_prefix(RESOURCE_PREFIX)
     }
 
+    /// The contributor reference of a MultiClusterJob, as [`WorkloadRef::resource`] is of a
+    /// MultiClusterResource, behind [`JOB_PREFIX`].
+    pub fn job(namespace: impl Into<String>, name: &str) -> WorkloadRef {
+        WorkloadRef::new(namespace, format!("{JOB_PREFIX}{name}"))
+    }
+
+    /// The MultiClusterJob's name when this is one's reference ([`WorkloadRef::job`]).
+    pub fn job_name(&self) -> Option<&str> {
+        self.name.strip_prefix(JOB_PREFIX)
+    }
+
     /// Parses a [`WORKLOAD_LABEL`] value; namespaces hold no `.`, so the first one splits.
     pub fn from_label_value(value: &str) -> Option<WorkloadRef> {
         let (namespace, name) = value.split_once('.')?;
@@ -901,6 +914,18 @@ pub struct ObjectStatus {
     /// made), so the replica counts are of the spec the agent applied last.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_current: Option<bool>,
+    /// Jobs: `status.active`, pods running or pending.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub active: Option<i32>,
+    /// Jobs: `status.succeeded`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub succeeded: Option<i32>,
+    /// Jobs: `status.failed`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failed: Option<i32>,
+    /// Indexed Jobs: `status.completedIndexes` (`0-3,7`), the Job's own indexes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completed_indexes: Option<String>,
     /// StatefulSets: `spec.ordinals.start` as the cluster holds it (absent when it holds none:
     /// numbered from 0, or a cluster that does not know the field).
     #[serde(default, skip_serializing_if = "Option::is_none")]

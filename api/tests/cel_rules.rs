@@ -328,6 +328,45 @@ fn cases() -> Vec<Case> {
             ],
         },
         Case {
+            rule_contains: "self == oldSelf",
+            valid: vec![
+                json!({"self": {"spec": {"completions": 3}}, "oldSelf": {"spec": {"completions": 3}}}),
+            ],
+            invalid: vec![
+                json!({"self": {"spec": {"completions": 4}}, "oldSelf": {"spec": {"completions": 3}}}),
+            ],
+        },
+        Case {
+            rule_contains: "self.parallelism <= self.completions",
+            valid: vec![
+                json!({"completions": 3}),
+                json!({"completions": 3, "parallelism": 3}),
+            ],
+            invalid: vec![json!({"completions": 3, "parallelism": 4})],
+        },
+        Case {
+            rule_contains: "self.completions <= 100000",
+            valid: vec![
+                json!({"completions": 100000, "completionMode": "Indexed"}),
+                json!({"completions": 200000}),
+                json!({"completions": 200000, "completionMode": "NonIndexed"}),
+            ],
+            invalid: vec![json!({"completions": 100001, "completionMode": "Indexed"})],
+        },
+        Case {
+            rule_contains: "!has(self.ttlSecondsAfterFinished)",
+            valid: vec![json!({"completions": 1})],
+            invalid: vec![json!({"completions": 1, "ttlSecondsAfterFinished": 10})],
+        },
+        Case {
+            rule_contains: "self.restartPolicy == 'Never' || self.restartPolicy == 'OnFailure'",
+            valid: vec![
+                json!({"restartPolicy": "Never"}),
+                json!({"restartPolicy": "OnFailure"}),
+            ],
+            invalid: vec![json!({}), json!({"restartPolicy": "Always"})],
+        },
+        Case {
             rule_contains: "self.kind != 'StatefulSet' || !has(self.spec.ordinals)",
             valid: vec![
                 json!({"spec": {}}),

@@ -284,3 +284,17 @@ fn statefulset_example_numbers_a_database_across_the_fleet() {
     let service: MultiClusterService = serde_json::from_value(services[0].clone()).unwrap();
     assert_eq!(service.spec.deployment.as_deref(), Some("db"));
 }
+
+#[test]
+fn job_example_divides_indexed_completions() {
+    let docs = documents("job.yaml");
+    let jobs = of_kind(&docs, "MultiClusterJob");
+    assert_eq!(jobs.len(), 1);
+    assert_fits_crd::<nave_api::MultiClusterJob>(jobs[0]);
+    let job: nave_api::MultiClusterJob = serde_json::from_value(jobs[0].clone()).unwrap();
+    let spec: k8s_openapi::api::batch::v1::JobSpec =
+        serde_json::from_value(job.spec.template.spec.clone()).expect("a valid JobSpec");
+    assert_eq!((spec.completions, spec.parallelism), (Some(100), Some(12)));
+    assert_eq!(spec.completion_mode.as_deref(), Some("Indexed"));
+    assert_eq!(job.spec.placement.policy, nave_api::JobPolicy::Spread);
+}

@@ -1,7 +1,8 @@
 //! The controllers over Nave's CRDs in the management cluster.
 //!
-//! Two controllers: [`mcr`] reconciles MultiClusterResources (any object to the clusters a
-//! selector picks), and [`mcd`] reconciles MultiClusterDeployments, and with them what follows
+//! Three controllers: [`mcr`] reconciles MultiClusterResources (any object to the clusters a
+//! selector picks), [`mcj`] MultiClusterJobs (batch Jobs divided among clusters, with a queue),
+//! and [`mcd`] reconciles MultiClusterDeployments, and with them what follows
 //! them: a change to a MultiClusterService reconciles the MultiClusterDeployment it names, and a
 //! change to a ConfigMap or Secret reconciles every MultiClusterDeployment whose pod template
 //! refers to it (so the copies in the workload clusters follow the source). Agents' reports reach
@@ -22,6 +23,7 @@
 mod context;
 pub mod heartbeats;
 pub mod mcd;
+pub mod mcj;
 pub mod mcr;
 pub mod removal;
 
@@ -37,7 +39,7 @@ use kube::api::Api;
 use kube::runtime::reflector::{ObjectRef, Store as Reflected};
 use kube::runtime::{Controller, WatchStreamExt, watcher};
 use nave_api::wire::WorkloadRef;
-use nave_api::{DependencyKind, MultiClusterDeployment, MultiClusterResource};
+use nave_api::{DependencyKind, MultiClusterDeployment, MultiClusterJob, MultiClusterResource};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
@@ -55,7 +57,15 @@ pub async fn run(ctx: Arc<Context>, triggered: Triggered, shutdown: Cancellation
     let Triggered { all, some } = triggered;
     // The trigger reaches both controllers: a pass over every object goes to each, a named
     // workload to the controller of its kind.
-    let (all, resources_all, some, resources_some, route) = route_triggers(all, some, shutdown.clone());
+    let Routed {
+        all,
+        resources_all,
+        jobs_all,
+        some,
+        resources_some,
+        jobs_some,
+        route,
+    } = route_triggers(all, some, shutdown.clone());
     let all = futures::stream::unfold(all, |mut rx| async move { rx.recv().await.map(|()| ((), rx)) });
     let some = futures::stream::unfold(some, |mut rx| async move {
         rx.recv().await.map(|w: WorkloadRef| {
@@ -83,9 +93,29 @@ pub async fn run(ctx: Arc<Context>, triggered: Triggered, shutdown: Cancellation
     let known_too = known.clone();
     let known_at_stop = known.clone();
     let stopping = shutdown.clone();
-    let (resources, resources_known) =
-        resources_controller(ctx.clone(), resources_all, resources_some, shutdown.clone());
-    let first_pass = publish_after_first_pass(known.clone(), resources_known, ctx.clone(), shutdown.clone());
+    let (resources, resources_known) = side_controller(
+        ctx.clone(),
+        resources_all,
+        resources_some,
+        shutdown.clone(),
+        mcr::reconcile,
+        mcr::error_policy,
+    );
+    let (jobs, jobs_known) = side_controller(
+        ctx.clone(),
+        jobs_all,
+        jobs_some,
+        shutdown.clone(),
+        mcj::reconcile,
+        mcj::error_policy,
+    );
+    let first_pass = publish_after_first_pass(
+        known.clone(),
+        resources_known,
+        jobs_known,
+        ctx.clone(),
+        shutdown.clone(),
+    );
     let controller = controller
         .watches(configmaps, watcher::Config::default(), move |cm| {
             referring(&known, DependencyKind::ConfigMap, &cm)
@@ -126,43 +156,54 @@ pub async fn run(ctx: Arc<Context>, triggered: Triggered, shutdown: Cancellation
             () = stop => {}
         }
     };
-    tokio::join!(controller, resources, first_pass, route);
+    tokio::join!(controller, resources, jobs, first_pass, route);
 }
 
-/// Splits the trigger's requests between the two controllers: every pass to both, a named
-/// workload to the MultiClusterResource controller when it names one
-/// ([`WorkloadRef::resource_name`]), else to the MultiClusterDeployment controller. The last
-/// value is the task that routes, until `shutdown` (the trigger's senders outlive a term).
-#[allow(clippy::type_complexity)]
+/// The trigger's requests, split by controller ([`route_triggers`]).
+struct Routed<F> {
+    all: tokio::sync::mpsc::Receiver<()>,
+    resources_all: tokio::sync::mpsc::Receiver<()>,
+    jobs_all: tokio::sync::mpsc::Receiver<()>,
+    some: tokio::sync::mpsc::UnboundedReceiver<WorkloadRef>,
+    resources_some: tokio::sync::mpsc::UnboundedReceiver<WorkloadRef>,
+    jobs_some: tokio::sync::mpsc::UnboundedReceiver<WorkloadRef>,
+    /// The task that routes, until `shutdown` (the trigger's senders outlive a term).
+    route: F,
+}
+
+/// Splits the trigger's requests between the controllers: every pass to each, a named workload
+/// to the controller of its kind: the MultiClusterResource controller when it names one
+/// ([`WorkloadRef::resource_name`]), the MultiClusterJob controller when it names one
+/// ([`WorkloadRef::job_name`]), else the MultiClusterDeployment controller.
 fn route_triggers(
     mut all: tokio::sync::mpsc::Receiver<()>,
     mut some: tokio::sync::mpsc::UnboundedReceiver<WorkloadRef>,
     shutdown: CancellationToken,
-) -> (
-    tokio::sync::mpsc::Receiver<()>,
-    tokio::sync::mpsc::Receiver<()>,
-    tokio::sync::mpsc::UnboundedReceiver<WorkloadRef>,
-    tokio::sync::mpsc::UnboundedReceiver<WorkloadRef>,
-    impl std::future::Future<Output = ()>,
-) {
+) -> Routed<impl std::future::Future<Output = ()>> {
     use tokio::sync::mpsc;
     // Capacity one, as the trigger's own: passes asked while one is pending coalesce.
     let (mcd_all, mcd_all_rx) = mpsc::channel(1);
     let (mcr_all, mcr_all_rx) = mpsc::channel(1);
+    let (mcj_all, mcj_all_rx) = mpsc::channel(1);
     let (mcd_some, mcd_some_rx) = mpsc::unbounded_channel();
     let (mcr_some, mcr_some_rx) = mpsc::unbounded_channel();
+    let (mcj_some, mcj_some_rx) = mpsc::unbounded_channel();
     let route = async move {
         let passes = async {
             while all.recv().await.is_some() {
                 let _ = mcd_all.try_send(());
                 let _ = mcr_all.try_send(());
+                let _ = mcj_all.try_send(());
             }
         };
         let named = async {
             while let Some(workload) = some.recv().await {
-                let _ = match workload.resource_name() {
-                    Some(name) => mcr_some.send(WorkloadRef::new(workload.namespace.clone(), name)),
-                    None => mcd_some.send(workload),
+                let _ = if let Some(name) = workload.resource_name() {
+                    mcr_some.send(WorkloadRef::new(workload.namespace.clone(), name))
+                } else if let Some(name) = workload.job_name() {
+                    mcj_some.send(WorkloadRef::new(workload.namespace.clone(), name))
+                } else {
+                    mcd_some.send(workload)
                 };
             }
         };
@@ -171,28 +212,48 @@ fn route_triggers(
             () = shutdown.cancelled() => {}
         }
     };
-    (mcd_all_rx, mcr_all_rx, mcd_some_rx, mcr_some_rx, route)
+    Routed {
+        all: mcd_all_rx,
+        resources_all: mcr_all_rx,
+        jobs_all: mcj_all_rx,
+        some: mcd_some_rx,
+        resources_some: mcr_some_rx,
+        jobs_some: mcj_some_rx,
+        route,
+    }
 }
 
-/// The MultiClusterResource controller, and its view of the objects (for the first pass).
-fn resources_controller(
+/// The controller of a kind reconciled apart from the MultiClusterDeployments
+/// (MultiClusterResources, MultiClusterJobs), and its view of the objects (for the first pass).
+fn side_controller<K, F>(
     ctx: Arc<Context>,
     all: tokio::sync::mpsc::Receiver<()>,
     some: tokio::sync::mpsc::UnboundedReceiver<WorkloadRef>,
     shutdown: CancellationToken,
-) -> (
-    impl std::future::Future<Output = ()>,
-    Reflected<MultiClusterResource>,
-) {
-    let api: Api<MultiClusterResource> = Api::all(ctx.client.clone());
+    reconcile: impl FnMut(Arc<K>, Arc<Context>) -> F + Send + 'static,
+    error_policy: impl Fn(Arc<K>, &crate::error::Error, Arc<Context>) -> kube::runtime::controller::Action
+    + Send
+    + Sync
+    + 'static,
+) -> (impl std::future::Future<Output = ()>, Reflected<K>)
+where
+    K: kube::Resource<DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+    F: std::future::Future<Output = Result<kube::runtime::controller::Action, crate::error::Error>>
+        + Send
+        + 'static,
+{
+    let api: Api<K> = Api::all(ctx.client.clone());
     let all = futures::stream::unfold(all, |mut rx| async move { rx.recv().await.map(|()| ((), rx)) });
     let some = futures::stream::unfold(some, |mut rx| async move {
-        rx.recv().await.map(|w: WorkloadRef| {
-            (
-                ObjectRef::<MultiClusterResource>::new(&w.name).within(&w.namespace),
-                rx,
-            )
-        })
+        rx.recv()
+            .await
+            .map(|w: WorkloadRef| (ObjectRef::<K>::new(&w.name).within(&w.namespace), rx))
     });
     let (reader, writer) = kube::runtime::reflector::store();
     // Its own status writes are not a reason to reconcile (see `what_a_plan_reads`).
@@ -201,10 +262,10 @@ fn resources_controller(
         .reflect(writer)
         .applied_objects()
         .predicate_filter(
-            |mcr: &MultiClusterResource| {
+            |object: &K| {
                 use std::hash::{Hash, Hasher};
                 let mut hasher = std::collections::hash_map::DefaultHasher::new();
-                let metadata = &mcr.metadata;
+                let metadata = object.meta();
                 metadata.uid.hash(&mut hasher);
                 metadata.generation.hash(&mut hasher);
                 metadata.finalizers.hash(&mut hasher);
@@ -226,7 +287,7 @@ fn resources_controller(
         .reconcile_all_on(all)
         .reconcile_on(some)
         .graceful_shutdown_on(shutdown.cancelled_owned())
-        .run(mcr::reconcile, mcr::error_policy, ctx)
+        .run(reconcile, error_policy, ctx)
         .for_each(|result| async move {
             match result {
                 Ok((object, _)) => debug!(object = %object, "reconciled"),
@@ -253,19 +314,23 @@ fn resources_controller(
 /// How long reconciles under way at shutdown may take to finish.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 
-/// Waits until every MultiClusterDeployment and MultiClusterResource known once the controller's view is complete has
+/// Waits until every MultiClusterDeployment, MultiClusterResource and MultiClusterJob known once
+/// the controllers' views are complete has
 /// been reconciled with the whole fleet in view (see [`Context::awaited_clusters`]), gives every
 /// known cluster a work set, then publishes. An object whose reconcile keeps failing keeps the
 /// sets incomplete: agents that hold a set keep holding it, which is the safe side.
 async fn publish_after_first_pass(
     known: Reflected<MultiClusterDeployment>,
     resources: Reflected<MultiClusterResource>,
+    jobs: Reflected<MultiClusterJob>,
     ctx: Arc<Context>,
     shutdown: CancellationToken,
 ) {
     tokio::select! {
         () = shutdown.cancelled() => return,
-        ready = async { tokio::try_join!(known.wait_until_ready(), resources.wait_until_ready()) } => {
+        ready = async {
+            tokio::try_join!(known.wait_until_ready(), resources.wait_until_ready(), jobs.wait_until_ready())
+        } => {
             if ready.is_err() { return }
         }
     }
@@ -281,6 +346,7 @@ async fn publish_after_first_pass(
             .map(|mcd| format!("{}/{}", mcd.namespace().unwrap_or_default(), mcd.name_any()))
             .collect();
         objects.extend(resources.state().iter().map(|mcr| mcr::first_pass_key(mcr)));
+        objects.extend(jobs.state().iter().map(|mcj| mcj::first_pass_key(mcj)));
         if ctx.first_pass_missing(&objects) == 0 {
             break;
         }

@@ -18,6 +18,7 @@
 
 pub mod failover;
 pub mod inputs;
+pub mod jobs;
 pub mod moves;
 pub mod ordinals;
 pub mod reports;

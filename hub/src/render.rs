@@ -127,10 +127,11 @@ pub fn workload_ref(mcd: &MultiClusterDeployment) -> WorkloadRef {
 }
 
 /// The labels Nave puts on every object it renders for a workload.
-/// A MultiClusterResource's objects carry the first only (they come from no MCD).
+/// A MultiClusterResource's and a MultiClusterJob's objects carry the first only (they come
+/// from no MCD).
 pub fn workload_labels(workload: &WorkloadRef) -> BTreeMap<String, String> {
     let mut labels = BTreeMap::from([(WORKLOAD_LABEL.to_owned(), workload.label_value())]);
-    if workload.resource_name().is_none() {
+    if workload.resource_name().is_none() && workload.job_name().is_none() {
         labels.insert(MCD_NAME_LABEL.to_owned(), workload.name.clone());
     }
     labels
@@ -153,26 +154,20 @@ pub fn render_deployment(
     let kind = mcd.spec.template.kind.as_str();
     let workload = workload_ref(mcd);
     let template = &mcd.spec.template;
-    let mut labels = template.metadata.labels.clone();
-    labels.extend(workload_labels(&workload));
-    let mut metadata = json!({
-        "name": workload.name,
-        "namespace": workload.namespace,
-        "labels": labels,
-    });
-    let mut annotations = template.metadata.annotations.clone();
-    annotations.insert(
-        nave_api::TEMPLATE_HASH_ANNOTATION.to_owned(),
-        template_hash.to_owned(),
-    );
+    let mut extra = BTreeMap::new();
     if mcd.spec.retain_replicas {
-        annotations.insert(nave_api::RETAIN_REPLICAS_ANNOTATION.to_owned(), "true".to_owned());
+        extra.insert(nave_api::RETAIN_REPLICAS_ANNOTATION.to_owned(), "true".to_owned());
     }
-    metadata["annotations"] = json!(annotations);
-    let mut spec = template.spec.clone();
-    if !spec.is_object() {
-        spec = Value::Object(Map::new());
-    }
+    let mut deployment = workload_object(
+        ("apps/v1", kind),
+        &workload.name,
+        &workload,
+        &template.metadata,
+        &template.spec,
+        template_hash,
+        extra,
+    );
+    let spec = &mut deployment["spec"];
     spec["replicas"] = json!(replicas);
     let ordinals = match mcd.spec.template.kind {
         nave_api::WorkloadKind::StatefulSet => json!({"start": first_ordinal.unwrap_or(0)}),
@@ -181,16 +176,6 @@ pub fn render_deployment(
     if !ordinals.is_null() {
         spec["ordinals"] = ordinals.clone();
     }
-    // The agent reports status per workload from the pods' label; set it here so it holds from
-    // the first pod on.
-    let pod_labels = pointer_object(&mut spec, &["template", "metadata", "labels"]);
-    pod_labels.insert(WORKLOAD_LABEL.to_owned(), json!(workload.label_value()));
-    let mut deployment = json!({
-        "apiVersion": "apps/v1",
-        "kind": kind,
-        "metadata": metadata,
-        "spec": spec,
-    });
     for (index, over) in mcd.spec.overrides.iter().enumerate() {
         if !over.applies_to(index, cluster, cluster_labels)? {
             continue;
@@ -235,6 +220,106 @@ pub fn render_deployment(
         });
     }
     Ok(deployment)
+}
+
+/// The object every workload kind is rendered from, one mechanism for all of them: `name` in the
+/// workload's namespace, the template's labels and annotations with Nave's (the workload labels,
+/// the template digest, `annotations`), and `spec` with the workload label on its pod template
+/// (the agent reports pods by it from the first pod on).
+fn workload_object(
+    (api_version, kind): (&str, &str),
+    name: &str,
+    workload: &WorkloadRef,
+    template: &nave_api::TemplateMetadata,
+    spec: &Value,
+    template_hash: &str,
+    annotations: BTreeMap<String, String>,
+) -> Value {
+    let mut labels = template.labels.clone();
+    labels.extend(workload_labels(workload));
+    let mut all_annotations = template.annotations.clone();
+    all_annotations.insert(
+        nave_api::TEMPLATE_HASH_ANNOTATION.to_owned(),
+        template_hash.to_owned(),
+    );
+    all_annotations.extend(annotations);
+    let mut spec = spec.clone();
+    if !spec.is_object() {
+        spec = Value::Object(Map::new());
+    }
+    let pod_labels = pointer_object(&mut spec, &["template", "metadata", "labels"]);
+    pod_labels.insert(WORKLOAD_LABEL.to_owned(), json!(workload.label_value()));
+    json!({
+        "apiVersion": api_version,
+        "kind": kind,
+        "metadata": {
+            "name": name,
+            "namespace": workload.namespace,
+            "labels": labels,
+            "annotations": all_annotations,
+        },
+        "spec": spec,
+    })
+}
+
+/// One piece of a MultiClusterJob, as the `batch/v1` Job its cluster runs: the template's Job
+/// with the piece's `completions` and `parallelism`, [`nave_api::job::JOB_INDEX_OFFSET_ENV`] set
+/// to its first index in every container, suspended when `suspend` (the job failed elsewhere).
+/// Its own `ttlSecondsAfterFinished` and selector are left out: the hub removes the Job, and
+/// the cluster makes the selector.
+pub fn render_job(
+    mcj: &nave_api::MultiClusterJob,
+    piece: &nave_api::JobPiece,
+    suspend: bool,
+    template_hash: &str,
+) -> Value {
+    use nave_api::job::{JOB_INDEX_OFFSET_ANNOTATION, JOB_INDEX_OFFSET_ENV};
+    let workload = WorkloadRef::job(
+        mcj.metadata.namespace.clone().unwrap_or_default(),
+        mcj.metadata.name.as_deref().unwrap_or_default(),
+    );
+    let template = &mcj.spec.template;
+    let offset = piece.start.to_string();
+    let mut job = workload_object(
+        ("batch/v1", "Job"),
+        &piece.job,
+        &workload,
+        &template.metadata,
+        &template.spec,
+        template_hash,
+        BTreeMap::from([(JOB_INDEX_OFFSET_ANNOTATION.to_owned(), offset.clone())]),
+    );
+    let spec = &mut job["spec"];
+    spec["completions"] = json!(piece.completions);
+    spec["parallelism"] = json!(piece.parallelism);
+    if let Some(fields) = spec.as_object_mut() {
+        for field in ["ttlSecondsAfterFinished", "selector", "manualSelector"] {
+            fields.remove(field);
+        }
+        if suspend {
+            fields.insert("suspend".to_owned(), json!(true));
+        }
+    }
+    let pod = pointer_object(spec, &["template", "spec"]);
+    for list in ["containers", "initContainers"] {
+        for container in pod
+            .get_mut(list)
+            .and_then(Value::as_array_mut)
+            .into_iter()
+            .flatten()
+        {
+            let env = pointer_object(container, &[])
+                .entry("env")
+                .or_insert_with(|| json!([]));
+            if !env.is_array() {
+                *env = json!([]);
+            }
+            let env = env.as_array_mut().expect("made an array above");
+            env.retain(|e| e["name"] != JOB_INDEX_OFFSET_ENV);
+            env.push(json!({"name": JOB_INDEX_OFFSET_ENV, "value": offset}));
+        }
+    }
+    job
 }
 
 /// A digest of `spec.template` (16 hex digits): which template a cluster's Deployment was

@@ -15,6 +15,7 @@ use crate::apply::ObjectRef;
 pub const DEFAULT_KINDS: &[&str] = &[
     "Deployment.apps",
     "StatefulSet.apps",
+    "Job.batch",
     "Service",
     "ServiceExport.multicluster.x-k8s.io",
     "ConfigMap",

@@ -37,6 +37,7 @@ pub const STATE_CONFIG_MAP: &str = "nave-agent-state";
 const PRUNE_KINDS: &[(&str, &str)] = &[
     ("apps/v1", "Deployment"),
     ("apps/v1", "StatefulSet"),
+    ("batch/v1", "Job"),
     ("v1", "Service"),
     ("v1", "ConfigMap"),
     ("v1", "Secret"),
@@ -622,7 +623,8 @@ impl Applier {
         // annotation, so the digest leaves it out.
         object_field(meta, "annotations").remove(REVISION_ANNOTATION);
         // Pods carry the workload label so pending pods can be reported per workload.
-        if let (Some(label), "Deployment" | "StatefulSet") = (workload_label, object_ref.kind.as_str())
+        if let (Some(label), "Deployment" | "StatefulSet" | "Job") =
+            (workload_label, object_ref.kind.as_str())
             && let Some(template) = map.get_mut("spec").and_then(|s| s.get_mut("template"))
             && let Some(template) = template.as_object_mut()
         {

@@ -63,6 +63,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
+use k8s_openapi::api::batch::v1::Job;
 use kube::runtime::reflector;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client};
@@ -153,7 +154,7 @@ pub struct Args {
     pub installation: Option<String>,
     /// Kinds the agent applies, `Kind.group` or `Kind` for the core group (`Deployment.apps`,
     /// `Service`); repeatable or comma-separated. Default: what the hub sends (Deployment.apps,
-    /// StatefulSet.apps, Service, ServiceExport.multicluster.x-k8s.io, ConfigMap, Secret,
+    /// StatefulSet.apps, Job.batch, Service, ServiceExport.multicluster.x-k8s.io, ConfigMap, Secret,
     /// Namespace). Anything else in a work set is refused.
     #[arg(long = "allow-kind", env = "NAVE_ALLOW_KINDS", value_delimiter = ',')]
     pub allow_kinds: Vec<String>,
@@ -489,6 +490,7 @@ pub async fn run_agent(config: Config, client: Client, shutdown: CancellationTok
 
     let (deployments, deployments_writer) = reflector::store::<Deployment>();
     let (stateful_sets, stateful_sets_writer) = reflector::store::<StatefulSet>();
+    let (jobs, jobs_writer) = reflector::store::<Job>();
     let agent = Arc::new(Agent {
         identity: Identity::new(hub, client.clone(), config.clone(), kubernetes_version.clone()),
         applier,
@@ -497,6 +499,7 @@ pub async fn run_agent(config: Config, client: Client, shutdown: CancellationTok
         workloads: status::WorkloadStores {
             deployments,
             stateful_sets,
+            jobs,
         },
         kubernetes_version,
         work: RwLock::new(WorkState {
@@ -581,6 +584,20 @@ pub async fn run_agent(config: Config, client: Client, shutdown: CancellationTok
         stream.default_backoff().boxed(),
         shutdown.clone(),
         "statefulsets",
+        Some(Box::new(wake(&agent))),
+    ));
+    // Jobs likewise (an agent whose role predates them reports no Job status).
+    let stream = reflector::reflector(
+        jobs_writer,
+        watcher(
+            Api::<Job>::all(client.clone()),
+            watcher::Config::default().labels(&selector),
+        ),
+    );
+    tasks.spawn(drain(
+        stream.default_backoff().boxed(),
+        shutdown.clone(),
+        "jobs",
         Some(Box::new(wake(&agent))),
     ));
 

@@ -1,4 +1,5 @@
-//! Status reports: per object of the work set, Deployment and StatefulSet replicas and pending
+//! Status reports: per object of the work set, Deployment and StatefulSet replicas, Job
+//! completions, and pending
 //! pods per workload, sent after each apply, when those objects or pods change, and periodically.
 
 use std::collections::HashMap;
@@ -6,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
+use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::runtime::reflector::{ObjectRef as StoreRef, Store};
 use nave_api::wire::{ConditionSummary, ObjectStatus, StatusReport};
@@ -26,6 +28,8 @@ pub struct WorkloadStores {
     pub deployments: Store<Deployment>,
     /// StatefulSets.
     pub stateful_sets: Store<StatefulSet>,
+    /// Jobs.
+    pub jobs: Store<Job>,
 }
 
 /// What a Deployment's or a StatefulSet's spec and status say, as the report carries it.
@@ -119,6 +123,29 @@ fn stateful_set_status(set: &StatefulSet, applied_generation: Option<i64>, statu
     status.first_ordinal = set.spec.ordinals.as_ref().and_then(|o| o.start);
 }
 
+/// A Job's pods and completions, its conditions and the template digest it was applied with.
+/// `ready_replicas` is its ready pods, which the hub's ledger counts as it counts a Deployment's.
+fn job_status(job: &Job, status: &mut ObjectStatus) {
+    let s = job.status.clone().unwrap_or_default();
+    status.active = Some(s.active.unwrap_or(0));
+    status.succeeded = Some(s.succeeded.unwrap_or(0));
+    status.failed = Some(s.failed.unwrap_or(0));
+    status.ready_replicas = Some(s.ready.unwrap_or(0));
+    status.completed_indexes = s.completed_indexes.filter(|c| !c.is_empty());
+    status.template_hash = job
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(nave_api::TEMPLATE_HASH_ANNOTATION))
+        .cloned();
+    status.conditions = s
+        .conditions
+        .unwrap_or_default()
+        .into_iter()
+        .map(|c| summary(Some(c.type_), Some(c.status), c.reason, c.message))
+        .collect();
+}
+
 /// Builds the report from what was applied and the reflectors' view.
 pub fn build_report(
     cluster: &str,
@@ -150,8 +177,9 @@ pub fn build_report(
                     .map(|e| e.message.clone()),
                 ..Default::default()
             };
-            let workload_kind = object_ref.api_version == "apps/v1"
-                && matches!(object_ref.kind.as_str(), "Deployment" | "StatefulSet");
+            let workload_kind = (object_ref.api_version == "apps/v1"
+                && matches!(object_ref.kind.as_str(), "Deployment" | "StatefulSet"))
+                || (object_ref.api_version == "batch/v1" && object_ref.kind == "Job");
             // Any other object: the content digest the hub gave it, as applied (only when the
             // whole set it came in was applied, and the object did not fail).
             if status.error.is_none()
@@ -179,6 +207,12 @@ pub fn build_report(
                         let key = StoreRef::new(&object_ref.name).within(namespace);
                         if let Some(d) = workloads.deployments.get(&key) {
                             deployment_status(&d, applied_generations.get(object_ref).copied(), &mut status);
+                        }
+                    }
+                    "Job" => {
+                        let key = StoreRef::new(&object_ref.name).within(namespace);
+                        if let Some(job) = workloads.jobs.get(&key) {
+                            job_status(&job, &mut status);
                         }
                     }
                     _ => {

@@ -107,6 +107,9 @@ pub struct EnvOptions {
     /// Kinds the agents apply (`--allow-kind`), by cluster; a cluster not named keeps the
     /// agent's defaults.
     pub agent_allow_kinds: BTreeMap<String, Vec<String>>,
+    /// The hub's heartbeat grace (`--heartbeat-grace`): how long a silent cluster stays Ready
+    /// before it fails over. Default: the hub's own (40 s).
+    pub heartbeat_grace: Option<Duration>,
 }
 
 /// Namespace of the hub's Lease when the environment elects a leader.
@@ -319,7 +322,12 @@ impl Env {
             api_tokens_secret: None,
             kubeconfig: Some(kubeconfig),
             log_json: false,
-            failover: nave_hub::cli::FailoverArgs::default(),
+            failover: nave_hub::cli::FailoverArgs {
+                heartbeat_grace: options
+                    .heartbeat_grace
+                    .unwrap_or(nave_hub::cli::FailoverArgs::default().heartbeat_grace),
+                ..nave_hub::cli::FailoverArgs::default()
+            },
             prometheus: hub_prometheus,
             leader_election: nave_hub::cli::LeaderElectionArgs {
                 leader_elect: options.leader_election.is_some(),

@@ -1799,6 +1799,53 @@ async fn place_and_delete_a_stateful_set(env: &Env) {
     }
 }
 
+/// A MultiClusterJob run to completion and past its `ttlSecondsAfterFinished`: the hub watches
+/// it, writes its status and deletes it; the agents apply, watch and prune its Jobs.
+async fn run_a_job_past_its_time_to_live(env: &Env) {
+    let jobs: Api<nave_api::MultiClusterJob> = Api::namespaced(env.client.clone(), "default");
+    let job: nave_api::MultiClusterJob = serde_json::from_value(json!({
+        "metadata": {"name": "once", "namespace": "default"},
+        "spec": {"ttlSecondsAfterFinished": 1, "template": {"spec": {"completions": 2, "parallelism": 2,
+            "template": {"metadata": {"annotations": {"sim.nave.dev/run-millis": "100"}},
+                "spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "busybox"}]}}}}},
+    }))
+    .expect("a MultiClusterJob");
+    jobs.create(&PostParams::default(), &job)
+        .await
+        .expect("MultiClusterJob created");
+    nave_testkit::wait_for(
+        "the job complete, then deleted by its TTL",
+        nave_e2e::DEADLINE,
+        || async {
+            match jobs.get_opt("once").await.map_err(|e| e.to_string())? {
+                None => Ok(()),
+                Some(j) => Err(format!("still there: {:?}", j.status.and_then(|s| s.phase))),
+            }
+        },
+    )
+    .await;
+    for cluster in env.cluster_names() {
+        let in_cluster: Api<k8s_openapi::api::batch::v1::Job> =
+            Api::namespaced(env.cluster_client(&cluster), "default");
+        nave_testkit::wait_for(
+            &format!("no Job left in {cluster}"),
+            nave_e2e::DEADLINE,
+            || async {
+                let left = in_cluster
+                    .list(&kube::api::ListParams::default().labels("nave.dev/workload=default.mcj_once"))
+                    .await
+                    .map_err(|e| e.to_string())?;
+                if left.items.is_empty() {
+                    Ok(())
+                } else {
+                    Err(format!("{} left", left.items.len()))
+                }
+            },
+        )
+        .await;
+    }
+}
+
 /// A MultiClusterResource the hub refuses (its kind is not allowed), then deleted: the hub
 /// watches it, adds and removes its finalizer and writes its status.
 async fn send_and_delete_a_resource(env: &Env) {
@@ -2039,6 +2086,7 @@ async fn the_charts_grant_exactly_what_the_hub_and_the_agents_use() {
     place_a_drop_in_deployment(&env).await;
     send_and_delete_a_resource(&env).await;
     place_and_delete_a_stateful_set(&env).await;
+    run_a_job_past_its_time_to_live(&env).await;
     // An autoscaler: the hub reads its target and writes its status (no Prometheus here, so it
     // says it reads no metrics).
     let mcds: kube::Api<nave_api::MultiClusterDeployment> =

@@ -266,6 +266,10 @@ fn status_report_round_trips() {
             template_hash: Some("0123456789abcdef".into()),
             observed_current: Some(true),
             first_ordinal: Some(2),
+            active: Some(1),
+            succeeded: Some(4),
+            failed: Some(0),
+            completed_indexes: Some("0-3".into()),
             error: None,
         }],
         apply_errors: vec![ApplyError {

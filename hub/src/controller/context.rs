@@ -52,6 +52,13 @@ pub struct Context {
     /// workload ([`WorkloadRef::label_value`](nave_api::wire::WorkloadRef::label_value)) and
     /// cluster; a report of an older set does not say its pods stopped.
     pub stopping: Arc<Mutex<std::collections::HashMap<(String, String), u64>>>,
+    /// MultiClusterJobs' statuses as this hub last wrote them, by uid: the pieces a reconcile
+    /// starts from when the watch has not caught up with the hub's own write.
+    pub jobs: Arc<Mutex<HashMap<String, nave_api::MultiClusterJobStatus>>>,
+    /// The MultiClusterJobs waiting for room, as the jobs behind them see them.
+    pub job_queue: Arc<
+        Mutex<std::collections::BTreeMap<nave_api::wire::WorkloadRef, crate::placement::jobs::QueuedJob>>,
+    >,
 }
 
 impl std::fmt::Debug for Context {
@@ -93,6 +100,8 @@ impl Context {
             awaited: Arc::default(),
             first_pass: Arc::new(Mutex::new(Some(HashSet::new()))),
             stopping: Arc::default(),
+            jobs: Arc::default(),
+            job_queue: Arc::default(),
         }
     }
 
@@ -127,6 +136,23 @@ impl Context {
                 .is_none_or(|record| record.last_heartbeat_at.is_none())
         });
         awaited.iter().cloned().collect()
+    }
+
+    /// Takes what `workload` contributes out of every cluster's work set (the agents prune it)
+    /// and writes the sets at once: called before a finalizer goes, since once the object is
+    /// gone nothing would remove its objects any more.
+    pub async fn withdraw(&self, workload: &nave_api::wire::WorkloadRef) -> Result<(), crate::error::Error> {
+        let clusters: Vec<String> = self.sources.index.clusters().into_keys().collect();
+        let mut work = self.sources.index.work().await;
+        for cluster in &work.holding(&clusters, workload).await? {
+            work.replace(cluster, workload, Vec::new()).await?;
+        }
+        for (cluster, write) in work.flush().await? {
+            if write.changed {
+                self.signals.notify(&cluster, write.revision);
+            }
+        }
+        Ok(())
     }
 
     /// Records that `object` (`namespace/name`) was reconciled with the whole fleet in view.

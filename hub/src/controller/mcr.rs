@@ -362,18 +362,7 @@ async fn write_status(
 
 async fn cleanup(mcr: Arc<MultiClusterResource>, ctx: &Context) -> Result<Action, Error> {
     let workload = contributor(&mcr);
-    let clusters: Vec<String> = ctx.sources.index.clusters().into_keys().collect();
-    let mut work = ctx.sources.index.work().await;
-    for cluster in &work.holding(&clusters, &workload).await? {
-        work.replace(cluster, &workload, Vec::new()).await?;
-    }
-    // Written before the finalizer goes: once the object is gone, nothing would remove its
-    // objects from the sets any more.
-    for (cluster, write) in work.flush().await? {
-        if write.changed {
-            ctx.signals.notify(&cluster, write.revision);
-        }
-    }
+    ctx.withdraw(&workload).await?;
     info!(resource = %workload, "removed from every cluster");
     Ok(Action::await_change())
 }

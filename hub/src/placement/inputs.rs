@@ -228,14 +228,18 @@ pub fn capacity_model(model: &wire::CapacityModel) -> CapacityModel {
 /// ([`nave_resources::pod_requests`]): the containers plus sidecars, or the init peak when larger,
 /// a limit standing in for a missing request, plus the pod overhead.
 pub fn demand(spec: &DeploymentSpec) -> Demand {
-    let pod = spec.template.spec.clone().unwrap_or_default();
-    let requests = nave_resources::pod_requests(&pod);
+    pod_demand(&spec.template.spec.clone().unwrap_or_default())
+}
+
+/// What one pod of this spec takes and needs of a node.
+pub fn pod_demand(pod: &PodSpec) -> Demand {
+    let requests = nave_resources::pod_requests(pod);
     Demand {
         cpu_millis: requests.cpu_millis(),
         memory_bytes: requests.memory_bytes(),
         node_selector: pod.node_selector.clone().unwrap_or_default(),
-        node_affinity: node_affinity(&pod),
-        tolerations: tolerations(&pod),
+        node_affinity: node_affinity(pod),
+        tolerations: tolerations(pod),
     }
 }
 

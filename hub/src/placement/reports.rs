@@ -134,7 +134,17 @@ pub fn deployment_counts(object: &ObjectStatus) -> (i32, i32, i32) {
 /// looks as if it had the room the Pending pod is waiting for and is given more replicas that
 /// wait too. A pod bound but not ready yet is counted twice for a moment, which errs on the side
 /// of room.
+/// A MultiClusterJob's pods are counted likewise: the ready pods of its Jobs in the cluster.
 pub fn counted_replicas(report: Option<&StatusReport>, workload: &WorkloadRef) -> u32 {
+    if workload.job_name().is_some() {
+        let ready: i64 = report
+            .into_iter()
+            .flat_map(|r| &r.objects)
+            .filter(|o| o.kind == "Job" && o.workload.as_ref() == Some(workload))
+            .map(|o| i64::from(o.ready_replicas.unwrap_or(0).max(0)))
+            .sum();
+        return u32::try_from(ready).unwrap_or(u32::MAX);
+    }
     deployment_status(report, workload).map_or(0, |(ready, _, _)| u32::try_from(ready).unwrap_or(0))
 }
 
