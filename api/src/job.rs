@@ -24,9 +24,10 @@ pub const JOB_INDEX_OFFSET_ENV: &str = "NAVE_JOB_INDEX_OFFSET";
 /// among the completions) of its first completion.
 pub const JOB_INDEX_OFFSET_ANNOTATION: &str = "nave.dev/job-index-offset";
 
-/// Longest MultiClusterJob name: its pieces' Jobs are named `<name>-<first index>` (and
-/// `r<attempt>` after a rerun), which must stay a valid label value (63 characters).
-pub const MAX_JOB_NAME: usize = 48;
+/// Longest MultiClusterJob name: its pieces' Jobs are named `<name>-<uid>-<first index>` (five
+/// characters of its uid; `r<attempt>` after a rerun), which must stay a valid label value (63
+/// characters).
+pub const MAX_JOB_NAME: usize = 44;
 
 /// Desired state of a MultiClusterJob.
 // Printer columns repeat `type_ = ...` and `priority = ...` inside `printcolumn(...)`, which the
@@ -350,8 +351,44 @@ fn job_spec_schema(_: &mut SchemaGenerator) -> Schema {
                 "fieldPath": ".ttlSecondsAfterFinished",
                 "reason": "FieldValueForbidden",
             },
+            {
+                "rule": "!has(self.successPolicy)",
+                "message": "successPolicy is not supported: its rules name indexes of the whole job, and each cluster's Job holds a part of them",
+                "fieldPath": ".successPolicy",
+                "reason": "FieldValueForbidden",
+            },
+            {
+                "rule": "!has(self.maxFailedIndexes)",
+                "message": "maxFailedIndexes is not supported: it would apply to each cluster's part, not to the whole job",
+                "fieldPath": ".maxFailedIndexes",
+                "reason": "FieldValueForbidden",
+            },
+            {
+                "rule": "!has(self.managedBy)",
+                "message": "managedBy is not supported: the clusters' Jobs are managed by their own Job controller",
+                "fieldPath": ".managedBy",
+                "reason": "FieldValueForbidden",
+            },
+            {
+                "rule": "!has(self.suspend)",
+                "message": "suspend is not supported: a MultiClusterJob waits in the hub's queue instead",
+                "fieldPath": ".suspend",
+                "reason": "FieldValueForbidden",
+            },
         ],
         "properties": {
+            "successPolicy": {
+                "type": "object",
+                "x-kubernetes-preserve-unknown-fields": true,
+                "description": "Not supported in a MultiClusterJob.",
+            },
+            "maxFailedIndexes": {
+                "type": "integer",
+                "format": "int32",
+                "description": "Not supported in a MultiClusterJob.",
+            },
+            "managedBy": {"type": "string", "description": "Not supported in a MultiClusterJob."},
+            "suspend": {"type": "boolean", "description": "Not supported in a MultiClusterJob."},
             "completions": {
                 "type": "integer",
                 "format": "int32",

@@ -359,6 +359,26 @@ fn cases() -> Vec<Case> {
             invalid: vec![json!({"completions": 1, "ttlSecondsAfterFinished": 10})],
         },
         Case {
+            rule_contains: "!has(self.successPolicy)",
+            valid: vec![json!({"completions": 1})],
+            invalid: vec![json!({"completions": 1, "successPolicy": {"rules": []}})],
+        },
+        Case {
+            rule_contains: "!has(self.maxFailedIndexes)",
+            valid: vec![json!({"completions": 1, "backoffLimitPerIndex": 1})],
+            invalid: vec![json!({"completions": 1, "maxFailedIndexes": 2})],
+        },
+        Case {
+            rule_contains: "!has(self.managedBy)",
+            valid: vec![json!({"completions": 1})],
+            invalid: vec![json!({"completions": 1, "managedBy": "kueue.x-k8s.io/multikueue"})],
+        },
+        Case {
+            rule_contains: "!has(self.suspend)",
+            valid: vec![json!({"completions": 1})],
+            invalid: vec![json!({"completions": 1, "suspend": false})],
+        },
+        Case {
             rule_contains: "self.restartPolicy == 'Never' || self.restartPolicy == 'OnFailure'",
             valid: vec![
                 json!({"restartPolicy": "Never"}),

@@ -153,17 +153,15 @@ async fn wait_jobs_gone(env: &Env, name: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_indexed_job_over_three_clusters_runs_every_index_once() {
     let env = start(EnvOptions::default()).await;
+    let render = job(
+        "render",
+        0,
+        json!({"completions": 100, "parallelism": 12, "completionMode": "Indexed"}),
+        100,
+    );
     let created = std::time::Instant::now();
     mcjs(&env)
-        .create(
-            &PostParams::default(),
-            &job(
-                "render",
-                0,
-                json!({"completions": 100, "parallelism": 12, "completionMode": "Indexed"}),
-                100,
-            ),
-        )
+        .create(&PostParams::default(), &render)
         .await
         .expect("MultiClusterJob created");
     let done = wait_phase(&env, "render", JobPhase::Complete, DEADLINE * 2).await;
@@ -188,6 +186,57 @@ async fn an_indexed_job_over_three_clusters_runs_every_index_once() {
     assert!(twice.is_empty(), "indexes that ran more than once: {twice:?}");
     println!("100 indexed completions over 3 clusters, 12 at once, 100 ms each: complete in {took:?}");
 
+    // Deleted and created again at once under the same name: the new job's Jobs are named
+    // apart, so the old ones, finished and still being removed, are never counted for it.
+    let old_names: BTreeSet<String> = status.pieces.iter().map(|p| p.job.clone()).collect();
+    mcjs(&env)
+        .delete("render", &DeleteParams::default())
+        .await
+        .expect("deleted");
+    wait_for("the MultiClusterJob gone", DEADLINE, || async {
+        match mcjs(&env).get_opt("render").await {
+            Ok(None) => Ok(()),
+            Ok(Some(_)) => Err("still there".to_owned()),
+            Err(e) => Err(e.to_string()),
+        }
+    })
+    .await;
+    mcjs(&env)
+        .create(&PostParams::default(), &render)
+        .await
+        .expect("created again");
+    let again = wait_phase(&env, "render", JobPhase::Complete, DEADLINE * 2).await;
+    let again = again.status.unwrap_or_default();
+    let new_names: BTreeSet<String> = again.pieces.iter().map(|p| p.job.clone()).collect();
+    assert!(
+        old_names.is_disjoint(&new_names),
+        "expected new Job names, saw {old_names:?} then {new_names:?}"
+    );
+    wait_for("the first job's Jobs removed", DEADLINE, || async {
+        let mut left = Vec::new();
+        for cluster in env.cluster_names() {
+            for job in jobs_in(env.cluster_client(&cluster), "render").await? {
+                let name = job.metadata.name.unwrap_or_default();
+                if old_names.contains(&name) {
+                    left.push(format!("{cluster}/{name}"));
+                }
+            }
+        }
+        if left.is_empty() {
+            Ok(())
+        } else {
+            Err(format!("still there: {left:?}"))
+        }
+    })
+    .await;
+    let ran = succeeded_indexes(&env, "render").await.expect("pods listed");
+    let twice: Vec<_> = ran.iter().filter(|(_, c)| c.len() > 1).collect();
+    assert!(
+        ran.len() == 100 && twice.is_empty(),
+        "the new job ran each index once in its own Jobs: {} indexes, twice {twice:?}",
+        ran.len()
+    );
+
     // Deleting it removes its Jobs everywhere.
     mcjs(&env)
         .delete("render", &DeleteParams::default())
@@ -195,6 +244,40 @@ async fn an_indexed_job_over_three_clusters_runs_every_index_once() {
         .expect("deleted");
     wait_jobs_gone(&env, "render").await;
     env.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hub_whose_management_cluster_lacks_the_job_crd_says_which_and_does_not_start() {
+    // As after `helm upgrade` from a release without MultiClusterJobs: Helm leaves new CRDs out.
+    // Starting without the kind would leave its jobs unwatched and unqueued, unsaid.
+    let management = nave_sim::SimCluster::start(
+        nave_sim::ClusterConfig {
+            name: "management".to_owned(),
+            ..nave_sim::ClusterConfig::default()
+        },
+        nave_sim::ServeOptions::default(),
+    )
+    .await
+    .expect("management cluster");
+    let client = management.client().await.expect("client");
+    nave_playground::up::install_crds(&client)
+        .await
+        .expect("CRDs installed");
+    nave_hub::check_crds(&client).await.expect("every CRD is there");
+    let crds: Api<
+        k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
+    > = Api::all(client.clone());
+    crds.delete("multiclusterjobs.nave.dev", &DeleteParams::default())
+        .await
+        .expect("CRD removed");
+    let error = nave_hub::check_crds(&client)
+        .await
+        .expect_err("a missing CRD stops the hub")
+        .to_string();
+    assert!(
+        error.contains("multiclusterjobs.nave.dev") && error.contains("kubectl apply"),
+        "expected the missing CRD named with how to install it, got: {error}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -210,7 +293,8 @@ async fn jobs_too_large_for_the_room_left_wait_in_the_queue_by_priority_then_run
             run_millis,
         )
     };
-    api.create(&PostParams::default(), &wide("first", 0, 3_000))
+    // It runs long enough that both jobs behind it are seen queued, however slow the machine.
+    api.create(&PostParams::default(), &wide("first", 0, 15_000))
         .await
         .expect("created");
     wait_phase(&env, "first", JobPhase::Running, DEADLINE).await;
@@ -294,7 +378,8 @@ async fn jobs_too_large_for_the_room_left_wait_in_the_queue_by_priority_then_run
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cluster_silent_mid_job_has_its_unfinished_indexes_run_elsewhere() {
-    let grace = Duration::from_secs(4);
+    // Long enough that busy agents on a loaded machine are not failed over by mistake.
+    let grace = Duration::from_secs(8);
     let mut env = start(EnvOptions {
         heartbeat_grace: Some(grace),
         ..EnvOptions::default()

@@ -192,6 +192,15 @@ impl Context {
             .remove(object);
     }
 
+    /// Whether the first pass is over: every object was reconciled once in this term, so what
+    /// each running job books is in the ledger and each waiting job is in the queue.
+    pub fn first_pass_over(&self) -> bool {
+        self.first_pass
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_none()
+    }
+
     /// The first pass is over: nothing more is recorded.
     pub fn end_first_pass(&self) {
         *self.first_pass.lock().unwrap_or_else(|e| e.into_inner()) = None;

@@ -26,7 +26,7 @@ use kube::runtime::finalizer::{Event, finalizer};
 use kube::{Resource, ResourceExt};
 use nave_api::conditions::{self, reasons, types};
 use nave_api::job::MAX_JOB_NAME;
-use nave_api::wire::WorkloadRef;
+use nave_api::wire::{WORKLOAD_LABEL, WorkloadRef};
 use nave_api::{JobPhase, JobPiece, JobPolicy, MultiClusterJob, MultiClusterJobStatus, PieceState};
 use nave_policies::{Decision, Demand, Policy, Request, Strategy};
 use serde_json::json;
@@ -87,6 +87,35 @@ pub fn validate(mcj: &MultiClusterJob) -> Result<ValidJob, String> {
             "metadata.name: at most {MAX_JOB_NAME} characters (the clusters' Jobs are named after it with a suffix), not {}",
             name.len()
         ));
+    }
+    let label = contributor(mcj).label_value();
+    if label.len() > 63 {
+        return Err(format!(
+            "metadata.name: the namespace and the name together must be at most {} characters, so that the label {WORKLOAD_LABEL} on the clusters' Jobs fits in 63",
+            63 - nave_api::wire::JOB_PREFIX.len() - 1
+        ));
+    }
+    // Fields that speak of the whole job and would mean something else in each piece.
+    for (field, why) in [
+        (
+            "successPolicy",
+            "its rules name indexes of the whole job, and each cluster's Job holds a part of them",
+        ),
+        (
+            "maxFailedIndexes",
+            "it would apply to each cluster's part, not to the whole job",
+        ),
+        (
+            "managedBy",
+            "the clusters' Jobs are managed by their own Job controller",
+        ),
+        ("suspend", "a MultiClusterJob waits in the hub's queue instead"),
+    ] {
+        if mcj.spec.template.spec.get(field).is_some_and(|v| !v.is_null()) {
+            return Err(format!(
+                "spec.template.spec.{field}: not supported in a MultiClusterJob: {why}"
+            ));
+        }
     }
     let spec: JobSpec = serde_json::from_value(mcj.spec.template.spec.clone())
         .map_err(|e| format!("spec.template.spec: not a batch/v1 JobSpec: {e}"))?;
@@ -307,39 +336,53 @@ async fn apply(mcj: Arc<MultiClusterJob>, ctx: &Context) -> Result<Action, Error
         queue.sort_by_key(|(w, q)| q.order(w));
         ahead = queue.len();
         let fleet = &gathered.view.fleet;
-        let decisions: Vec<Decision> = index.with_ledger(|ledger| {
-            let mut ledger = ledger.clone();
-            // Best-effort order: each job ahead takes its room first where it fits; one that
-            // does not fit holds nothing back.
-            for (other, job) in &queue {
-                for pods in &job.pods {
-                    let decision = nave_policies::decide(
-                        fleet,
-                        &ledger,
-                        &Request::new(*pods, job.demand.clone(), job.policy.clone()),
-                    );
-                    if decision.unplaced == 0 {
-                        ledger.record(&other.to_string(), &job.demand, &decision);
+        // Nothing is admitted before every job was reconciled once in this term: until then the
+        // ledger lacks what the others run and the queue what they wait for.
+        let admitting = ctx.first_pass_over();
+        if !admitting {
+            waiting_reason = Some(
+                "the hub is reading every job's state before it admits any (it has just started leading)"
+                    .to_owned(),
+            );
+        }
+        let decisions: Vec<Decision> = if !admitting {
+            Vec::new()
+        } else {
+            index.with_ledger(|ledger| {
+                let mut ledger = ledger.clone();
+                // Best-effort order: each job ahead takes its room first where it fits; one that
+                // does not fit holds nothing back.
+                for (other, job) in &queue {
+                    for pods in &job.pods {
+                        let decision = nave_policies::decide(
+                            fleet,
+                            &ledger,
+                            &Request::new(*pods, job.demand.clone(), job.policy.clone()),
+                        );
+                        if decision.unplaced == 0 {
+                            ledger.record(&other.to_string(), &job.demand, &decision);
+                        }
                     }
                 }
-            }
-            entry
-                .pods
-                .iter()
-                .map(|pods| {
-                    let decision = nave_policies::decide(
-                        fleet,
-                        &ledger,
-                        &Request::new(*pods, valid.demand.clone(), valid.policy.clone()),
-                    );
-                    if decision.unplaced == 0 {
-                        ledger.record(&workload.to_string(), &valid.demand, &decision);
-                    }
-                    decision
-                })
-                .collect()
-        });
+                entry
+                    .pods
+                    .iter()
+                    .map(|pods| {
+                        let decision = nave_policies::decide(
+                            fleet,
+                            &ledger,
+                            &Request::new(*pods, valid.demand.clone(), valid.policy.clone()),
+                        );
+                        if decision.unplaced == 0 {
+                            ledger.record(&workload.to_string(), &valid.demand, &decision);
+                        }
+                        decision
+                    })
+                    .collect()
+            })
+        };
         let attempts = jobs::attempts(&status.pieces);
+        let stem = jobs::stem(&name, mcj.metadata.uid.as_deref());
         let mut decisions = decisions.into_iter();
         let mut pieces = Vec::with_capacity(status.pieces.len());
         for piece in std::mem::take(&mut status.pieces) {
@@ -352,7 +395,7 @@ async fn apply(mcj: Arc<MultiClusterJob>, ctx: &Context) -> Result<Action, Error
                 continue;
             };
             if decision.unplaced == 0 {
-                let cut = jobs::divide(&name, &piece, &decision.assignment, &attempts);
+                let cut = jobs::divide(&stem, &piece, &decision.assignment, &attempts);
                 admitted.extend(cut.iter().map(|p| {
                     format!(
                         "{} {}-{} ({} at once)",
@@ -452,6 +495,52 @@ async fn apply(mcj: Arc<MultiClusterJob>, ctx: &Context) -> Result<Action, Error
     };
     let mut message = Some(admitted_condition.message.clone());
     conditions::upsert(&mut status.conditions, admitted_condition);
+    // A piece its cluster reports trouble with (not applied: refused by the agent's allow-list,
+    // invalid there; or a status that cannot be read) keeps its room booked, since it may yet
+    // run, and is named here until it does.
+    let troubled: Vec<String> = status
+        .pieces
+        .iter()
+        .filter(|p| p.state == PieceState::Running)
+        .filter_map(|p| Some(format!("{} ({}): {}", p.cluster, p.job, p.message.as_deref()?)))
+        .collect();
+    let degraded_before = status.condition(types::DEGRADED).cloned();
+    let degraded = if troubled.is_empty() {
+        condition(
+            types::DEGRADED,
+            conditions::FALSE,
+            reasons::AS_EXPECTED,
+            "every piece sent is applied in its cluster",
+            generation,
+        )
+    } else {
+        condition(
+            types::DEGRADED,
+            conditions::TRUE,
+            reasons::APPLY_FAILED,
+            truncate(&troubled.join("; "), MAX_MESSAGE),
+            generation,
+        )
+    };
+    if degraded.status == conditions::TRUE
+        && degraded_before
+            .as_ref()
+            .is_none_or(|c| c.status != conditions::TRUE || c.message != degraded.message)
+    {
+        warn!(message = %degraded.message, "pieces not applied");
+        publish(
+            ctx,
+            &mcj,
+            EventType::Warning,
+            reasons::APPLY_FAILED,
+            &degraded.message,
+        )
+        .await;
+    }
+    if degraded.status == conditions::TRUE {
+        message = Some(degraded.message.clone());
+    }
+    conditions::upsert(&mut status.conditions, degraded);
     match summary.phase {
         JobPhase::Complete => {
             let text = format!(
@@ -755,6 +844,22 @@ mod tests {
                 json!({"completions": "many", "template": pod()}),
                 "spec.template.spec",
             ),
+            (
+                json!({"completions": 2, "successPolicy": {"rules": [{"succeededIndexes": "0"}]}, "template": pod()}),
+                "spec.template.spec.successPolicy",
+            ),
+            (
+                json!({"completions": 2, "completionMode": "Indexed", "backoffLimitPerIndex": 1, "maxFailedIndexes": 1, "template": pod()}),
+                "spec.template.spec.maxFailedIndexes",
+            ),
+            (
+                json!({"completions": 2, "managedBy": "example.com/other", "template": pod()}),
+                "spec.template.spec.managedBy",
+            ),
+            (
+                json!({"completions": 2, "suspend": true, "template": pod()}),
+                "spec.template.spec.suspend",
+            ),
         ] {
             let error = validate(&mcj(spec.clone())).expect_err(&format!("{spec} must be refused"));
             assert!(error.contains(field), "{error:?} should name {field}");
@@ -766,6 +871,12 @@ mod tests {
                 .expect_err("too long")
                 .starts_with("metadata.name")
         );
+        // The name fits, but not with the namespace in the label the clusters' Jobs carry.
+        let mut crowded = mcj(json!({"completions": 1, "template": pod()}));
+        crowded.metadata.name = Some("x".repeat(MAX_JOB_NAME));
+        crowded.metadata.namespace = Some("n".repeat(20));
+        let error = validate(&crowded).expect_err("label too long");
+        assert!(error.contains(WORKLOAD_LABEL), "{error}");
     }
 
     #[test]

@@ -19,9 +19,9 @@ use nave_api::wire::{ObjectStatus, WorkloadRef};
 use nave_api::{JobPhase, JobPiece, PieceState};
 use nave_policies::{Demand, Policy};
 
-/// Longest completed-index list kept (`status.completedIndexes` of a Job is bounded likewise):
-/// ranges beyond it are still counted.
-const MAX_INDEX_TEXT: usize = 4_000;
+/// Most ranges a cluster's `completedIndexes` may hold: twice what the largest Indexed job
+/// (100,000 completions) can leave as separate ranges. A longer list is an error, not work.
+const MAX_RANGES: usize = 100_000;
 
 /// A set of indexes, as sorted, disjoint, non-adjacent inclusive ranges.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -31,8 +31,11 @@ impl Indexes {
     /// Parses a Job's `completedIndexes` (`1,3-5,7`). Anything else than numbers, commas and
     /// dashes is an error: the text comes from a cluster.
     pub fn parse(text: &str) -> Result<Indexes, String> {
-        let mut set = Indexes::default();
+        let mut ranges = Vec::new();
         for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            if ranges.len() == MAX_RANGES {
+                return Err(format!("more than {MAX_RANGES} ranges"));
+            }
             let number = |s: &str| {
                 s.trim()
                     .parse::<u32>()
@@ -48,30 +51,47 @@ impl Indexes {
             if first > last {
                 return Err(format!("{part:?} is a range that goes backwards"));
             }
-            set.insert(first, last);
+            ranges.push((first, last));
         }
-        Ok(set)
+        Ok(Indexes::from_ranges(ranges))
     }
 
-    /// Adds `first..=last`.
-    pub fn insert(&mut self, first: u32, last: u32) {
-        self.0.push((first, last));
-        self.0.sort_unstable();
-        let mut merged: Vec<(u32, u32)> = Vec::with_capacity(self.0.len());
-        for (a, b) in self.0.drain(..) {
+    /// The set of `ranges`, in any order, overlapping or not: sorted and merged once.
+    fn from_ranges(mut ranges: Vec<(u32, u32)>) -> Indexes {
+        ranges.sort_unstable();
+        let mut merged: Vec<(u32, u32)> = Vec::with_capacity(ranges.len());
+        for (a, b) in ranges {
             match merged.last_mut() {
                 Some((_, end)) if a <= end.saturating_add(1) => *end = (*end).max(b),
                 _ => merged.push((a, b)),
             }
         }
-        self.0 = merged;
+        Indexes(merged)
     }
 
-    /// Adds every index of `other`.
+    /// Adds `first..=last`.
+    pub fn insert(&mut self, first: u32, last: u32) {
+        self.extend(&Indexes(vec![(first, last)]));
+    }
+
+    /// Adds every index of `other`: one merge of the two sorted lists.
     pub fn extend(&mut self, other: &Indexes) {
-        for &(a, b) in &other.0 {
-            self.insert(a, b);
+        if other.0.is_empty() {
+            return;
         }
+        let mut ranges = Vec::with_capacity(self.0.len() + other.0.len());
+        let (mut mine, mut theirs) = (self.0.iter().peekable(), other.0.iter().peekable());
+        loop {
+            let next = match (mine.peek(), theirs.peek()) {
+                (Some(a), Some(b)) if a <= b => mine.next(),
+                (Some(_), Some(_)) | (None, Some(_)) => theirs.next(),
+                (Some(_), None) => mine.next(),
+                (None, None) => break,
+            };
+            ranges.extend(next.copied());
+        }
+        // Already sorted: the sort in from_ranges is linear on it.
+        *self = Indexes::from_ranges(ranges);
     }
 
     /// How many indexes it holds.
@@ -83,19 +103,19 @@ impl Indexes {
     /// shift (a cluster's report names nothing outside its piece).
     pub fn shifted_within(&self, offset: u32, start: u32, len: u32) -> Indexes {
         let end = u64::from(start) + u64::from(len);
-        let mut out = Indexes::default();
+        let mut out = Vec::new();
         for &(a, b) in &self.0 {
             let a = u64::from(a) + u64::from(offset);
             let b = u64::from(b) + u64::from(offset);
             let (a, b) = (a.max(u64::from(start)), b.min(end.saturating_sub(1)));
             if a <= b && end > 0 {
-                out.insert(
+                out.push((
                     u32::try_from(a).unwrap_or(u32::MAX),
                     u32::try_from(b).unwrap_or(u32::MAX),
-                );
+                ));
             }
         }
-        out
+        Indexes(out)
     }
 
     /// The ranges of `start..start + len` it does not hold, as `(first, count)`.
@@ -122,21 +142,18 @@ impl Indexes {
     }
 }
 
+/// The whole list, never cut short: the text is read back after a restart, and a shortened
+/// list would run its missing indexes again. Its length is bounded by the job's completions
+/// (at most 100,000 indexes, as for a Kubernetes Job's own `completedIndexes`).
 impl fmt::Display for Indexes {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let mut written = 0;
         for (i, (a, b)) in self.0.iter().enumerate() {
-            let part = if a == b {
-                format!("{a}")
-            } else {
-                format!("{a}-{b}")
-            };
             let separator = if i == 0 { "" } else { "," };
-            if written + part.len() + 1 > MAX_INDEX_TEXT {
-                return write!(f, "{separator}...");
+            if a == b {
+                write!(f, "{separator}{a}")?;
+            } else {
+                write!(f, "{separator}{a}-{b}")?;
             }
-            written += part.len() + separator.len();
-            write!(f, "{separator}{part}")?;
         }
         Ok(())
     }
@@ -193,7 +210,25 @@ fn to_u32(n: i32) -> u32 {
     u32::try_from(n).unwrap_or(0)
 }
 
-/// Name of a piece's Job: `<job>-<start>`, and `<job>-<start>r<n>` for the `n`th rerun of a
+/// What a job's pieces' names start with: `<job>-<first five of its uid>`. A job deleted and
+/// created again under the same name sends Jobs of other names, so a cluster's old Job, finished
+/// or still being removed, is never taken for the new one's.
+pub fn stem(job: &str, uid: Option<&str>) -> String {
+    let fragment: String = uid
+        .unwrap_or_default()
+        .chars()
+        .filter(char::is_ascii_alphanumeric)
+        .take(5)
+        .map(|c| c.to_ascii_lowercase())
+        .collect();
+    if fragment.is_empty() {
+        job.to_owned()
+    } else {
+        format!("{job}-{fragment}")
+    }
+}
+
+/// Name of a piece's Job: `<stem>-<start>`, and `<stem>-<start>r<n>` for the `n`th rerun of a
 /// range starting there. The suffix after the last `-` holds no `-`, so two jobs' pieces never
 /// share a name.
 pub fn job_name(job: &str, start: u32, attempt: u32) -> String {
@@ -275,9 +310,10 @@ pub fn observe(piece: &mut JobPiece, reported: Option<&ObjectStatus>, indexed: b
         return;
     };
     piece.message = job.error.clone();
-    piece.active = job.active.unwrap_or(0).max(0);
+    // Counts from a cluster: bounded by what the piece can hold, so no sum of them overflows.
+    piece.active = job.active.unwrap_or(0).clamp(0, piece.completions);
     piece.succeeded = job.succeeded.unwrap_or(0).clamp(0, piece.completions);
-    piece.failed = job.failed.unwrap_or(0).max(0);
+    piece.failed = job.failed.unwrap_or(0).clamp(0, i32::MAX / 1024);
     if indexed {
         let start = to_u32(piece.start);
         let done = match job.completed_indexes.as_deref().map(Indexes::parse) {
@@ -375,12 +411,13 @@ pub struct Summary {
 
 /// Adds the pieces up: an index run twice (a lost piece's, then its rerun's) counts once.
 pub fn summarize(pieces: &[JobPiece], completions: u32, indexed: bool) -> Summary {
-    let failed = pieces.iter().map(|p| p.failed).sum();
+    let failed = pieces
+        .iter()
+        .fold(0i32, |sum, p| sum.saturating_add(p.failed.max(0)));
     let active = pieces
         .iter()
         .filter(|p| p.state == PieceState::Running)
-        .map(|p| p.active)
-        .sum();
+        .fold(0i32, |sum, p| sum.saturating_add(p.active.max(0)));
     let (succeeded, completed) = if indexed {
         let mut all = Indexes::default();
         for piece in pieces {
@@ -477,6 +514,50 @@ mod tests {
             vec![(10, 2), (14, 1), (16, 4)]
         );
         assert_eq!(Indexes::parse("0-99").unwrap().missing_in(10, 10), vec![]);
+        let mut merged = Indexes::parse("0-2,10,20-29").unwrap();
+        merged.extend(&Indexes::parse("3-9,11,30").unwrap());
+        assert_eq!(merged.to_string(), "0-11,20-30");
+    }
+
+    #[test]
+    fn a_long_index_list_is_kept_whole_and_read_back_the_same() {
+        // Every other index of the largest Indexed job: 50,000 ranges, far beyond any length a
+        // truncated text would keep.
+        let text: String = (0..100_000u32)
+            .step_by(2)
+            .map(|i| i.to_string())
+            .collect::<Vec<_>>()
+            .join(",");
+        let set = Indexes::parse(&text).unwrap();
+        assert_eq!(set.count(), 50_000);
+        let written = set.to_string();
+        assert_eq!(written, text, "written back without loss");
+        assert_eq!(Indexes::parse(&written).unwrap(), set);
+        assert_eq!(set.missing_in(0, 100_000).len(), 50_000);
+        // A cluster sending more ranges than any job can have is refused, not worked through.
+        let flood = vec!["1"; MAX_RANGES + 1].join(",");
+        assert!(Indexes::parse(&flood).is_err());
+    }
+
+    #[test]
+    fn pieces_are_named_after_the_job_and_its_uid() {
+        assert_eq!(
+            stem("train", Some("3F2A1B7C-0000-4000-8000-000000000000")),
+            "train-3f2a1"
+        );
+        assert_eq!(stem("train", None), "train");
+        let again = stem("train", Some("9d04e6aa-0000-4000-8000-000000000000"));
+        assert_ne!(
+            job_name(&again, 0, 0),
+            job_name(&stem("train", Some("3f2a1b7c")), 0, 0),
+            "a job created again under the same name sends Jobs of other names"
+        );
+        let longest = job_name(
+            &stem(&"x".repeat(nave_api::job::MAX_JOB_NAME), Some("3f2a1")),
+            99_999,
+            999_999,
+        );
+        assert!(longest.len() <= 63, "{longest}: {} characters", longest.len());
     }
 
     #[test]
@@ -646,5 +727,16 @@ mod tests {
                 .unwrap_or_default()
                 .contains("cannot be read")
         );
+        // Counts no piece can reach are bounded, and adding up many of them does not overflow.
+        let mut huge = job(i32::MAX, 0, None, None);
+        huge.failed = Some(i32::MAX);
+        let mut many = vec![pieces[0].clone(); 3000];
+        for piece in &mut many {
+            observe(piece, Some(&huge), false);
+            assert!(piece.active <= piece.completions);
+        }
+        let summary = summarize(&many, 10, false);
+        assert_eq!(summary.failed, i32::MAX);
+        assert!(summary.active >= 0);
     }
 }
