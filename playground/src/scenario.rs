@@ -78,7 +78,8 @@ pub fn describe(plan: &Plan, time_scale: f64) -> String {
     format!(
         "testbed: {} clusters x {} nodes ({} CPU / {}) + burst cluster ({} x {} CPU / {}); other tenants fill \
          {:?}% at the start, then come and go;\n{} workloads over {} scenario minutes (seed {}), peak demand {} CPU \
-         against {} CPU free in the regular clusters and {} in the burst cluster;\n\
+         against {} CPU free in the regular clusters and {} in the burst cluster;\n{} batch jobs (2-8 pods at once, \
+         1-3 rounds of 1-3 scenario minutes) arriving over the run;\n\
          time scale {time_scale}: a scenario minute lasts {:.2} real seconds.",
         plan.regular.len(),
         s.nodes,
@@ -94,6 +95,7 @@ pub fn describe(plan: &Plan, time_scale: f64) -> String {
         cpu(plan.peak_cpu_millis()),
         cpu(plan.regular_free_cpu_millis()),
         cpu(plan.burst_cpu_millis()),
+        s.jobs,
         60.0 / time_scale,
     )
 }

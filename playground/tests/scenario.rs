@@ -20,6 +20,7 @@ async fn a_tiny_scenario_runs_static_and_worst_fit_and_reports_consistent_figure
         nodes: 2,
         burst_nodes: 1,
         workloads: 3,
+        jobs: 4,
         duration: Duration::from_secs(600),
         ..Shape::testbed()
     };
@@ -89,6 +90,17 @@ async fn a_tiny_scenario_runs_static_and_worst_fit_and_reports_consistent_figure
             number(run, "pending_pod_seconds") <= number(run, "pod_seconds"),
             "{policy}: pending pod-seconds within pod-seconds: {run}"
         );
+        // The batch stream: every job counted once, done or not (this tiny fleet is full: they may
+        // all wait to the end).
+        let (done, unfinished) = (number(run, "jobs_done"), number(run, "jobs_unfinished"));
+        assert_eq!(done + unfinished, 4.0, "{policy}: four jobs submitted: {run}");
+        let (p50, p99) = (number(run, "job_p50_s"), number(run, "job_p99_s"));
+        assert!(
+            0.0 < p50 && p50 <= p99 && p99 <= 600.0,
+            "{policy}: expected 0 < job p50 <= p99 <= 600 s, got {p50} and {p99}"
+        );
+        let batch_pending = number(run, "batch_pending_fraction");
+        assert!((0.0..=1.0).contains(&batch_pending), "{policy}: {run}");
         match policy {
             "static" => {
                 assert_eq!(moved, 0, "static moves nothing");

@@ -10,7 +10,7 @@
 //!                                            when the ready pods of the workload reach n
 //! ```
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -22,7 +22,7 @@ use kube::runtime::{WatchStreamExt, watcher as watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::plan::{NAMESPACE, WORKLOAD_LABEL};
+use super::plan::{JOB_LABEL, NAMESPACE, WORKLOAD_LABEL};
 
 /// What the monitor measured, in real seconds (the caller scales them).
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -53,6 +53,14 @@ pub struct Measurements {
     /// clusters of the lower of the cluster's share of its traffic and its share of the ready
     /// replicas (each ready replica serving an equal part); none while no replica is ready.
     pub local_requests: f64,
+    /// Pod-seconds of the batch jobs' pods (not terminating, not finished).
+    pub batch_pod_seconds: f64,
+    /// Of which in phase Pending.
+    pub batch_pending_seconds: f64,
+    /// From each job's submission until its pods had succeeded as many times as its completions.
+    pub jobs_done: Vec<Duration>,
+    /// Jobs not done when the run ended: from their submission until then.
+    pub jobs_unfinished: Vec<Duration>,
 }
 
 /// The monitor of one run.
@@ -146,6 +154,14 @@ impl Monitor {
         lock(&self.state).gone(name, now);
     }
 
+    /// Batch job `name`, of `completions`, was submitted now.
+    pub fn job(&self, name: &str, completions: u32, now: Instant) {
+        let mut state = lock(&self.state);
+        state.advance(now);
+        state.jobs.insert(name.to_owned(), (completions, now));
+        state.settle(now);
+    }
+
     /// The workloads that arrived and have not left, by name.
     pub fn live(&self) -> Vec<String> {
         lock(&self.state).workloads.keys().cloned().collect()
@@ -173,12 +189,22 @@ fn lock(state: &Mutex<State>) -> MutexGuard<'_, State> {
     state.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// One live pod of a workload.
+/// One live pod of a workload, or of a batch job.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct PodView {
     workload: String,
     pending: bool,
     ready: bool,
+    /// A batch job's pod: counted apart from the workloads'.
+    batch: bool,
+}
+
+/// The batch job of a pod that succeeded.
+fn succeeded_job(pod: &Pod) -> Option<&str> {
+    let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+    (phase == Some("Succeeded") && pod.metadata.deletion_timestamp.is_none())
+        .then(|| pod.metadata.labels.as_ref()?.get(JOB_LABEL).map(String::as_str))
+        .flatten()
 }
 
 impl PodView {
@@ -200,6 +226,11 @@ impl PodView {
             workload,
             pending: phase == "Pending",
             ready,
+            batch: pod
+                .metadata
+                .labels
+                .as_ref()
+                .is_some_and(|l| l.contains_key(JOB_LABEL)),
         })
     }
 }
@@ -232,6 +263,10 @@ struct State {
     workloads: BTreeMap<String, Wanted>,
     /// Requests per second arriving for each workload, by cluster index.
     traffic: HashMap<String, Vec<f64>>,
+    /// Batch jobs submitted and not done: completions, submitted at.
+    jobs: BTreeMap<String, (u32, Instant)>,
+    /// Pods of each batch job that succeeded, by (cluster index, uid).
+    succeeded: HashMap<String, HashSet<(usize, String)>>,
     measured: Measurements,
 }
 
@@ -240,7 +275,7 @@ type Holdings<'a> = HashMap<&'a str, (u32, u128)>;
 
 fn holdings(pods: &HashMap<(usize, String), PodView>) -> Holdings<'_> {
     let mut per: Holdings<'_> = HashMap::new();
-    for ((cluster, _), pod) in pods {
+    for ((cluster, _), pod) in pods.iter().filter(|(_, p)| !p.batch) {
         let entry = per.entry(pod.workload.as_str()).or_default();
         entry.0 += u32::from(pod.ready);
         entry.1 |= 1u128 << (*cluster).min(127);
@@ -262,6 +297,13 @@ impl State {
         let holdings = holdings(&self.pods);
         let m = &mut self.measured;
         for ((cluster, _), pod) in &self.pods {
+            if pod.batch {
+                m.batch_pod_seconds += dt;
+                if pod.pending {
+                    m.batch_pending_seconds += dt;
+                }
+                continue;
+            }
             m.pod_seconds += dt;
             if pod.pending {
                 m.pending_seconds += dt;
@@ -283,7 +325,7 @@ impl State {
             return;
         }
         let mut ready_in: HashMap<&str, Vec<u32>> = HashMap::new();
-        for ((cluster, _), pod) in &self.pods {
+        for ((cluster, _), pod) in self.pods.iter().filter(|(_, p)| !p.batch) {
             if pod.ready {
                 let counts = ready_in.entry(pod.workload.as_str()).or_default();
                 if counts.len() <= *cluster {
@@ -334,6 +376,28 @@ impl State {
                 wanted.since = None;
             }
         }
+        let succeeded = &self.succeeded;
+        let measured = &mut self.measured;
+        self.jobs.retain(|name, (completions, since)| {
+            let done = succeeded.get(name).map_or(0, HashSet::len);
+            if done >= *completions as usize {
+                measured.jobs_done.push(now.saturating_duration_since(*since));
+                false
+            } else {
+                true
+            }
+        });
+    }
+
+    /// Counts a pod of a batch job that succeeded (once per pod, however often it is seen).
+    fn count_succeeded(&mut self, cluster: usize, pod: &Pod) {
+        if let Some(job) = succeeded_job(pod) {
+            let uid = pod.metadata.uid.clone().unwrap_or_default();
+            self.succeeded
+                .entry(job.to_owned())
+                .or_default()
+                .insert((cluster, uid));
+        }
     }
 
     fn on_event(&mut self, cluster: usize, event: Event<Pod>, now: Instant) {
@@ -343,6 +407,7 @@ impl State {
                 self.relisting.insert(cluster, HashMap::new());
             }
             Event::InitApply(pod) => {
+                self.count_succeeded(cluster, &pod);
                 if let Some(view) = PodView::of(&pod) {
                     self.relisting.entry(cluster).or_default().insert(uid(&pod), view);
                 }
@@ -360,6 +425,7 @@ impl State {
             }
             Event::Apply(pod) => {
                 self.advance(now);
+                self.count_succeeded(cluster, &pod);
                 let key = (cluster, uid(&pod));
                 match PodView::of(&pod) {
                     Some(view) => self.pods.insert(key, view),
@@ -406,6 +472,11 @@ impl State {
                 self.measured.unready.push(now.saturating_duration_since(since));
             }
         }
+        for (_, since) in std::mem::take(&mut self.jobs).into_values() {
+            self.measured
+                .jobs_unfinished
+                .push(now.saturating_duration_since(since));
+        }
         std::mem::take(&mut self.measured)
     }
 }
@@ -451,6 +522,45 @@ mod tests {
     }
 
     const S: Duration = Duration::from_secs(1);
+
+    fn job_pod(uid: &str, job: &str, phase: &str) -> Pod {
+        let mut pod = pod(uid, job, phase, phase == "Running");
+        pod.metadata
+            .labels
+            .get_or_insert_default()
+            .insert(JOB_LABEL.to_owned(), job.to_owned());
+        pod
+    }
+
+    #[test]
+    fn batch_pods_count_apart_and_a_job_is_done_at_its_completions_each_pod_once() {
+        let t0 = Instant::now();
+        let mut state = started(2, None, t0);
+        state.jobs.insert("j".to_owned(), (2, t0));
+        state.on_event(0, Event::Apply(job_pod("a", "j", "Pending")), t0);
+        state.on_event(1, Event::Apply(job_pod("b", "j", "Running")), t0);
+        state.on_event(0, Event::Apply(job_pod("a", "j", "Running")), t0 + S);
+        state.on_event(1, Event::Apply(job_pod("b", "j", "Succeeded")), t0 + 2 * S);
+        // The same pod seen again (a relist) is one completion, not two.
+        state.on_event(1, Event::InitApply(job_pod("b", "j", "Succeeded")), t0 + 2 * S);
+        assert!(state.measured.jobs_done.is_empty(), "one of two completions");
+        state.on_event(0, Event::Apply(job_pod("a", "j", "Succeeded")), t0 + 3 * S);
+        assert_eq!(state.measured.jobs_done, vec![3 * S]);
+        let m = state.finish(t0 + 4 * S);
+        assert_eq!((m.batch_pod_seconds, m.batch_pending_seconds), (5.0, 1.0));
+        assert_eq!(m.pod_seconds, 0.0, "batch pods are not the workloads'");
+        assert_eq!(m.workload_seconds, 0.0);
+        assert!(m.jobs_unfinished.is_empty());
+    }
+
+    #[test]
+    fn a_job_not_done_at_the_end_counts_until_then() {
+        let t0 = Instant::now();
+        let mut state = started(1, None, t0);
+        state.jobs.insert("late".to_owned(), (3, t0 + S));
+        let m = state.finish(t0 + 5 * S);
+        assert_eq!(m.jobs_unfinished, vec![4 * S]);
+    }
 
     #[test]
     fn requests_count_as_local_up_to_the_share_of_ready_replicas_where_they_arrive() {

@@ -10,6 +10,9 @@ use nave_sim::config::{ClusterConfig, Coordinates, FleetConfig, NodePool, Timing
 /// Label of every pod of a scenario workload (its value is the workload's name); the monitor
 /// counts these pods and no others.
 pub const WORKLOAD_LABEL: &str = "scenario.nave.dev/workload";
+/// Label of every pod of a batch job of the scenario (its value is the job's name), beside
+/// [`WORKLOAD_LABEL`]; the monitor counts these pods apart.
+pub const JOB_LABEL: &str = "scenario.nave.dev/job";
 /// Label of the other tenants' pods (its value is the group they arrive and leave with).
 pub const TENANT_LABEL: &str = "scenario.nave.dev/tenant";
 /// Label of the WorkloadClusters that bursting targets.
@@ -58,6 +61,9 @@ pub struct Shape {
     pub background_percent: Vec<u32>,
     /// How many workloads (MultiClusterDeployments) arrive.
     pub workloads: usize,
+    /// How many batch jobs arrive (MultiClusterJobs; in the static run, a Job per regular
+    /// cluster with an even share of the completions and pods).
+    pub jobs: usize,
     /// How long the scenario lasts, in scenario time.
     pub duration: Duration,
     /// When the traffic shifts ([`Event::TrafficShifts`]), as a fraction of the run; `None`
@@ -68,7 +74,7 @@ pub struct Shape {
 impl Shape {
     /// mck8s's testbed: 5 clusters of 5 workers with 4 vCPU / 4 GiB each, a burst cluster of
     /// 10 × 8 CPU / 16 GiB, other tenants filling the clusters 60/40/20/10/0 %, and 40 workloads
-    /// over 40 minutes.
+    /// and 16 batch jobs over 40 minutes.
     pub fn testbed() -> Shape {
         Shape {
             regular_clusters: 5,
@@ -80,6 +86,7 @@ impl Shape {
             burst_memory: "16Gi".to_owned(),
             background_percent: vec![60, 40, 20, 10, 0],
             workloads: 40,
+            jobs: 16,
             duration: Duration::from_secs(40 * 60),
             traffic_shift: Some(0.5),
         }
@@ -139,6 +146,23 @@ pub struct WorkloadSpec {
     pub memory_mib: u32,
 }
 
+/// One batch job as it arrives.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobSpec {
+    /// Name of the MultiClusterJob (and of the Jobs of the static run).
+    pub name: String,
+    /// Completions in all.
+    pub completions: u32,
+    /// Pods at once in all.
+    pub parallelism: u32,
+    /// CPU request per pod, in millicores.
+    pub cpu_millis: u32,
+    /// Memory request per pod, in MiB.
+    pub memory_mib: u32,
+    /// How long each pod runs, in scenario time.
+    pub run: Duration,
+}
+
 /// Something that happens at a moment of the scenario.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Event {
@@ -156,6 +180,8 @@ pub enum Event {
         /// The workload.
         name: String,
     },
+    /// A batch job is submitted; it is done when all its completions succeeded.
+    JobArrives(JobSpec),
     /// Another tenant creates pods in a cluster; the cluster's scheduler places them where they
     /// fit, and they wait Pending where nothing does.
     TenantArrives {
@@ -240,6 +266,8 @@ const AWAY_SHARE: f64 = 0.15;
 /// Seeds the traffic's random stream apart from the workloads', so that adding traffic changed
 /// nothing else of a seed's scenario.
 const TRAFFIC_SALT: u64 = 0x7472_6166_6669_6321;
+/// Seeds the batch jobs' stream apart from the workloads' likewise.
+const JOB_SALT: u64 = 0x6261_7463_685f_6a6f;
 
 /// CPU (millicores) and memory (bytes) of one tenant pod: a tenth of a regular node.
 pub fn tenant_pod_size(shape: &Shape) -> (i128, i128) {
@@ -295,6 +323,7 @@ impl Plan {
 
         let mut events = tenant_churn(shape, &regular, &background);
         events.extend(workload_stream(shape, &mut Rng::new(seed)));
+        events.extend(job_stream(shape, &mut Rng::new(seed ^ JOB_SALT)));
         let mut rng = Rng::new(seed ^ TRAFFIC_SALT);
         let traffic = events
             .iter()
@@ -402,7 +431,10 @@ impl Plan {
                 Event::Leave { name } => {
                     live.remove(name.as_str());
                 }
-                Event::TenantArrives { .. } | Event::TenantLeaves { .. } | Event::TrafficShifts => {}
+                Event::TenantArrives { .. }
+                | Event::TenantLeaves { .. }
+                | Event::TrafficShifts
+                | Event::JobArrives(_) => {}
             }
             peak = peak.max(live.values().map(|(r, cpu)| r * cpu).sum());
         }
@@ -595,6 +627,42 @@ fn workload_stream(shape: &Shape, rng: &mut Rng) -> Vec<Timed> {
         }
     }
     events
+}
+
+/// Batch jobs arriving over the run, mck8s-like: 2-8 pods at once, one to three rounds of them
+/// (2 to 24 completions), each pod running 1-3 scenario minutes; arrivals spread over the first
+/// 85% of the run (the last ones may not finish: they count as unfinished, until the end).
+fn job_stream(shape: &Shape, rng: &mut Rng) -> Vec<Timed> {
+    const CPU: [u32; 3] = [500, 1000, 1500];
+    const MEMORY: [u32; 2] = [256, 512];
+    let d = shape.duration.as_secs_f64();
+    let mut drafts: Vec<(f64, JobSpec)> = (0..shape.jobs)
+        .map(|_| {
+            let arrive = rng.between(0.05, 0.85) * d;
+            let parallelism = rng.int(2, 8);
+            let spec = JobSpec {
+                name: String::new(),
+                completions: parallelism * rng.int(1, 3),
+                parallelism,
+                cpu_millis: CPU[rng.int(0, 2) as usize],
+                memory_mib: MEMORY[rng.int(0, 1) as usize],
+                run: Duration::from_secs(u64::from(rng.int(60, 180))),
+            };
+            (arrive, spec)
+        })
+        .collect();
+    drafts.sort_by(|a, b| a.0.total_cmp(&b.0));
+    drafts
+        .into_iter()
+        .enumerate()
+        .map(|(i, (arrive, mut spec))| {
+            spec.name = format!("job-{:02}", i + 1);
+            Timed {
+                at: Duration::from_secs_f64(arrive),
+                event: Event::JobArrives(spec),
+            }
+        })
+        .collect()
 }
 
 /// SplitMix64: small, fast, and its sequence never changes with a dependency's version, so a

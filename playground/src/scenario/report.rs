@@ -75,6 +75,26 @@ pub struct RunResult {
     /// Arrivals and scale-ups whose replicas did not all become ready before the workload changed
     /// again, left, or the run ended.
     pub unready_events: usize,
+    /// Batch jobs: median time from submission until all its completions succeeded (scenario
+    /// seconds; jobs not done count until the run ended). `null` without batch jobs.
+    #[serde(default)]
+    pub job_p50_s: Option<f64>,
+    /// The 99th percentile of the same (nearest rank).
+    #[serde(default)]
+    pub job_p99_s: Option<f64>,
+    /// Batch jobs done before the run ended.
+    #[serde(default)]
+    pub jobs_done: usize,
+    /// Batch jobs not done when the run ended.
+    #[serde(default)]
+    pub jobs_unfinished: usize,
+    /// Pod-seconds of the batch jobs' pods in phase Pending (scenario seconds): waiting in a
+    /// full cluster rather than in a queue.
+    #[serde(default)]
+    pub batch_pending_pod_seconds: f64,
+    /// Those pending pod-seconds / all pod-seconds of the batch jobs' pods (0 to 1).
+    #[serde(default)]
+    pub batch_pending_fraction: f64,
     /// The hub's counters (`null` for `static`, which has no hub).
     pub hub: Option<HubCounters>,
     /// How long the run took, in real seconds (start-up and tear-down included).
@@ -94,6 +114,8 @@ impl RunResult {
         let mut times: Vec<Duration> = m.ready.iter().chain(&m.unready).copied().collect();
         times.sort();
         let scenario = |d: Duration| round(d.as_secs_f64() * time_scale, 1);
+        let mut jobs: Vec<Duration> = m.jobs_done.iter().chain(&m.jobs_unfinished).copied().collect();
+        jobs.sort();
         RunResult {
             policy: policy.to_owned(),
             pending_fraction: round(ratio(m.pending_seconds, m.pod_seconds), 4),
@@ -108,6 +130,12 @@ impl RunResult {
             pending_pod_seconds: round(m.pending_seconds * time_scale, 0),
             ready_events: m.ready.len(),
             unready_events: m.unready.len(),
+            job_p50_s: percentile(&jobs, 50).map(scenario),
+            job_p99_s: percentile(&jobs, 99).map(scenario),
+            jobs_done: m.jobs_done.len(),
+            jobs_unfinished: m.jobs_unfinished.len(),
+            batch_pending_pod_seconds: round(m.batch_pending_seconds * time_scale, 0),
+            batch_pending_fraction: round(ratio(m.batch_pending_seconds, m.batch_pod_seconds), 4),
             hub,
             wall_seconds: 0.0,
         }
@@ -173,7 +201,7 @@ impl Report {
     /// The table `nave-sim scenario` prints.
     pub fn table(&self) -> String {
         let mut s = format!(
-            "{:<10} {:>9} {:>10} {:>10} {:>10} {:>6} {:>14} {:>7} {:>7}\n",
+            "{:<10} {:>9} {:>10} {:>10} {:>10} {:>6} {:>14} {:>7} {:>7} {:>9} {:>9} {:>10}\n",
             "policy",
             "pending",
             "unserved",
@@ -182,13 +210,16 @@ impl Report {
             "moved",
             "clusters used",
             "burst",
-            "local"
+            "local",
+            "job p50",
+            "job p99",
+            "job pend"
         );
         let percent = |v: Option<f64>| v.map_or_else(|| "-".to_owned(), |v| format!("{:.1}%", v * 100.0));
         let seconds = |v: Option<f64>| v.map_or_else(|| "-".to_owned(), |v| format!("{v:.0} s"));
         for r in &self.runs {
             s.push_str(&format!(
-                "{:<10} {:>8.1}% {:>9.1}% {:>10} {:>10} {:>6} {:>14.2} {:>6.1}% {:>7}\n",
+                "{:<10} {:>8.1}% {:>9.1}% {:>10} {:>10} {:>6} {:>14.2} {:>6.1}% {:>7} {:>9} {:>9} {:>9.1}%\n",
                 r.policy,
                 r.pending_fraction * 100.0,
                 r.unserved_fraction * 100.0,
@@ -198,6 +229,9 @@ impl Report {
                 r.clusters_used,
                 r.burst_fraction * 100.0,
                 percent(r.local_fraction),
+                seconds(r.job_p50_s),
+                seconds(r.job_p99_s),
+                r.batch_pending_fraction * 100.0,
             ));
         }
         s
@@ -205,18 +239,18 @@ impl Report {
 
     /// What the columns mean, printed under the table.
     pub fn legend(&self) -> String {
-        let events: Vec<String> = self
-            .runs
-            .iter()
-            .map(|r| {
-                format!(
-                    "{} {}/{}",
-                    r.policy,
-                    r.unready_events,
-                    r.ready_events + r.unready_events
-                )
-            })
-            .collect();
+        let counts = |left: fn(&RunResult) -> (usize, usize)| -> String {
+            self.runs
+                .iter()
+                .map(|r| {
+                    let (not, done) = left(r);
+                    format!("{} {not}/{}", r.policy, not + done)
+                })
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let events = counts(|r| (r.unready_events, r.ready_events));
+        let jobs = counts(|r| (r.jobs_unfinished, r.jobs_done));
         format!(
             "pending: share of the workloads' pod-seconds in phase Pending (unschedulable or starting).\n\
              unserved: share of the wanted replica-seconds without a Ready pod (unplaced, Pending or starting).\n\
@@ -226,8 +260,11 @@ impl Report {
              moved: replicas the hub moved between clusters (placement history). clusters used: mean number of\n  \
              clusters holding at least one pod of a workload, over the time it has pods. burst: share of\n  \
              pod-seconds in the burst cluster. local: share of the workloads' requests served in the cluster\n  \
-             they arrive at (each ready replica serving an equal part; none while no replica is ready).\n",
-            events.join(", ")
+             they arrive at (each ready replica serving an equal part; none while no replica is ready).\n\
+             job p50/p99: scenario seconds from a batch job's submission until its pods had succeeded as many\n  \
+             times as its completions; jobs not done count until the run ended (not done: {}).\n\
+             job pend: share of the batch jobs' pod-seconds in phase Pending (a job Nave queues has no pods yet).\n",
+            events, jobs
         )
     }
 

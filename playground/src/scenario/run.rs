@@ -14,9 +14,10 @@ use std::time::Duration;
 use anyhow::Context as _;
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
-use nave_api::{MultiClusterDeployment, PlacementPolicy};
+use nave_api::{MultiClusterDeployment, MultiClusterJob, PlacementPolicy};
 use nave_sim::cluster::{ServeOptions, SimCluster, SimFleet};
 use nave_sim::controllers::FOREIGN_LABEL;
 use serde_json::{Value, json};
@@ -24,8 +25,8 @@ use tokio::time::Instant;
 
 use super::measure::Monitor;
 use super::plan::{
-    BURST_CLUSTER, Event, NAMESPACE, Plan, TENANT_LABEL, TIER_LABEL, WORKLOAD_LABEL, WorkloadSpec,
-    even_split, real, real_millis, tenant_pod_size,
+    BURST_CLUSTER, Event, JOB_LABEL, JobSpec, NAMESPACE, Plan, TENANT_LABEL, TIER_LABEL, WORKLOAD_LABEL,
+    WorkloadSpec, even_split, real, real_millis, tenant_pod_size,
 };
 use super::report::{HubCounters, Report, RunResult, moved_replicas};
 use crate::up::{Playground, PlaygroundClusters, UpOptions};
@@ -261,12 +262,18 @@ enum Placer {
     /// MultiClusterDeployments in the management cluster.
     Nave {
         api: Box<Api<MultiClusterDeployment>>,
+        /// MultiClusterJobs, for the batch jobs.
+        jobs: Box<Api<MultiClusterJob>>,
         policy: PlacementPolicy,
         origin: String,
         scale: f64,
     },
-    /// Deployments in every regular cluster.
-    Static { clusters: Vec<Api<Deployment>> },
+    /// Deployments (and the batch jobs' Jobs) in every regular cluster.
+    Static {
+        clusters: Vec<Api<Deployment>>,
+        jobs: Vec<Api<Job>>,
+        scale: f64,
+    },
 }
 
 impl Placer {
@@ -277,13 +284,14 @@ impl Placer {
                 policy,
                 origin,
                 scale,
+                ..
             } => {
                 let mcd = mcd(w, *policy, origin, *scale)?;
                 api.create(&PostParams::default(), &mcd)
                     .await
                     .with_context(|| format!("creating MultiClusterDeployment {}", w.name))?;
             }
-            Placer::Static { clusters } => {
+            Placer::Static { clusters, .. } => {
                 for (api, share) in clusters
                     .iter()
                     .zip(even_split(w.replicas, clusters.len(), &w.name))
@@ -314,7 +322,7 @@ impl Placer {
                 .await
                 .with_context(|| format!("scaling MultiClusterDeployment {name} to {replicas}"))?;
             }
-            Placer::Static { clusters } => {
+            Placer::Static { clusters, .. } => {
                 for (api, share) in clusters.iter().zip(even_split(replicas, clusters.len(), name)) {
                     api.patch(
                         name,
@@ -336,7 +344,7 @@ impl Placer {
                     .await
                     .with_context(|| format!("deleting MultiClusterDeployment {name}"))?;
             }
-            Placer::Static { clusters } => {
+            Placer::Static { clusters, .. } => {
                 for api in clusters {
                     api.delete(name, &DeleteParams::default())
                         .await
@@ -346,6 +354,82 @@ impl Placer {
         }
         Ok(())
     }
+}
+
+impl Placer {
+    /// Submits a batch job: a MultiClusterJob (its pods divided by the run's policy, or
+    /// worst-fit for a policy that does not apply to jobs), or in
+    /// the static run a Job in every regular cluster with an even share of the completions and
+    /// of the pods at once.
+    async fn submit(&self, j: &JobSpec) -> anyhow::Result<()> {
+        match self {
+            Placer::Nave {
+                jobs, policy, scale, ..
+            } => {
+                let policy = match policy {
+                    PlacementPolicy::BestFit => "best-fit",
+                    PlacementPolicy::Spread => "spread",
+                    _ => "worst-fit",
+                };
+                let mcj: MultiClusterJob = serde_json::from_value(json!({
+                    "apiVersion": "nave.dev/v1alpha1",
+                    "kind": "MultiClusterJob",
+                    "metadata": {"name": j.name, "namespace": NAMESPACE},
+                    "spec": {
+                        "placement": {"policy": policy},
+                        "template": {"spec": {
+                            "completions": j.completions,
+                            "parallelism": j.parallelism,
+                            "template": job_pod_template(j, *scale),
+                        }},
+                    },
+                }))?;
+                jobs.create(&PostParams::default(), &mcj)
+                    .await
+                    .with_context(|| format!("creating MultiClusterJob {}", j.name))?;
+            }
+            Placer::Static { jobs, scale, .. } => {
+                let completions = even_split(j.completions, jobs.len(), &j.name);
+                let pods = even_split(j.parallelism, jobs.len(), &j.name);
+                for ((api, completions), pods) in jobs.iter().zip(completions).zip(pods) {
+                    if completions == 0 {
+                        continue;
+                    }
+                    let job: Job = serde_json::from_value(json!({
+                        "apiVersion": "batch/v1", "kind": "Job",
+                        "metadata": {"name": j.name, "namespace": NAMESPACE},
+                        "spec": {"completions": completions, "parallelism": pods.clamp(1, completions),
+                                 "template": job_pod_template(j, *scale)},
+                    }))?;
+                    api.create(&PostParams::default(), &job)
+                        .await
+                        .with_context(|| format!("creating Job {}", j.name))?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The pod template of a batch job: its pods run for `run` (scaled) and succeed.
+fn job_pod_template(j: &JobSpec, scale: f64) -> Value {
+    json!({
+        "metadata": {
+            "labels": {WORKLOAD_LABEL: j.name, JOB_LABEL: j.name},
+            "annotations": {"sim.nave.dev/run-millis": real_millis(j.run, scale).to_string()},
+        },
+        "spec": {
+            "restartPolicy": "Never",
+            "containers": [{
+                "name": "work",
+                "image": IMAGE,
+                "resources": {"requests": {
+                    "cpu": format!("{}m", j.cpu_millis),
+                    "memory": format!("{}Mi", j.memory_mib),
+                }},
+            }],
+        },
+    })
 }
 
 async fn drive(env: &mut Env, plan: &Plan, kind: RunKind, scale: f64) -> anyhow::Result<RunResult> {
@@ -360,6 +444,7 @@ async fn drive(env: &mut Env, plan: &Plan, kind: RunKind, scale: f64) -> anyhow:
     let placer = match (kind, &*env) {
         (RunKind::Nave(policy), Env::Nave { playground, .. }) => Placer::Nave {
             api: Box::new(Api::namespaced(playground.management.client().await?, NAMESPACE)),
+            jobs: Box::new(Api::namespaced(playground.management.client().await?, NAMESPACE)),
             policy,
             origin: plan.regular[0].name.clone(),
             scale,
@@ -370,6 +455,12 @@ async fn drive(env: &mut Env, plan: &Plan, kind: RunKind, scale: f64) -> anyhow:
                 .iter()
                 .map(|c| Api::namespaced(clients[&c.name].clone(), NAMESPACE))
                 .collect(),
+            jobs: plan
+                .regular
+                .iter()
+                .map(|c| Api::namespaced(clients[&c.name].clone(), NAMESPACE))
+                .collect(),
+            scale,
         },
     };
 
@@ -397,6 +488,10 @@ async fn drive(env: &mut Env, plan: &Plan, kind: RunKind, scale: f64) -> anyhow:
                 monitor.gone(name, now);
                 traffic.set(name, &[]).await?;
                 placer.leave(name).await?;
+            }
+            Event::JobArrives(j) => {
+                monitor.job(&j.name, j.completions, now);
+                placer.submit(j).await?;
             }
             Event::TrafficShifts => {
                 shifted = true;

@@ -102,6 +102,7 @@ fn events_are_ordered_and_refer_to_live_workloads() {
     let mut arrived = 0;
     let mut tenants = 0;
     let mut shifts = 0;
+    let mut jobs = BTreeSet::new();
     for timed in &plan.events {
         match &timed.event {
             Event::Arrive(w) => {
@@ -118,8 +119,21 @@ fn events_are_ordered_and_refer_to_live_workloads() {
             Event::Leave { name } => assert!(live.remove(name), "{name} leaves while not live"),
             Event::TenantArrives { .. } | Event::TenantLeaves { .. } => tenants += 1,
             Event::TrafficShifts => shifts += 1,
+            Event::JobArrives(j) => {
+                assert!(jobs.insert(j.name.clone()), "{} arrives once", j.name);
+                assert!((2..=8).contains(&j.parallelism), "{j:?}");
+                assert!(
+                    j.completions % j.parallelism == 0 && j.completions <= 3 * j.parallelism,
+                    "{j:?}"
+                );
+                assert!(
+                    j.run >= Duration::from_secs(60) && j.run <= Duration::from_secs(180),
+                    "{j:?}"
+                );
+            }
         }
     }
+    assert_eq!(jobs.len(), 16, "the batch stream");
     assert_eq!(shifts, 1, "the traffic shifts once, half-way");
     assert_eq!(arrived, 40);
     assert!(tenants >= 4, "tenants come and go: {tenants} events");
