@@ -15,16 +15,29 @@
 //!   than the hub places them these include the wait in that queue: they describe the burst,
 //!   not one MCD's path (the e2e benchmark measures that, hop by hop);
 //! - the hub's and the largest agent's resident memory at the end.
+//!
+//! Then, for each size, a second table, read in the workload clusters themselves:
+//!
+//! - whether every MCD's replica exists exactly once in the fleet (one Deployment of one
+//!   replica in one cluster, one live pod), after the burst;
+//! - a fifth of the MCDs deleted at once: the time until none of their Deployments or pods is
+//!   left in any cluster, and the others still each exactly once;
+//! - the hub killed (SIGKILL) and started again: the time until it has reconciled every MCD and
+//!   published the work sets again (its log says so), its CPU for that, and every MCD still
+//!   exactly once, nothing moved.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt as _;
-use kube::api::{Api, PostParams};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use kube::runtime::watcher;
 use nave_api::MultiClusterDeployment;
 use nave_api::conditions::{self, types};
+use nave_api::wire::WORKLOAD_LABEL;
 use nave_e2e::procs::{FleetOptions, ProcessFleet, Store, cpu_seconds, memory_mib};
 use nave_sim::config::{ClusterConfig, FleetConfig, NodePool};
 use nave_testkit::Mcd;
@@ -43,12 +56,21 @@ fn main() -> anyhow::Result<()> {
         "| clusters | MCDs | MCDs per second | hub CPU per MCD | agents' CPU per MCD | simulator CPU per MCD | apply -> Available p50 | p99 | hub RSS | largest agent RSS |"
     );
     println!("|---|---|---|---|---|---|---|---|---|---|");
+    let mut checks = Vec::new();
     for size in sizes.split(',').filter(|s| !s.is_empty()) {
         let (clusters, mcds) = size
             .split_once('x')
             .and_then(|(c, m)| Some((c.trim().parse().ok()?, m.trim().parse().ok()?)))
             .ok_or_else(|| anyhow::anyhow!("NAVE_SCALE takes sizes such as 20x500, not {size:?}"))?;
-        runtime.block_on(run(clusters, mcds))?;
+        checks.push(runtime.block_on(run(clusters, mcds))?);
+    }
+    println!();
+    println!(
+        "| clusters | MCDs | exactly once after the burst | a fifth deleted -> gone from every cluster | hub killed -> every MCD reconciled and published | exactly once after the restart |"
+    );
+    println!("|---|---|---|---|---|---|");
+    for row in checks {
+        println!("{row}");
     }
     Ok(())
 }
@@ -78,7 +100,8 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
     sorted[rank.clamp(1, sorted.len()) - 1]
 }
 
-async fn run(clusters: usize, mcds: usize) -> anyhow::Result<()> {
+/// Runs one size; prints its row of the first table and answers its row of the second.
+async fn run(clusters: usize, mcds: usize) -> anyhow::Result<String> {
     let mut fleet = ProcessFleet::start(FleetOptions {
         hubs: 1,
         store: Store::Sqlite,
@@ -188,11 +211,170 @@ async fn run(clusters: usize, mcds: usize) -> anyhow::Result<()> {
         hub_rss,
         agent_rss
     );
+    let placed = exactly_once(&fleet, mcds, &BTreeSet::new()).await?;
+
+    // A fifth deleted at once.
+    let deleted: BTreeSet<String> = (0..mcds).step_by(5).map(|i| format!("w{i:06}")).collect();
+    let deleting = Instant::now();
+    for name in &deleted {
+        api.delete(name, &DeleteParams::default()).await?;
+    }
+    let gone = loop {
+        let seen = exactly_once(&fleet, mcds, &deleted).await?;
+        if seen.deleted_left == 0 {
+            break (deleting.elapsed(), seen);
+        }
+        if deleting.elapsed() > Duration::from_secs(1800) {
+            anyhow::bail!(
+                "{} Deployments or pods of deleted MCDs still in the clusters after 30 minutes",
+                seen.deleted_left
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+
+    // The hub killed and started again: the first pass over every MCD, then the sets published.
+    let published_before = published_lines(&fleet);
+    fleet.hub(0).expect("the hub runs").kill();
+    let restarting = Instant::now();
+    fleet.start_hub(0)?;
+    let new_hub = fleet.hub(0).expect("the hub runs again").pid();
+    let new_hub_cpu = || cpu_seconds(&new_hub.to_string());
+    let republished = loop {
+        if published_lines(&fleet) > published_before {
+            break restarting.elapsed();
+        }
+        if restarting.elapsed() > Duration::from_secs(1800) {
+            anyhow::bail!("the restarted hub did not publish within 30 minutes");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let restart_cpu = new_hub_cpu()?;
+    let after = exactly_once(&fleet, mcds, &deleted).await?;
+    let verdict = |s: &Census| {
+        if s.wrong.is_empty() {
+            format!("{} of {}", s.once, s.expected)
+        } else {
+            format!(
+                "{} of {}; wrong: {}",
+                s.once,
+                s.expected,
+                s.wrong.iter().take(5).cloned().collect::<Vec<_>>().join(", ")
+            )
+        }
+    };
+    let row = format!(
+        "| {clusters} | {mcds} | {} | {:.1} s ({} deleted; the rest {}) | {:.1} s, {:.1} s CPU | {} |",
+        verdict(&placed),
+        gone.0.as_secs_f64(),
+        deleted.len(),
+        verdict(&gone.1),
+        republished.as_secs_f64(),
+        restart_cpu,
+        verdict(&after),
+    );
+    if !(placed.wrong.is_empty() && gone.1.wrong.is_empty() && after.wrong.is_empty()) {
+        anyhow::bail!("replicas not exactly once in the fleet: {row}");
+    }
+
     if std::env::var_os("NAVE_SCALE_HOLD").is_some() {
         // For a profiler attached to the hub: keep everything up until killed.
         eprintln!("holding; the hub's pid is {hub_pid}");
         std::future::pending::<()>().await;
     }
     fleet.stop().await;
-    Ok(())
+    Ok(row)
+}
+
+/// What the workload clusters hold of the benchmark's MCDs.
+struct Census {
+    /// MCDs expected (not deleted).
+    expected: usize,
+    /// Of which exactly once: one Deployment of one replica in one cluster, one live pod.
+    once: usize,
+    /// The others, with what was seen.
+    wrong: Vec<String>,
+    /// Deployments and live pods of deleted MCDs still in the clusters.
+    deleted_left: usize,
+}
+
+/// Lists every cluster's Deployments and pods of the benchmark and counts each MCD's.
+async fn exactly_once(
+    fleet: &ProcessFleet,
+    mcds: usize,
+    deleted: &BTreeSet<String>,
+) -> anyhow::Result<Census> {
+    // Per MCD: (Deployments, their replicas, live pods, clusters).
+    let mut seen: BTreeMap<String, (u32, i32, u32, BTreeSet<String>)> = BTreeMap::new();
+    let with_label = ListParams::default().labels(WORKLOAD_LABEL);
+    for cluster in &fleet.fleet.clusters {
+        let client = cluster.client().await?;
+        let name = cluster.name().to_owned();
+        for deployment in Api::<Deployment>::namespaced(client.clone(), "default")
+            .list(&with_label)
+            .await?
+        {
+            let Some(mcd) = workload(&deployment.metadata) else {
+                continue;
+            };
+            let entry = seen.entry(mcd).or_default();
+            entry.0 += 1;
+            entry.1 += deployment.spec.replicas.unwrap_or(1);
+            entry.3.insert(name.clone());
+        }
+        for pod in Api::<Pod>::namespaced(client, "default")
+            .list(&with_label)
+            .await?
+        {
+            let finished = matches!(
+                pod.status.as_ref().and_then(|s| s.phase.as_deref()),
+                Some("Succeeded" | "Failed")
+            );
+            if pod.metadata.deletion_timestamp.is_some() || finished {
+                continue;
+            }
+            if let Some(mcd) = workload(&pod.metadata) {
+                seen.entry(mcd).or_default().2 += 1;
+            }
+        }
+    }
+    let mut census = Census {
+        expected: 0,
+        once: 0,
+        wrong: Vec::new(),
+        deleted_left: 0,
+    };
+    for i in 0..mcds {
+        let name = format!("w{i:06}");
+        let found = seen.get(&name);
+        if deleted.contains(&name) {
+            census.deleted_left += found.map_or(0, |(d, _, p, _)| (d + p) as usize);
+            continue;
+        }
+        census.expected += 1;
+        match found {
+            Some((1, 1, 1, clusters)) if clusters.len() == 1 => census.once += 1,
+            other => census.wrong.push(format!(
+                "{name}: {:?}",
+                other.map(|(d, r, p, c)| format!("{d} Deployment(s), {r} replica(s), {p} pod(s) in {c:?}"))
+            )),
+        }
+    }
+    Ok(census)
+}
+
+/// The MCD a Deployment or pod of the benchmark belongs to (its workload label `default.<name>`).
+fn workload(metadata: &kube::api::ObjectMeta) -> Option<String> {
+    let value = metadata.labels.as_ref()?.get(WORKLOAD_LABEL)?;
+    value.strip_prefix("default.").map(str::to_owned)
+}
+
+/// How many times the hub's log says it published every workload's objects.
+fn published_lines(fleet: &ProcessFleet) -> usize {
+    fleet.hubs[0]
+        .as_ref()
+        .and_then(|hub| std::fs::read_to_string(&hub.log).ok())
+        .map_or(0, |log| {
+            log.matches("every workload's objects are published").count()
+        })
 }
