@@ -370,7 +370,7 @@ fn job_spec_schema(_: &mut SchemaGenerator) -> Schema {
                 "reason": "FieldValueForbidden",
             },
             {
-                "rule": "!has(self.suspend)",
+                "rule": "!has(self.suspend) || !self.suspend",
                 "message": "suspend is not supported: a MultiClusterJob waits in the hub's queue instead",
                 "fieldPath": ".suspend",
                 "reason": "FieldValueForbidden",

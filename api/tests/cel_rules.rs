@@ -374,9 +374,12 @@ fn cases() -> Vec<Case> {
             invalid: vec![json!({"completions": 1, "managedBy": "kueue.x-k8s.io/multikueue"})],
         },
         Case {
-            rule_contains: "!has(self.suspend)",
-            valid: vec![json!({"completions": 1})],
-            invalid: vec![json!({"completions": 1, "suspend": false})],
+            rule_contains: "!has(self.suspend) || !self.suspend",
+            valid: vec![
+                json!({"completions": 1}),
+                json!({"completions": 1, "suspend": false}),
+            ],
+            invalid: vec![json!({"completions": 1, "suspend": true})],
         },
         Case {
             rule_contains: "self.restartPolicy == 'Never' || self.restartPolicy == 'OnFailure'",

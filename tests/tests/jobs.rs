@@ -247,6 +247,43 @@ async fn an_indexed_job_over_three_clusters_runs_every_index_once() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_piece_its_cluster_refuses_is_named_in_degraded() {
+    // ap-south-1's agent applies everything it does by default but Jobs.
+    let without_jobs: Vec<String> = nave_agent::allowed::DEFAULT_KINDS
+        .iter()
+        .filter(|k| **k != "Job.batch")
+        .map(|k| (*k).to_owned())
+        .collect();
+    let env = start(EnvOptions {
+        agent_allow_kinds: [("ap-south-1".to_owned(), without_jobs)].into(),
+        ..EnvOptions::default()
+    })
+    .await;
+    let mut refused = job("refused", 0, json!({"completions": 2}), 100);
+    refused.spec.placement.clusters = vec!["ap-south-1".to_owned()];
+    mcjs(&env)
+        .create(&PostParams::default(), &refused)
+        .await
+        .expect("created");
+    let message = wait_for("Degraded=True naming the refused piece", DEADLINE, || async {
+        let job = mcjs(&env).get("refused").await.map_err(|e| e.to_string())?;
+        let status = job.status.unwrap_or_default();
+        match status.condition("Degraded") {
+            Some(c) if c.status == "True" && c.reason == "ApplyFailed" => Ok(c.message.clone()),
+            other => Err(format!("phase {:?}, Degraded {other:?}", status.phase)),
+        }
+    })
+    .await;
+    assert!(
+        message.contains("ap-south-1") && message.contains("not applied"),
+        "expected the cluster and the refusal named, got {message:?}"
+    );
+    let event = env.event(NS, "refused", "ApplyFailed").await;
+    assert!(event.contains("ap-south-1"), "{event}");
+    env.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hub_whose_management_cluster_lacks_the_job_crd_says_which_and_does_not_start() {
     // As after `helm upgrade` from a release without MultiClusterJobs: Helm leaves new CRDs out.
     // Starting without the kind would leave its jobs unwatched and unqueued, unsaid.

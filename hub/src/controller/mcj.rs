@@ -111,7 +111,13 @@ pub fn validate(mcj: &MultiClusterJob) -> Result<ValidJob, String> {
         ),
         ("suspend", "a MultiClusterJob waits in the hub's queue instead"),
     ] {
-        if mcj.spec.template.spec.get(field).is_some_and(|v| !v.is_null()) {
+        let set = mcj
+            .spec
+            .template
+            .spec
+            .get(field)
+            .is_some_and(|v| !v.is_null() && *v != serde_json::Value::Bool(false));
+        if set {
             return Err(format!(
                 "spec.template.spec.{field}: not supported in a MultiClusterJob: {why}"
             ));
@@ -254,13 +260,28 @@ async fn apply(mcj: Arc<MultiClusterJob>, ctx: &Context) -> Result<Action, Error
         .iter_mut()
         .filter(|p| p.state == PieceState::Running)
     {
-        let reported = gathered.reports.get(&piece.cluster).and_then(|report| {
+        let report = gathered.reports.get(&piece.cluster);
+        let reported = report.and_then(|report| {
             report
                 .objects
                 .iter()
                 .find(|o| o.kind == "Job" && o.name == piece.job && o.workload.as_ref() == Some(&workload))
         });
         jobs::observe(piece, reported, valid.indexed);
+        if reported.is_none() {
+            // Refused before it was even sent to the API server (the agent's allow-lists): the
+            // report names it only among the apply errors.
+            piece.message = report
+                .into_iter()
+                .flat_map(|r| &r.apply_errors)
+                .find(|e| {
+                    e.operation == "apply"
+                        && e.kind == "Job"
+                        && e.name == piece.job
+                        && e.namespace.as_deref() == Some(workload.namespace.as_str())
+                })
+                .map(|e| format!("not applied: {}", e.message));
+        }
     }
     let mut lost: BTreeMap<String, String> = BTreeMap::new();
     if !finished_before {
@@ -341,7 +362,7 @@ async fn apply(mcj: Arc<MultiClusterJob>, ctx: &Context) -> Result<Action, Error
         let admitting = ctx.first_pass_over();
         if !admitting {
             waiting_reason = Some(
-                "the hub is reading every job's state before it admits any (it has just started leading)"
+                "no job is admitted until the hub has reconciled every workload since it started leading and published their work (a workload whose reconcile keeps failing holds this back; see the hub's log)"
                     .to_owned(),
             );
         }

@@ -311,20 +311,25 @@ pub fn observe(piece: &mut JobPiece, reported: Option<&ObjectStatus>, indexed: b
     };
     piece.message = job.error.clone();
     // Counts from a cluster: bounded by what the piece can hold, so no sum of them overflows.
-    piece.active = job.active.unwrap_or(0).clamp(0, piece.completions);
-    piece.succeeded = job.succeeded.unwrap_or(0).clamp(0, piece.completions);
+    // (`completions` is read back from the object's status, which anyone allowed may write.)
+    let most = piece.completions.max(0);
+    piece.active = job.active.unwrap_or(0).clamp(0, most);
+    piece.succeeded = job.succeeded.unwrap_or(0).clamp(0, most);
     piece.failed = job.failed.unwrap_or(0).clamp(0, i32::MAX / 1024);
     if indexed {
         let start = to_u32(piece.start);
-        let done = match job.completed_indexes.as_deref().map(Indexes::parse) {
-            Some(Ok(local)) => local.shifted_within(start, start, to_u32(piece.completions)),
+        match job.completed_indexes.as_deref().map(Indexes::parse) {
+            Some(Ok(local)) => {
+                let done = local.shifted_within(start, start, to_u32(piece.completions));
+                piece.completed_indexes = (done.count() > 0).then(|| done.to_string());
+            }
+            // What was read before stays: dropping it would run those indexes again if the
+            // cluster were lost.
             Some(Err(error)) => {
                 piece.message = Some(format!("its completedIndexes cannot be read: {error}"));
-                Indexes::default()
             }
-            None => Indexes::default(),
-        };
-        piece.completed_indexes = (done.count() > 0).then(|| done.to_string());
+            None => piece.completed_indexes = None,
+        }
     }
     let holds = |type_: &str| {
         job.conditions
@@ -335,6 +340,9 @@ pub fn observe(piece: &mut JobPiece, reported: Option<&ObjectStatus>, indexed: b
         piece.state = PieceState::Complete;
         piece.active = 0;
         piece.message = None;
+        // Every index of the piece: its state says so, and the list would only weigh on every
+        // status write.
+        piece.completed_indexes = None;
     } else if holds("Failed") {
         piece.state = PieceState::Failed;
         piece.active = 0;
@@ -727,6 +735,17 @@ mod tests {
                 .unwrap_or_default()
                 .contains("cannot be read")
         );
+        assert_eq!(
+            pieces[0].completed_indexes.as_deref(),
+            Some("0-4"),
+            "an unreadable list keeps what was read before"
+        );
+        // A piece whose completions were written negative (its status is anyone's to write
+        // who may) is read without a panic.
+        let mut odd = pieces[0].clone();
+        odd.completions = -3;
+        observe(&mut odd, Some(&job(5, 5, None, None)), false);
+        assert_eq!((odd.active, odd.succeeded), (0, 0));
         // Counts no piece can reach are bounded, and adding up many of them does not overflow.
         let mut huge = job(i32::MAX, 0, None, None);
         huge.failed = Some(i32::MAX);
