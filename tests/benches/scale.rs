@@ -23,8 +23,9 @@
 //! - a fifth of the MCDs deleted at once: the time until none of their Deployments or pods is
 //!   left in any cluster, and the others still each exactly once;
 //! - the hub killed (SIGKILL) and started again: the time until it has reconciled every MCD and
-//!   published the work sets again (its log says so), its CPU for that, and 10 s later every
-//!   MCD still exactly once, in the cluster it was in before.
+//!   published the work sets again (its log says so), its CPU for that, and, once every agent
+//!   has applied its cluster's current work (read in the hub's store), every MCD still exactly
+//!   once, in the cluster it was in before.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
@@ -219,19 +220,20 @@ async fn run(clusters: usize, mcds: usize) -> anyhow::Result<String> {
     for name in &deleted {
         api.delete(name, &DeleteParams::default()).await?;
     }
-    let gone = loop {
-        let seen = exactly_once(&fleet, mcds, &deleted).await?;
-        if seen.deleted_left == 0 {
-            break (deleting.elapsed(), seen);
-        }
-        if deleting.elapsed() > Duration::from_secs(1800) {
-            anyhow::bail!(
-                "{} Deployments or pods of deleted MCDs still in the clusters after 30 minutes",
-                seen.deleted_left
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    };
+    let gone = nave_testkit::wait_for(
+        "nothing of the deleted MCDs left in any cluster",
+        Duration::from_secs(1800),
+        || async {
+            let seen = exactly_once(&fleet, mcds, &deleted)
+                .await
+                .map_err(|e| e.to_string())?;
+            match seen.deleted_left {
+                0 => Ok((deleting.elapsed(), seen)),
+                left => Err(format!("{left} Deployments or pods left")),
+            }
+        },
+    )
+    .await;
 
     // The hub killed and started again: the first pass over every MCD, then the sets published.
     let published_before = published_lines(&fleet);
@@ -239,20 +241,41 @@ async fn run(clusters: usize, mcds: usize) -> anyhow::Result<String> {
     let restarting = Instant::now();
     fleet.start_hub(0)?;
     let new_hub = fleet.hub(0).expect("the hub runs again").pid();
-    let new_hub_cpu = || cpu_seconds(&new_hub.to_string());
-    let republished = loop {
-        if published_lines(&fleet) > published_before {
-            break restarting.elapsed();
-        }
-        if restarting.elapsed() > Duration::from_secs(1800) {
-            anyhow::bail!("the restarted hub did not publish within 30 minutes");
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
-    let restart_cpu = new_hub_cpu()?;
-    // The agents fetch what the restarted hub published within a long-poll; a hub that moved
-    // replicas would show here.
-    tokio::time::sleep(Duration::from_secs(10)).await;
+    let republished = nave_testkit::wait_for(
+        "the restarted hub to publish",
+        Duration::from_secs(1800),
+        || async {
+            match published_lines(&fleet) {
+                n if n > published_before => Ok(restarting.elapsed()),
+                n => Err(format!("published {n} time(s) in all, as before the restart")),
+            }
+        },
+    )
+    .await;
+    let restart_cpu = cpu_seconds(&new_hub.to_string())?;
+    // Every agent has applied the set it now has: a hub that moved replicas on its restart
+    // wrote new revisions, and their pods would be in the clusters by then.
+    let store = sqlx::SqlitePool::connect(&fleet.database_url()).await?;
+    nave_testkit::wait_for(
+        "every agent to have applied its cluster's current work",
+        Duration::from_secs(1800),
+        || async {
+            let behind: i64 = sqlx::query_scalar(
+                "SELECT COUNT(*) FROM work w LEFT JOIN work_status s ON s.cluster = w.cluster \
+                 WHERE s.applied_revision IS NULL OR s.applied_revision < w.revision",
+            )
+            .fetch_one(&store)
+            .await
+            .map_err(|e| e.to_string())?;
+            if behind == 0 {
+                Ok(())
+            } else {
+                Err(format!("{behind} cluster(s) behind"))
+            }
+        },
+    )
+    .await;
+    store.close().await;
     let after = exactly_once(&fleet, mcds, &deleted).await?;
     let moved = after
         .placement

@@ -517,6 +517,15 @@ impl ProcessFleet {
         Ok(())
     }
 
+    /// The hubs' store, as `--database-url` gives it to them.
+    pub fn database_url(&self) -> String {
+        self.hub_args
+            .first()
+            .and_then(|args| args.iter().skip_while(|a| *a != "--database-url").nth(1))
+            .cloned()
+            .unwrap_or_default()
+    }
+
     /// Hub replica `i`, while it runs.
     pub fn hub(&mut self, i: usize) -> Option<&mut Proc> {
         self.hubs.get_mut(i).and_then(Option::as_mut)
