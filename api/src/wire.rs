@@ -652,6 +652,24 @@ impl WorkloadRef {
         format!("{}.{}", self.namespace, self.name)
     }
 
+    /// Whether its [`WORKLOAD_LABEL`] value fits in a label value (63 characters); if not, how
+    /// long the namespace and the object's own name (behind any prefix) may be together.
+    pub fn label_fits(&self) -> Result<(), String> {
+        let value = self.label_value().len();
+        if value <= 63 {
+            return Ok(());
+        }
+        let own = self
+            .resource_name()
+            .or_else(|| self.job_name())
+            .unwrap_or(&self.name);
+        let given = self.namespace.len() + own.len();
+        Err(format!(
+            "the namespace and the name together must be at most {} characters, not {given}, so that the label {WORKLOAD_LABEL} on the objects sent fits in 63",
+            63 - (value - given)
+        ))
+    }
+
     /// The contributor reference of a MultiClusterResource: its objects are labelled and kept in
     /// work sets under it. Its name is the resource's behind [`RESOURCE_PREFIX`], which holds a
     /// `_` no MultiClusterDeployment's name can hold, so the two never meet.

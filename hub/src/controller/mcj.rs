@@ -26,9 +26,9 @@ use kube::runtime::finalizer::{Event, finalizer};
 use kube::{Resource, ResourceExt};
 use nave_api::conditions::{self, reasons, types};
 use nave_api::job::MAX_JOB_NAME;
-use nave_api::wire::{WORKLOAD_LABEL, WorkloadRef};
+use nave_api::wire::WorkloadRef;
 use nave_api::{JobPhase, JobPiece, JobPolicy, MultiClusterJob, MultiClusterJobStatus, PieceState};
-use nave_policies::{Decision, Demand, Policy, Request, Strategy};
+use nave_policies::{Decision, Demand, Policy, Strategy};
 use serde_json::json;
 use tracing::{debug, info, instrument, warn};
 
@@ -88,13 +88,9 @@ pub fn validate(mcj: &MultiClusterJob) -> Result<ValidJob, String> {
             name.len()
         ));
     }
-    let label = contributor(mcj).label_value();
-    if label.len() > 63 {
-        return Err(format!(
-            "metadata.name: the namespace and the name together must be at most {} characters, so that the label {WORKLOAD_LABEL} on the clusters' Jobs fits in 63",
-            63 - nave_api::wire::JOB_PREFIX.len() - 1
-        ));
-    }
+    contributor(mcj)
+        .label_fits()
+        .map_err(|why| format!("metadata.name: {why}"))?;
     // Fields that speak of the whole job and would mean something else in each piece.
     for (field, why) in [
         (
@@ -260,28 +256,8 @@ async fn apply(mcj: Arc<MultiClusterJob>, ctx: &Context) -> Result<Action, Error
         .iter_mut()
         .filter(|p| p.state == PieceState::Running)
     {
-        let report = gathered.reports.get(&piece.cluster);
-        let reported = report.and_then(|report| {
-            report
-                .objects
-                .iter()
-                .find(|o| o.kind == "Job" && o.name == piece.job && o.workload.as_ref() == Some(&workload))
-        });
-        jobs::observe(piece, reported, valid.indexed);
-        if reported.is_none() {
-            // Refused before it was even sent to the API server (the agent's allow-lists): the
-            // report names it only among the apply errors.
-            piece.message = report
-                .into_iter()
-                .flat_map(|r| &r.apply_errors)
-                .find(|e| {
-                    e.operation == "apply"
-                        && e.kind == "Job"
-                        && e.name == piece.job
-                        && e.namespace.as_deref() == Some(workload.namespace.as_str())
-                })
-                .map(|e| format!("not applied: {}", e.message));
-        }
+        let report = gathered.reports.get(&piece.cluster).map(|r| &**r);
+        jobs::follow(piece, report, &workload, valid.indexed);
     }
     let mut lost: BTreeMap<String, String> = BTreeMap::new();
     if !finished_before {
@@ -359,14 +335,11 @@ async fn apply(mcj: Arc<MultiClusterJob>, ctx: &Context) -> Result<Action, Error
         let fleet = &gathered.view.fleet;
         // Nothing is admitted before every job was reconciled once in this term: until then the
         // ledger lacks what the others run and the queue what they wait for.
-        let admitting = ctx.first_pass_over();
-        if !admitting {
+        let decisions: Vec<Decision> = if !ctx.first_pass_over() {
             waiting_reason = Some(
                 "no job is admitted until the hub has reconciled every workload since it started leading and published their work (a workload whose reconcile keeps failing holds this back; see the hub's log)"
                     .to_owned(),
             );
-        }
-        let decisions: Vec<Decision> = if !admitting {
             Vec::new()
         } else {
             index.with_ledger(|ledger| {
@@ -374,32 +347,9 @@ async fn apply(mcj: Arc<MultiClusterJob>, ctx: &Context) -> Result<Action, Error
                 // Best-effort order: each job ahead takes its room first where it fits; one that
                 // does not fit holds nothing back.
                 for (other, job) in &queue {
-                    for pods in &job.pods {
-                        let decision = nave_policies::decide(
-                            fleet,
-                            &ledger,
-                            &Request::new(*pods, job.demand.clone(), job.policy.clone()),
-                        );
-                        if decision.unplaced == 0 {
-                            ledger.record(&other.to_string(), &job.demand, &decision);
-                        }
-                    }
+                    job.fit(other, fleet, &mut ledger);
                 }
-                entry
-                    .pods
-                    .iter()
-                    .map(|pods| {
-                        let decision = nave_policies::decide(
-                            fleet,
-                            &ledger,
-                            &Request::new(*pods, valid.demand.clone(), valid.policy.clone()),
-                        );
-                        if decision.unplaced == 0 {
-                            ledger.record(&workload.to_string(), &valid.demand, &decision);
-                        }
-                        decision
-                    })
-                    .collect()
+                entry.fit(&workload, fleet, &mut ledger)
             })
         };
         let attempts = jobs::attempts(&status.pieces);
@@ -819,6 +769,8 @@ async fn cleanup(mcj: Arc<MultiClusterJob>, ctx: &Context) -> Result<Action, Err
 
 #[cfg(test)]
 mod tests {
+    use nave_api::wire::WORKLOAD_LABEL;
+
     use super::*;
 
     fn mcj(spec: serde_json::Value) -> MultiClusterJob {

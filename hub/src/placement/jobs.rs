@@ -15,9 +15,9 @@ use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
-use nave_api::wire::{ObjectStatus, WorkloadRef};
+use nave_api::wire::{ObjectStatus, StatusReport, WorkloadRef};
 use nave_api::{JobPhase, JobPiece, PieceState};
-use nave_policies::{Demand, Policy};
+use nave_policies::{Decision, Demand, Fleet, Ledger, Policy, Request};
 
 /// Most ranges a cluster's `completedIndexes` may hold: twice what the largest Indexed job
 /// (100,000 completions) can leave as separate ranges. A longer list is an error, not work.
@@ -175,6 +175,22 @@ pub struct QueuedJob {
 }
 
 impl QueuedJob {
+    /// Decides each of its queued pieces in turn on `ledger`, booking there (as `who`) those
+    /// whose pods all fit; answers the decisions.
+    pub fn fit(&self, who: &WorkloadRef, fleet: &Fleet, ledger: &mut Ledger) -> Vec<Decision> {
+        self.pods
+            .iter()
+            .map(|pods| {
+                let request = Request::new(*pods, self.demand.clone(), self.policy.clone());
+                let decision = nave_policies::decide(fleet, ledger, &request);
+                if decision.unplaced == 0 {
+                    ledger.record(&who.to_string(), &self.demand, &decision);
+                }
+                decision
+            })
+            .collect()
+    }
+
     /// Its place in the queue: higher priority first, then older, then by name.
     pub fn order(&self, workload: &WorkloadRef) -> (Reverse<i32>, Option<jiff::Timestamp>, WorkloadRef) {
         (Reverse(self.priority), self.created, workload.clone())
@@ -298,6 +314,30 @@ pub fn attempts(pieces: &[JobPiece]) -> BTreeMap<i32, u32> {
         *out.entry(piece.start).or_insert(0) += 1;
     }
     out
+}
+
+/// Updates a sent piece from its cluster's latest report (`None`: none yet): from its Job's
+/// status, or, when the report holds none, from the apply error that names the Job (refused
+/// before it reached the API server, by the agent's allow-lists).
+pub fn follow(piece: &mut JobPiece, report: Option<&StatusReport>, workload: &WorkloadRef, indexed: bool) {
+    let reported = report.and_then(|r| {
+        r.objects
+            .iter()
+            .find(|o| o.kind == "Job" && o.name == piece.job && o.workload.as_ref() == Some(workload))
+    });
+    observe(piece, reported, indexed);
+    if reported.is_none() && piece.state == PieceState::Running {
+        piece.message = report
+            .into_iter()
+            .flat_map(|r| &r.apply_errors)
+            .find(|e| {
+                e.operation == "apply"
+                    && e.kind == "Job"
+                    && e.name == piece.job
+                    && e.namespace.as_deref() == Some(workload.namespace.as_str())
+            })
+            .map(|e| format!("not applied: {}", e.message));
+    }
 }
 
 /// Updates a sent piece from its Job as its cluster's agent reports it (`None`: not reported
@@ -630,6 +670,46 @@ mod tests {
                 .collect(),
             ..ObjectStatus::default()
         }
+    }
+
+    #[test]
+    fn a_piece_refused_by_the_agent_is_followed_through_its_apply_error() {
+        let workload = WorkloadRef::job("batch", "x");
+        let mut piece = divide(
+            "x",
+            &first_piece(4, 2),
+            &BTreeMap::from([("a".to_owned(), 2)]),
+            &BTreeMap::new(),
+        )
+        .remove(0);
+        let refusal = nave_api::wire::ApplyError {
+            operation: "apply".to_owned(),
+            kind: "Job".to_owned(),
+            namespace: Some("batch".to_owned()),
+            name: piece.job.clone(),
+            message: "kind Job.batch is not allowed".to_owned(),
+            ..Default::default()
+        };
+        let refused = StatusReport {
+            apply_errors: vec![refusal],
+            ..StatusReport::default()
+        };
+        follow(&mut piece, Some(&refused), &workload, false);
+        assert_eq!(
+            piece.message.as_deref(),
+            Some("not applied: kind Job.batch is not allowed")
+        );
+        assert_eq!(piece.state, PieceState::Running, "it may yet run");
+        // Applied later: its Job's status is read, and the refusal is gone.
+        let mut applied = job(1, 0, None, None);
+        applied.name = piece.job.clone();
+        applied.workload = Some(workload.clone());
+        let applied = StatusReport {
+            objects: vec![applied],
+            ..StatusReport::default()
+        };
+        follow(&mut piece, Some(&applied), &workload, false);
+        assert_eq!((piece.message.as_deref(), piece.active), (None, 1));
     }
 
     #[test]

@@ -48,13 +48,8 @@ pub fn validate(mcr: &MultiClusterResource, kinds: &ResourceKinds) -> Result<Sco
     let invalid = ResourceError::Invalid;
     let namespace = mcr.metadata.namespace.as_deref().unwrap_or_default();
     let name = mcr.metadata.name.as_deref().unwrap_or_default();
-    let label = WorkloadRef::resource(namespace, name).label_value();
-    if label.len() > 63 {
-        return Err(invalid(format!(
-            "metadata.name: Invalid value: {name:?}: the namespace and the name together must be at \
-             most {} characters, so that the label {WORKLOAD_LABEL} on the objects sent fits in 63",
-            63 - nave_api::wire::RESOURCE_PREFIX.len() - 1
-        )));
+    if let Err(why) = WorkloadRef::resource(namespace, name).label_fits() {
+        return Err(invalid(format!("metadata.name: Invalid value: {name:?}: {why}")));
     }
     let manifest = &mcr.spec.manifest;
     if !manifest.is_object() {

@@ -271,7 +271,6 @@ enum Placer {
     /// Deployments (and the batch jobs' Jobs) in every regular cluster.
     Static {
         clusters: Vec<Api<Deployment>>,
-        jobs: Vec<Api<Job>>,
         scale: f64,
     },
 }
@@ -388,10 +387,11 @@ impl Placer {
                     .await
                     .with_context(|| format!("creating MultiClusterJob {}", j.name))?;
             }
-            Placer::Static { jobs, scale, .. } => {
-                let completions = even_split(j.completions, jobs.len(), &j.name);
-                let pods = even_split(j.parallelism, jobs.len(), &j.name);
-                for ((api, completions), pods) in jobs.iter().zip(completions).zip(pods) {
+            Placer::Static { clusters, scale } => {
+                let completions = even_split(j.completions, clusters.len(), &j.name);
+                let pods = even_split(j.parallelism, clusters.len(), &j.name);
+                for ((deployments, completions), pods) in clusters.iter().zip(completions).zip(pods) {
+                    let api: Api<Job> = Api::namespaced(deployments.clone().into_client(), NAMESPACE);
                     if completions == 0 {
                         continue;
                     }
@@ -442,20 +442,18 @@ async fn drive(env: &mut Env, plan: &Plan, kind: RunKind, scale: f64) -> anyhow:
     let monitor = Monitor::start(names.iter().map(|n| clients[*n].clone()).collect(), burst);
     monitor.wait_synced(START_DEADLINE).await?;
     let placer = match (kind, &*env) {
-        (RunKind::Nave(policy), Env::Nave { playground, .. }) => Placer::Nave {
-            api: Box::new(Api::namespaced(playground.management.client().await?, NAMESPACE)),
-            jobs: Box::new(Api::namespaced(playground.management.client().await?, NAMESPACE)),
-            policy,
-            origin: plan.regular[0].name.clone(),
-            scale,
-        },
+        (RunKind::Nave(policy), Env::Nave { playground, .. }) => {
+            let client = playground.management.client().await?;
+            Placer::Nave {
+                api: Box::new(Api::namespaced(client.clone(), NAMESPACE)),
+                jobs: Box::new(Api::namespaced(client, NAMESPACE)),
+                policy,
+                origin: plan.regular[0].name.clone(),
+                scale,
+            }
+        }
         _ => Placer::Static {
             clusters: plan
-                .regular
-                .iter()
-                .map(|c| Api::namespaced(clients[&c.name].clone(), NAMESPACE))
-                .collect(),
-            jobs: plan
                 .regular
                 .iter()
                 .map(|c| Api::namespaced(clients[&c.name].clone(), NAMESPACE))
