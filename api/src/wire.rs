@@ -10,6 +10,7 @@
 //!    │ POST /agent/v1/heartbeat  (credential)           │  Heartbeat -> 200 HeartbeatAnswer
 //!    │ GET  /agent/v1/work?after=R&wait=S (credential)  │  200 WorkSet | 204 nothing newer
 //!    │ POST /agent/v1/status     (credential)           │  StatusReport -> 204
+//!    │ POST /agent/v1/status/delta (credential)         │  StatusDelta -> 204 | 409 send it whole
 //! ```
 //!
 //! # Authentication
@@ -46,6 +47,16 @@
 //! Namespaces are never deleted, since that would delete what others keep in them. The agent
 //! applies only the kinds and namespaces its own configuration allows, whatever the set holds.
 //!
+//! # Status reports
+//!
+//! The agent reports the status of every object of its set. To a hub whose heartbeat answer
+//! says so ([`HeartbeatAnswer::status_deltas`]) it sends, after a first whole report, only what
+//! changed since the last report the hub took ([`StatusDelta`], to [`STATUS_DELTA_PATH`]): a
+//! report goes by an [`id`](StatusReport::id) that changes with its content, and a delta names
+//! the report it follows. A hub holding another report answers `409` and the agent sends its
+//! whole report, so a hub restarted from an older store, a lost answer, or another replica never
+//! builds a report from the wrong base. A hub that does not answer deltas is sent whole reports.
+//!
 //! # Workloads
 //!
 //! The hub labels each object it sends (and the pod template of each Deployment) with
@@ -53,7 +64,7 @@
 //! the agent reports status and pending pods per workload from that label (and adds it to a
 //! Deployment's pod template when the hub left it out).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -76,6 +87,9 @@ pub const HEARTBEAT_PATH: &str = "/agent/v1/heartbeat";
 pub const WORK_PATH: &str = "/agent/v1/work";
 /// `POST`: [`StatusReport`] -> `204`.
 pub const STATUS_PATH: &str = "/agent/v1/status";
+/// `POST`: [`StatusDelta`] -> `204`; `409` when the hub does not hold the report it follows
+/// (the agent then sends its whole report to [`STATUS_PATH`]).
+pub const STATUS_DELTA_PATH: &str = "/agent/v1/status/delta";
 
 /// Label on every object the agent applied; the agent prunes only objects that carry it.
 pub const MANAGED_BY_LABEL: &str = "nave.dev/managed-by";
@@ -432,6 +446,10 @@ pub struct HeartbeatAnswer {
     /// [`Heartbeat::probe_url`], at most [`HeartbeatAnswer::MAX_PEERS`].
     #[serde(default)]
     pub peers: Vec<Peer>,
+    /// Whether this hub takes status reports as changes ([`STATUS_DELTA_PATH`]); an agent sends
+    /// whole reports to a hub that does not say so.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub status_deltas: bool,
 }
 
 impl HeartbeatAnswer {
@@ -873,7 +891,212 @@ pub struct StatusReport {
     /// What failed in the last apply and prune.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub apply_errors: Vec<ApplyError>,
+    /// The agent's name for this report's content, when it sends changes ([`StatusDelta`]): a
+    /// delta names the report it follows by it. The same while the content is the same.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
 }
+
+impl StatusReport {
+    /// The most objects a report holds, sent whole or built from deltas: about what the largest
+    /// body the hub takes can carry, so deltas cannot grow a report past what a whole one could be.
+    pub const MAX_OBJECTS: usize = 50_000;
+
+    /// The longest [`id`](StatusReport::id) a hub keeps (an agent's are 20 to 40 characters).
+    pub const MAX_ID_CHARS: usize = 128;
+
+    /// Why a hub does not keep this report's id, naming the field; `None` when it may.
+    pub fn id_refused(&self) -> Option<String> {
+        self.id
+            .as_ref()
+            .filter(|id| id.chars().count() > Self::MAX_ID_CHARS)
+            .map(|_| format!("id: longer than {} characters", Self::MAX_ID_CHARS))
+    }
+
+    /// What changed from `base` to this report, as a delta following `base`; `None` when either
+    /// has no [`id`](StatusReport::id).
+    pub fn delta_from(&self, base: &StatusReport) -> Option<StatusDelta> {
+        let (Some(base_id), Some(id)) = (&base.id, &self.id) else {
+            return None;
+        };
+        let before: HashMap<ObjectName<'_>, &ObjectStatus> =
+            base.objects.iter().map(|o| (o.object_name(), o)).collect();
+        let after: HashSet<ObjectName<'_>> = self.objects.iter().map(ObjectStatus::object_name).collect();
+        Some(StatusDelta {
+            cluster_name: self.cluster_name.clone(),
+            base: base_id.clone(),
+            id: id.clone(),
+            applied_revision: self.applied_revision,
+            attempted_revision: self.attempted_revision,
+            changed: self
+                .objects
+                .iter()
+                .filter(|o| before.get(&o.object_name()) != Some(o))
+                .cloned()
+                .collect(),
+            removed: base
+                .objects
+                .iter()
+                .filter(|o| !after.contains(&o.object_name()))
+                .map(|o| RemovedObject::from(o.object_name()))
+                .collect(),
+            apply_errors: self.apply_errors.clone(),
+        })
+    }
+
+    /// This report with `delta` (which follows it) applied: changed objects replaced where they
+    /// were, new ones after the rest, removed ones left out. Refused when the result would hold
+    /// more than [`StatusReport::MAX_OBJECTS`].
+    pub fn with_delta(&self, delta: StatusDelta) -> Result<StatusReport, String> {
+        if delta.id.chars().count() > Self::MAX_ID_CHARS {
+            return Err(format!("id: longer than {} characters", Self::MAX_ID_CHARS));
+        }
+        // Where each changed object goes: over the object of the same name, or after the rest
+        // (`None`: a name sent again later in the delta, whose last entry counts).
+        let targets: Vec<Option<Option<usize>>> = {
+            let at: HashMap<ObjectName<'_>, usize> = self
+                .objects
+                .iter()
+                .enumerate()
+                .map(|(i, o)| (o.object_name(), i))
+                .collect();
+            let last: HashMap<ObjectName<'_>, usize> = delta
+                .changed
+                .iter()
+                .enumerate()
+                .map(|(i, o)| (o.object_name(), i))
+                .collect();
+            delta
+                .changed
+                .iter()
+                .enumerate()
+                .map(|(i, o)| {
+                    let name = o.object_name();
+                    (last.get(&name) == Some(&i)).then(|| at.get(&name).copied())
+                })
+                .collect()
+        };
+        let mut objects = self.objects.clone();
+        for (object, target) in delta.changed.into_iter().zip(targets) {
+            match target {
+                Some(Some(i)) => objects[i] = object,
+                Some(None) => objects.push(object),
+                None => {}
+            }
+        }
+        if !delta.removed.is_empty() {
+            let removed: HashSet<ObjectName<'_>> =
+                delta.removed.iter().map(RemovedObject::object_name).collect();
+            objects.retain(|o| !removed.contains(&o.object_name()));
+        }
+        if objects.len() > Self::MAX_OBJECTS {
+            return Err(format!(
+                "changed: the report would hold {} objects, more than the {} a report may hold",
+                objects.len(),
+                Self::MAX_OBJECTS
+            ));
+        }
+        Ok(StatusReport {
+            cluster_name: delta.cluster_name.or_else(|| self.cluster_name.clone()),
+            applied_revision: delta.applied_revision,
+            attempted_revision: delta.attempted_revision,
+            objects,
+            apply_errors: delta.apply_errors,
+            id: Some(delta.id),
+        })
+    }
+
+    /// Whether `other` says the same, whatever either's [`id`](StatusReport::id).
+    pub fn same_content(&self, other: &StatusReport) -> bool {
+        self.cluster_name == other.cluster_name
+            && self.applied_revision == other.applied_revision
+            && self.attempted_revision == other.attempted_revision
+            && self.objects == other.objects
+            && self.apply_errors == other.apply_errors
+    }
+}
+
+/// `POST /agent/v1/status/delta` body: what changed in the agent's report since the one named
+/// [`base`](StatusDelta::base). The hub applies it to the report it holds when that is `base`,
+/// and answers `409` otherwise (it restarted from an older store, another replica took the
+/// report, a report was lost): the agent then sends its whole report. Revisions and apply errors
+/// are sent whole, as in a report.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct StatusDelta {
+    /// The cluster; when present it must be the credential's cluster (else `403`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster_name: Option<String>,
+    /// The [`StatusReport::id`] of the report this one follows.
+    pub base: String,
+    /// The id of the report this delta makes.
+    pub id: String,
+    /// As in [`StatusReport::applied_revision`].
+    #[serde(
+        deserialize_with = "int64::optional",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub applied_revision: Option<u64>,
+    /// As in [`StatusReport::attempted_revision`].
+    #[serde(
+        deserialize_with = "int64::optional",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub attempted_revision: Option<u64>,
+    /// The objects whose status changed since `base`, or that are new, each whole.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub changed: Vec<ObjectStatus>,
+    /// The objects in `base` that are no longer reported.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub removed: Vec<RemovedObject>,
+    /// What failed in the last apply and prune, whole.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub apply_errors: Vec<ApplyError>,
+}
+
+/// An object left out of a report since the one a [`StatusDelta`] follows.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct RemovedObject {
+    /// `apiVersion` of the object.
+    pub api_version: String,
+    /// `kind` of the object.
+    pub kind: String,
+    /// Namespace; absent for cluster-scoped objects.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    /// Name.
+    pub name: String,
+}
+
+impl RemovedObject {
+    fn object_name(&self) -> ObjectName<'_> {
+        (
+            &self.api_version,
+            &self.kind,
+            self.namespace.as_deref(),
+            &self.name,
+        )
+    }
+}
+
+impl From<ObjectName<'_>> for RemovedObject {
+    fn from((api_version, kind, namespace, name): ObjectName<'_>) -> Self {
+        RemovedObject {
+            api_version: api_version.to_owned(),
+            kind: kind.to_owned(),
+            namespace: namespace.map(str::to_owned),
+            name: name.to_owned(),
+        }
+    }
+}
+
+/// An object of a report by `(apiVersion, kind, namespace, name)`.
+type ObjectName<'a> = (&'a str, &'a str, Option<&'a str>, &'a str);
 
 /// Status of one object of the work set.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
@@ -951,6 +1174,17 @@ pub struct ObjectStatus {
     /// Why the object could not be applied, if it could not.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+}
+
+impl ObjectStatus {
+    fn object_name(&self) -> ObjectName<'_> {
+        (
+            &self.api_version,
+            &self.kind,
+            self.namespace.as_deref(),
+            &self.name,
+        )
+    }
 }
 
 /// A condition without its timestamps, so status reports compare equal while nothing changes.

@@ -24,13 +24,13 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use nave_api::wire::{
-    self, Heartbeat, HeartbeatAnswer, RegisterRequest, RegisterResponse, StatusReport, WorkQuery, WorkSet,
-    WorkloadRef,
+    self, Heartbeat, HeartbeatAnswer, RegisterRequest, RegisterResponse, StatusDelta, StatusReport,
+    WorkQuery, WorkSet, WorkloadRef,
 };
 use tracing::{debug, info, instrument, warn};
 
 use crate::api_error::{ApiError, ErrorBody, Json, Query};
-use crate::index::Index;
+use crate::index::{DeltaRefused, Index};
 use crate::settings::Timings;
 use crate::signals::{ReconcileTrigger, WorkSignals};
 use crate::store::{AgentIdentity, ClusterUpsert, JoinTokenInfo, NewHeartbeat, Store};
@@ -151,7 +151,7 @@ pub const OPENAPI_PATH: &str = "/agent/v1/openapi.json";
             `403`). Credentials are checked before the body is read. Errors are JSON \
             `{\"error\": <code>, \"message\": <text>}`."
     ),
-    paths(register, heartbeat, work, status, openapi_document),
+    paths(register, heartbeat, work, status, status_delta, openapi_document),
     modifiers(&AgentAuth),
     security(("bearer" = [])),
 )]
@@ -216,6 +216,10 @@ pub fn router(state: AgentState) -> Router {
         .route(
             wire::STATUS_PATH,
             post(status).layer(DefaultBodyLimit::max(MAX_REPORT_BYTES)),
+        )
+        .route(
+            wire::STATUS_DELTA_PATH,
+            post(status_delta).layer(DefaultBodyLimit::max(MAX_REPORT_BYTES)),
         )
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
@@ -567,12 +571,13 @@ async fn heartbeat(
             }
         }
     }
-    if !accepted {
-        return Ok(Json(HeartbeatAnswer::default()));
-    }
-    Ok(Json(
-        network.answer(&identity.cluster, state.timings.heartbeat_grace),
-    ))
+    let mut answer = if accepted {
+        network.answer(&identity.cluster, state.timings.heartbeat_grace)
+    } else {
+        HeartbeatAnswer::default()
+    };
+    answer.status_deltas = true;
+    Ok(Json(answer))
 }
 
 /// The cluster's work set: at once, or once its revision differs from `after` (a long-poll of
@@ -712,14 +717,64 @@ async fn status(
 ) -> Result<StatusCode, ApiError> {
     tracing::Span::current().record("cluster", identity.cluster.as_str());
     check_scope(&identity, report.cluster_name.as_deref())?;
+    if let Some(why) = report.id_refused() {
+        return Err(ApiError::Invalid(why));
+    }
+    if report.objects.len() > StatusReport::MAX_OBJECTS {
+        return Err(ApiError::Invalid(format!(
+            "objects: {} objects, more than the {} a report may hold",
+            report.objects.len(),
+            StatusReport::MAX_OBJECTS
+        )));
+    }
+    record_report(&state, &identity.cluster, report).await
+}
+
+/// Records what changed in the cluster's status since the report the delta follows.
+#[utoipa::path(
+    post,
+    path = "/agent/v1/status/delta",
+    tag = "agent",
+    request_body = StatusDelta,
+    responses(
+        (status = 204, description = "Recorded."),
+        (status = 400, description = "The body is not JSON.", body = ErrorBody),
+        (status = 401, description = "No valid credential.", body = ErrorBody),
+        (status = 403, description = "The body names another cluster than the credential's.", body = ErrorBody),
+        (status = 409, description = "The hub does not hold the report the delta follows (`base`): send the whole report.", body = ErrorBody),
+        (status = 413, description = "The body is larger than 4 MiB.", body = ErrorBody),
+        (status = 415, description = "The body is not sent as `application/json`.", body = ErrorBody),
+        (status = 422, description = "JSON that is not a status delta, or one that would make a report of more objects than a report may hold; the message names the field.", body = ErrorBody),
+        (status = 503, description = "The store cannot be reached.", body = ErrorBody),
+    )
+)]
+#[instrument(skip_all, fields(cluster = tracing::field::Empty))]
+async fn status_delta(
+    State(state): State<AgentState>,
+    Authenticated(identity): Authenticated,
+    Json(delta): Json<StatusDelta>,
+) -> Result<StatusCode, ApiError> {
+    tracing::Span::current().record("cluster", identity.cluster.as_str());
+    check_scope(&identity, delta.cluster_name.as_deref())?;
+    let report = state
+        .index
+        .follow_report(&identity.cluster, delta)
+        .map_err(|refused| match refused {
+            DeltaRefused::UnknownBase(message) => ApiError::Conflict(message),
+            DeltaRefused::Invalid(message) => ApiError::Invalid(message),
+        })?;
+    record_report(&state, &identity.cluster, report).await
+}
+
+/// Stores and keeps `cluster`'s report, and reconciles the workloads whose status it changed.
+async fn record_report(
+    state: &AgentState,
+    cluster: &str,
+    report: StatusReport,
+) -> Result<StatusCode, ApiError> {
     let changed = state
         .index
-        .put_report(
-            state.store.as_ref(),
-            &identity.cluster,
-            report,
-            jiff::Timestamp::now(),
-        )
+        .put_report(state.store.as_ref(), cluster, report, jiff::Timestamp::now())
         .await?;
     if let Some(workloads) = changed {
         state.trigger_workloads(workloads);

@@ -29,7 +29,9 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, RwLock};
 
-use nave_api::wire::{Heartbeat, ObjectStatus, PendingPod, StatusReport, WorkloadRef, WorkloadUsage};
+use nave_api::wire::{
+    Heartbeat, ObjectStatus, PendingPod, StatusDelta, StatusReport, WorkloadRef, WorkloadUsage,
+};
 use nave_policies::{Demand, Ledger};
 use serde_json::Value;
 
@@ -439,6 +441,27 @@ impl Index {
         Ok(self.keep_report(cluster, report))
     }
 
+    /// The report `delta` makes of `cluster`'s latest, which it must follow (its `base`):
+    /// otherwise the agent is to send its whole report. Refused too when the result would hold
+    /// more objects than a report may, or its id is too long.
+    pub fn follow_report(&self, cluster: &str, delta: StatusDelta) -> Result<StatusReport, DeltaRefused> {
+        let kept = self.report(cluster);
+        let Some(kept) = kept.filter(|k| k.id.as_deref() == Some(delta.base.as_str())) else {
+            let held = match self.report(cluster) {
+                Some(report) => match &report.id {
+                    Some(id) => format!("report {id}"),
+                    None => "a report without an id".to_owned(),
+                },
+                None => "no report".to_owned(),
+            };
+            let base: String = delta.base.chars().take(StatusReport::MAX_ID_CHARS).collect();
+            return Err(DeltaRefused::UnknownBase(format!(
+                "base: the delta follows report {base}, and the hub holds {held} of this cluster: send the whole report"
+            )));
+        };
+        kept.with_delta(delta).map_err(DeltaRefused::Invalid)
+    }
+
     /// `cluster`'s latest report.
     fn report(&self, cluster: &str) -> Option<Arc<StatusReport>> {
         self.reports
@@ -783,6 +806,15 @@ impl Index {
     }
 }
 
+/// Why a status delta was not taken (see [`Index::follow_report`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DeltaRefused {
+    /// The hub holds another report than the one the delta follows.
+    UnknownBase(String),
+    /// An id too long, or a report of more objects than a report may hold.
+    Invalid(String),
+}
+
 /// The clusters' work sets, read from the store once and then kept, with which clusters hold
 /// each workload's objects: a change of one workload touches only the sets that hold its
 /// objects or will, and only the objects it contributes (see [`ClusterWork`]); the sets it
@@ -1053,9 +1085,12 @@ pub fn parse_report(status: &WorkStatus) -> Option<StatusReport> {
 /// The workloads with an object whose status differs between `before` and `after` (or that is
 /// in only one of them).
 fn changed_workloads(before: Option<&[ObjectStatus]>, after: &[ObjectStatus]) -> BTreeSet<WorkloadRef> {
-    let key = |o: &ObjectStatus| (o.kind.clone(), o.namespace.clone(), o.name.clone());
-    let before: BTreeMap<_, &ObjectStatus> = before.unwrap_or_default().iter().map(|o| (key(o), o)).collect();
-    let after_keys: BTreeMap<_, &ObjectStatus> = after.iter().map(|o| (key(o), o)).collect();
+    // Keys borrowed from the reports: a report of n objects costs no copy of their names.
+    fn key(o: &ObjectStatus) -> (&str, Option<&str>, &str) {
+        (o.kind.as_str(), o.namespace.as_deref(), o.name.as_str())
+    }
+    let before: HashMap<_, &ObjectStatus> = before.unwrap_or_default().iter().map(|o| (key(o), o)).collect();
+    let after_keys: HashMap<_, &ObjectStatus> = after.iter().map(|o| (key(o), o)).collect();
     let mut changed = BTreeSet::new();
     for (k, object) in &after_keys {
         if before.get(k) != Some(object) {

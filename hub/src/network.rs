@@ -147,13 +147,19 @@ impl Network {
             .collect();
         let max = HeartbeatAnswer::MAX_PEERS;
         if candidates.len() <= max {
-            return HeartbeatAnswer { peers: candidates };
+            return HeartbeatAnswer {
+                peers: candidates,
+                ..HeartbeatAnswer::default()
+            };
         }
         let round = state.answers.entry(cluster.to_owned()).or_default();
         let start = round.wrapping_mul(max) % candidates.len();
         *round = round.wrapping_add(1);
         let peers = candidates.iter().cycle().skip(start).take(max).cloned().collect();
-        HeartbeatAnswer { peers }
+        HeartbeatAnswer {
+            peers,
+            ..HeartbeatAnswer::default()
+        }
     }
 
     /// Each cluster's measured round trips by peer, the hub left out.

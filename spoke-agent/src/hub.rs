@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use nave_api::wire::{
     ErrorBody, HEARTBEAT_PATH, Heartbeat, HeartbeatAnswer, REGISTER_PATH, RegisterRequest, RegisterResponse,
-    STATUS_PATH, StatusReport, WORK_PATH, WorkQuery, WorkSet,
+    STATUS_DELTA_PATH, STATUS_PATH, StatusDelta, StatusReport, WORK_PATH, WorkQuery, WorkSet,
 };
 use reqwest::StatusCode;
 use serde::Serialize;
@@ -156,6 +156,13 @@ impl HubClient {
     /// `POST /agent/v1/status`.
     pub async fn status(&self, credential: &str, report: &StatusReport) -> Result<()> {
         self.post("status", STATUS_PATH, credential, report)
+            .await
+            .map(drop)
+    }
+
+    /// `POST /agent/v1/status/delta`.
+    pub async fn status_delta(&self, credential: &str, delta: &StatusDelta) -> Result<()> {
+        self.post("status delta", STATUS_DELTA_PATH, credential, delta)
             .await
             .map(drop)
     }

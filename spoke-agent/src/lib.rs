@@ -401,6 +401,8 @@ pub struct Agent {
     kubernetes_version: Option<String>,
     work: RwLock<WorkState>,
     status_wake: Notify,
+    /// Whether the hub's latest heartbeat answer said it takes status reports as changes.
+    status_deltas: std::sync::atomic::AtomicBool,
     metrics: Arc<AgentMetrics>,
     round_trips: RoundTrips,
     /// The workload cluster's API server.
@@ -512,6 +514,7 @@ pub async fn run_agent(config: Config, client: Client, shutdown: CancellationTok
             ..Default::default()
         }),
         status_wake: Notify::new(),
+        status_deltas: std::sync::atomic::AtomicBool::new(false),
         round_trips: RoundTrips::new(metrics.clone()),
         usage: usage::Sampler::new(),
         client: client.clone(),
@@ -781,6 +784,9 @@ async fn heartbeat_loop(agent: Arc<Agent>, shutdown: CancellationToken) -> Resul
                 agent.metrics.record_heartbeat(std::time::SystemTime::now());
                 agent.round_trips.record(LatencySample::HUB, rtt);
                 agent.round_trips.set_peers(answer.peers);
+                agent
+                    .status_deltas
+                    .store(answer.status_deltas, std::sync::atomic::Ordering::Relaxed);
                 backoff.reset();
                 let interval = agent.identity.heartbeat_interval(&shutdown).await?;
                 tokio::select! {

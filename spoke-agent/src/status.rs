@@ -4,13 +4,14 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::runtime::reflector::{ObjectRef as StoreRef, Store};
-use nave_api::wire::{ConditionSummary, ObjectStatus, StatusReport};
+use nave_api::wire::{ConditionSummary, ObjectStatus, StatusDelta, StatusReport};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, instrument, warn};
 
@@ -248,22 +249,28 @@ pub fn build_report(
         attempted_revision: work.attempted.filter(|a| Some(*a) != work.state.revision),
         objects,
         apply_errors: work.errors.clone(),
+        id: None,
     }
 }
 
 /// Sends a report whenever it changed (woken by applies and watch events) and at least every
-/// `status_interval`; retries with backoff while the hub is unreachable.
+/// `status_interval`; retries with backoff while the hub is unreachable. To a hub that takes
+/// them, a report goes as what changed since the last one it took ([`StatusDelta`]); whole after
+/// a start, a new registration or store, and whenever the hub does not hold the report the
+/// changes follow.
 #[instrument(skip_all, fields(cluster = %agent.config.cluster_name))]
 pub async fn status_loop(agent: Arc<Agent>, shutdown: CancellationToken) -> Result<()> {
     let mut backoff = Backoff::new(agent.config.retry_initial, agent.config.retry_max);
+    // The last report the hub took, with the id its content goes by.
     let mut last_sent: Option<StatusReport> = None;
     // The registrations and the store followed when the last report was sent: a hub that
     // registered the agent again, or a new store, may not have the report, so it is sent again.
     let mut sent_at = (u64::MAX, None::<String>);
     let mut due = tokio::time::Instant::now();
     let mut pace = Pace::new(std::time::Instant::now());
+    let mut ids = ReportIds::new();
     loop {
-        let report = {
+        let mut report = {
             let work = agent.work.read().await;
             let pods = agent.pods.state();
             build_report(
@@ -274,6 +281,10 @@ pub async fn status_loop(agent: Arc<Agent>, shutdown: CancellationToken) -> Resu
                 &pods,
             )
         };
+        report.id = match &last_sent {
+            Some(last) if last.same_content(&report) => last.id.clone(),
+            _ => Some(ids.next()),
+        };
         let periodic = tokio::time::Instant::now() >= due;
         let now_at = (
             agent.identity.registrations(),
@@ -282,17 +293,14 @@ pub async fn status_loop(agent: Arc<Agent>, shutdown: CancellationToken) -> Resu
         let mut retry_in = None;
         if periodic || last_sent.as_ref() != Some(&report) || sent_at != now_at {
             pace.take(std::time::Instant::now());
-            let sent = agent
-                .identity
-                .call(&shutdown, |credential| {
-                    let report = &report;
-                    let hub = agent.identity.hub();
-                    async move { hub.status(&credential, report).await }
-                })
-                .await;
-            match sent {
+            let delta = last_sent
+                .as_ref()
+                .filter(|_| sent_at == now_at && agent.status_deltas.load(Ordering::Relaxed))
+                .and_then(|last| report.delta_from(last));
+            match send(&agent, &shutdown, &report, delta.as_ref()).await {
                 Ok(()) => {
-                    debug!(applied_revision = ?report.applied_revision, objects = report.objects.len(), "status sent");
+                    debug!(applied_revision = ?report.applied_revision, objects = report.objects.len(),
+                        changed = delta.as_ref().map(|d| d.changed.len()), "status sent");
                     last_sent = Some(report);
                     sent_at = now_at;
                     due = tokio::time::Instant::now() + agent.config.status_interval;
@@ -317,6 +325,66 @@ pub async fn status_loop(agent: Arc<Agent>, shutdown: CancellationToken) -> Resu
             () = agent.identity.registered(), if retry_in.is_none() => {}
             () = tokio::time::sleep(sleep) => {}
         }
+    }
+}
+
+/// Sends `delta` when given, and `report` whole when there is none or the hub refuses it: it
+/// holds another report than the delta's base (`409`, after a restart from an older store or a
+/// lost answer), or does not take deltas there (`404`, `405`: a replica of an earlier version
+/// behind the same address), or the result would be too large (`422`).
+async fn send(
+    agent: &Agent,
+    shutdown: &CancellationToken,
+    report: &StatusReport,
+    delta: Option<&StatusDelta>,
+) -> Result<()> {
+    if let Some(delta) = delta {
+        let sent = agent
+            .identity
+            .call(shutdown, |credential| {
+                let hub = agent.identity.hub();
+                async move { hub.status_delta(&credential, delta).await }
+            })
+            .await;
+        match sent {
+            Err(crate::Error::HubStatus {
+                status: 404 | 405 | 409 | 422,
+                message,
+                ..
+            }) => {
+                debug!(%message, "the hub did not take the report's changes; sending it whole");
+            }
+            sent => return sent,
+        }
+    }
+    agent
+        .identity
+        .call(shutdown, |credential| {
+            let hub = agent.identity.hub();
+            async move { hub.status(&credential, report).await }
+        })
+        .await
+}
+
+/// Names for the contents of this process's reports: a random prefix, so that no other run's
+/// report goes by the same name, and a count.
+#[derive(Debug)]
+struct ReportIds {
+    prefix: u64,
+    count: u64,
+}
+
+impl ReportIds {
+    fn new() -> ReportIds {
+        ReportIds {
+            prefix: rand::random(),
+            count: 0,
+        }
+    }
+
+    fn next(&mut self) -> String {
+        self.count += 1;
+        format!("{:016x}-{}", self.prefix, self.count)
     }
 }
 

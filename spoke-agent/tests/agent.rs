@@ -18,9 +18,9 @@ use kube::api::{ObjectMeta, PostParams};
 use kube::{Api, Client};
 use nave_agent::Config;
 use nave_api::wire::{
-    ErrorBody, HEARTBEAT_PATH, Heartbeat, HeldReason, INSTALLATION_LABEL, MANAGED_BY_LABEL, REGISTER_PATH,
-    REVISION_ANNOTATION, RegisterRequest, RegisterResponse, STATUS_PATH, StatusReport, WORK_PATH,
-    WORKLOAD_LABEL, WorkQuery, WorkSet,
+    ErrorBody, HEARTBEAT_PATH, Heartbeat, HeartbeatAnswer, HeldReason, INSTALLATION_LABEL, MANAGED_BY_LABEL,
+    REGISTER_PATH, REVISION_ANNOTATION, RegisterRequest, RegisterResponse, STATUS_DELTA_PATH, STATUS_PATH,
+    StatusDelta, StatusReport, WORK_PATH, WORKLOAD_LABEL, WorkQuery, WorkSet,
 };
 use nave_sim::{ClusterConfig, ServeOptions, SimCluster};
 use nave_testkit::{DEADLINE, wait_for};
@@ -41,6 +41,11 @@ struct HubDoubleState {
     heartbeats: Vec<Heartbeat>,
     statuses: Vec<StatusReport>,
     work_queries: Vec<WorkQuery>,
+    /// Whether heartbeats are answered saying the double takes status deltas.
+    takes_deltas: bool,
+    /// Deltas taken (their reports are in `statuses`, whole) and refused with `409`.
+    deltas_taken: usize,
+    deltas_refused: usize,
 }
 
 /// A minimal protocol-conformant stand-in for the hub's agent endpoints. Restartable on the same
@@ -75,6 +80,7 @@ impl HubDouble {
             .route(REGISTER_PATH, post(register))
             .route(HEARTBEAT_PATH, post(heartbeat))
             .route(STATUS_PATH, post(status))
+            .route(STATUS_DELTA_PATH, post(status_delta))
             .route(WORK_PATH, get(work))
             .with_state(self.clone());
         let task = tokio::spawn(async move {
@@ -209,7 +215,40 @@ async fn heartbeat(State(hub): State<HubDouble>, headers: HeaderMap, Json(hb): J
     if let Err(r) = authorize(&hub, &headers, hb.cluster_name.as_deref()) {
         return *r;
     }
-    hub.state.lock().unwrap().heartbeats.push(hb);
+    let mut state = hub.state.lock().unwrap();
+    state.heartbeats.push(hb);
+    if state.takes_deltas {
+        return Json(HeartbeatAnswer {
+            status_deltas: true,
+            ..HeartbeatAnswer::default()
+        })
+        .into_response();
+    }
+    StatusCode::NO_CONTENT.into_response()
+}
+
+/// Takes a delta over the latest report when it is the delta's base, as the hub does.
+async fn status_delta(
+    State(hub): State<HubDouble>,
+    headers: HeaderMap,
+    Json(delta): Json<StatusDelta>,
+) -> Response {
+    if let Err(r) = authorize(&hub, &headers, delta.cluster_name.as_deref()) {
+        return *r;
+    }
+    let mut state = hub.state.lock().unwrap();
+    let base = state
+        .statuses
+        .last()
+        .filter(|r| r.id.as_deref() == Some(delta.base.as_str()))
+        .cloned();
+    let Some(base) = base else {
+        state.deltas_refused += 1;
+        return error(StatusCode::CONFLICT, "conflict", "base: not the report held");
+    };
+    let report = base.with_delta(delta).expect("a delta within bounds");
+    state.statuses.push(report);
+    state.deltas_taken += 1;
     StatusCode::NO_CONTENT.into_response()
 }
 
@@ -1646,4 +1685,53 @@ async fn confined_to_named_namespaces_it_finds_what_to_prune_there_without_its_s
     agent.stop().await;
     hub.stop();
     sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn reports_go_as_changes_to_a_hub_that_takes_them_and_whole_when_it_lost_the_base() {
+    let (_cluster, client) = start_cluster().await;
+    let hub = HubDouble::start().await;
+    hub.state.lock().unwrap().takes_deltas = true;
+    let token = token_file();
+    let agent = start_agent(&client, &hub, &token);
+    hub.set_work(1, vec![deployment("web", 1, "100m"), config_map("settings")]);
+    wait_applied(&hub, 1).await;
+    hub.set_work(
+        2,
+        vec![
+            deployment("web", 1, "100m"),
+            deployment("api", 1, "100m"),
+            config_map("settings"),
+        ],
+    );
+    let report = wait_applied(&hub, 2).await;
+    let names = |r: &StatusReport| {
+        let mut names: Vec<String> = r.objects.iter().map(|o| o.name.clone()).collect();
+        names.sort();
+        names
+    };
+    assert_eq!(
+        names(&report),
+        ["api", "settings", "web"],
+        "the report the deltas made"
+    );
+    let (taken, whole) = hub.snapshot(|s| (s.deltas_taken, s.statuses.len() - s.deltas_taken));
+    assert!(
+        taken > 0,
+        "revision 2 was reported as changes: {taken} deltas, {whole} whole reports"
+    );
+
+    // The hub no longer holds the report the agent's changes follow (a store rolled back, an
+    // answer lost): the next change is refused as a delta and sent whole.
+    hub.state.lock().unwrap().statuses.clear();
+    hub.set_work(3, vec![deployment("web", 1, "100m"), config_map("settings")]);
+    let report = wait_applied(&hub, 3).await;
+    assert_eq!(
+        names(&report),
+        ["settings", "web"],
+        "the whole report after the refusal"
+    );
+    let refused = hub.snapshot(|s| s.deltas_refused);
+    assert!(refused > 0, "the delta over a report the hub lost was refused");
+    agent.stop().await;
 }

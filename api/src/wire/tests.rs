@@ -150,6 +150,7 @@ fn heartbeat_answer_names_peers_and_an_empty_body_means_none() {
             cluster: "us-east".into(),
             probe_url: "http://10.1.0.4:9090/probe".into(),
         }],
+        ..HeartbeatAnswer::default()
     };
     let json = round_trip(&answer);
     assert_eq!(
@@ -281,6 +282,7 @@ fn status_report_round_trips() {
             message: "forbidden".into(),
             workload: Some(WorkloadRef::new("shop", "web")),
         }],
+        id: Some("5f1c2a7b9e0d4c31-7".into()),
     };
     let json = round_trip(&report);
     assert_eq!(json["objects"][0]["conditions"][0]["type"], "Available");
@@ -421,4 +423,100 @@ fn a_registration_is_refused_with_the_field_named_when_a_workload_cluster_could_
             "expected {field}, got {error}"
         );
     }
+}
+
+fn object(kind: &str, name: &str, ready: i32) -> ObjectStatus {
+    ObjectStatus {
+        api_version: "apps/v1".to_owned(),
+        kind: kind.to_owned(),
+        namespace: Some("shop".to_owned()),
+        name: name.to_owned(),
+        ready_replicas: Some(ready),
+        ..ObjectStatus::default()
+    }
+}
+
+#[test]
+fn a_delta_carries_only_what_changed_and_rebuilds_the_report_it_was_made_from() {
+    let base = StatusReport {
+        applied_revision: Some(3),
+        objects: vec![
+            object("Deployment", "web", 0),
+            object("Deployment", "api", 2),
+            object("StatefulSet", "web", 1),
+        ],
+        id: Some("r-1".to_owned()),
+        ..StatusReport::default()
+    };
+    let next = StatusReport {
+        applied_revision: Some(4),
+        objects: vec![
+            object("Deployment", "web", 1),
+            object("StatefulSet", "web", 1),
+            object("Job", "batch", 0),
+        ],
+        apply_errors: vec![ApplyError {
+            kind: "Job".to_owned(),
+            name: "batch".to_owned(),
+            message: "quota".to_owned(),
+            ..ApplyError::default()
+        }],
+        id: Some("r-2".to_owned()),
+        ..StatusReport::default()
+    };
+    let delta = next.delta_from(&base).expect("both have ids");
+    assert_eq!((delta.base.as_str(), delta.id.as_str()), ("r-1", "r-2"));
+    let changed: Vec<(&str, &str)> = delta
+        .changed
+        .iter()
+        .map(|o| (o.kind.as_str(), o.name.as_str()))
+        .collect();
+    assert_eq!(
+        changed,
+        [("Deployment", "web"), ("Job", "batch")],
+        "the unchanged StatefulSet of the same name is left out"
+    );
+    assert_eq!(delta.removed.len(), 1);
+    assert_eq!(
+        (delta.removed[0].kind.as_str(), delta.removed[0].name.as_str()),
+        ("Deployment", "api")
+    );
+    round_trip(&delta);
+    assert_eq!(base.with_delta(delta).expect("fits"), next);
+
+    // Unchanged: an empty delta that makes the same report.
+    let same = next.delta_from(&next).expect("ids");
+    assert!(same.changed.is_empty() && same.removed.is_empty());
+    assert_eq!(next.with_delta(same).expect("fits"), next);
+    // A report without an id has no delta.
+    assert!(next.delta_from(&StatusReport::default()).is_none());
+}
+
+#[test]
+fn a_delta_naming_an_object_twice_keeps_the_last_and_cannot_grow_a_report_past_its_bound() {
+    let base = StatusReport {
+        id: Some("r-1".to_owned()),
+        ..StatusReport::default()
+    };
+    let delta = StatusDelta {
+        base: "r-1".to_owned(),
+        id: "r-2".to_owned(),
+        changed: vec![object("Deployment", "web", 1), object("Deployment", "web", 2)],
+        ..StatusDelta::default()
+    };
+    let report = base.with_delta(delta).expect("fits");
+    assert_eq!(report.objects, [object("Deployment", "web", 2)]);
+    let delta = StatusDelta {
+        base: "r-2".to_owned(),
+        id: "r-3".to_owned(),
+        changed: (0..=StatusReport::MAX_OBJECTS)
+            .map(|i| object("ConfigMap", &format!("c{i}"), 0))
+            .collect(),
+        ..StatusDelta::default()
+    };
+    let refused = report.with_delta(delta).expect_err("too many");
+    assert!(
+        refused.starts_with("changed:") && refused.contains("50002 objects"),
+        "{refused}"
+    );
 }

@@ -215,7 +215,10 @@ async fn a_new_cluster_from_the_fleet_token_waits_for_acceptance_and_selects_not
         Some(beat.to_string()),
     )
     .await;
-    assert_eq!((status, answer), (StatusCode::OK, json!({"peers": []})));
+    assert_eq!(
+        (status, answer),
+        (StatusCode::OK, json!({"peers": [], "statusDeltas": true}))
+    );
     let (status, answer) = call(
         &strict,
         Method::POST,
@@ -226,7 +229,7 @@ async fn a_new_cluster_from_the_fleet_token_waits_for_acceptance_and_selects_not
     .await;
     assert_eq!(
         (status, answer),
-        (StatusCode::OK, json!({"peers": []})),
+        (StatusCode::OK, json!({"peers": [], "statusDeltas": true})),
         "the rogue's URL is not handed out"
     );
     let measured = strict.index.network().measured();
@@ -468,7 +471,11 @@ async fn heartbeats_are_answered_with_the_other_probeable_agents() {
     )
     .await;
     assert_eq!(status, StatusCode::OK, "{answer}");
-    assert_eq!(answer, json!({"peers": []}), "no other agent has beaten yet");
+    assert_eq!(
+        answer,
+        json!({"peers": [], "statusDeltas": true}),
+        "no other agent has beaten yet"
+    );
     let (status, answer) = call(
         &h.state,
         Method::POST,
@@ -484,7 +491,7 @@ async fn heartbeats_are_answered_with_the_other_probeable_agents() {
     assert_eq!(status, StatusCode::OK, "{answer}");
     assert_eq!(
         answer,
-        json!({"peers": [{"cluster": "a", "probeUrl": "http://a:9090/probe"}]}),
+        json!({"peers": [{"cluster": "a", "probeUrl": "http://a:9090/probe"}], "statusDeltas": true}),
         "b probes a, which gave its URL"
     );
     let measured = h.state.index.network().measured();
@@ -593,6 +600,7 @@ async fn the_openapi_document_describes_every_agent_endpoint_and_is_served_witho
         (wire::HEARTBEAT_PATH, "post"),
         (wire::WORK_PATH, "get"),
         (wire::STATUS_PATH, "post"),
+        (wire::STATUS_DELTA_PATH, "post"),
     ] {
         let operation = &document["paths"][path][method];
         assert!(operation.is_object(), "{method} {path} is not documented");
@@ -651,4 +659,120 @@ async fn bodies_that_are_not_objects_and_integers_past_int64_are_refused_as_docu
     )
     .await;
     assert_eq!(status, StatusCode::BAD_REQUEST, "{value}");
+}
+
+/// A Deployment's status entry, as an agent reports it.
+fn deployment_status(name: &str, ready: i32) -> Value {
+    json!({"apiVersion": "apps/v1", "kind": "Deployment", "namespace": "shop", "name": name,
+        "workload": {"namespace": "shop", "name": name}, "readyReplicas": ready})
+}
+
+#[tokio::test]
+async fn a_status_delta_is_taken_only_over_the_report_it_follows_and_within_the_cluster() {
+    let h = harness().await;
+    let a = register(&h.state, "a").await;
+    let _b = register(&h.state, "b").await;
+    let post = |path: &'static str, body: Value| {
+        let state = h.state.clone();
+        let a = a.clone();
+        async move { call(&state, Method::POST, path, &a, Some(body.to_string())).await }
+    };
+    let (status, value) = post(wire::HEARTBEAT_PATH, empty_beat("a")).await;
+    assert_eq!(status, StatusCode::OK, "{value}");
+    assert_eq!(
+        value["statusDeltas"],
+        json!(true),
+        "the hub says it takes deltas: {value}"
+    );
+
+    // Before any report, a delta follows nothing the hub holds: 409, and nothing is kept.
+    let delta = json!({"base": "r-1", "id": "r-2", "changed": [deployment_status("web", 1)]});
+    let (status, value) = post(wire::STATUS_DELTA_PATH, delta.clone()).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{value}");
+    assert_eq!(error_code(&value), error_codes::CONFLICT);
+    assert!(
+        value["message"].as_str().unwrap_or_default().starts_with("base:"),
+        "{value}"
+    );
+    assert!(!h.state.index.reports().contains_key("a"));
+
+    let whole = json!({"id": "r-1", "appliedRevision": 3,
+        "objects": [deployment_status("web", 0), deployment_status("api", 2)]});
+    let (status, value) = post(wire::STATUS_PATH, whole).await;
+    assert_eq!(status, StatusCode::NO_CONTENT, "{value}");
+
+    // Following r-1: web changes, api goes, cart comes.
+    let delta = json!({"base": "r-1", "id": "r-2", "appliedRevision": 4,
+        "changed": [deployment_status("web", 1), deployment_status("cart", 3)],
+        "removed": [{"apiVersion": "apps/v1", "kind": "Deployment", "namespace": "shop", "name": "api"}]});
+    let (status, value) = post(wire::STATUS_DELTA_PATH, delta.clone()).await;
+    assert_eq!(status, StatusCode::NO_CONTENT, "{value}");
+    let kept = h.state.index.reports().get("a").cloned().expect("a report of a");
+    let seen: Vec<(&str, Option<i32>)> = kept
+        .objects
+        .iter()
+        .map(|o| (o.name.as_str(), o.ready_replicas))
+        .collect();
+    assert_eq!(
+        seen,
+        [("web", Some(1)), ("cart", Some(3))],
+        "the report the delta makes"
+    );
+    assert_eq!(
+        (kept.id.as_deref(), kept.applied_revision),
+        (Some("r-2"), Some(4))
+    );
+    // What the store holds is the report the delta made, so another hub can follow it.
+    let stored = h.state.store.get_work_status("a").await.unwrap().expect("stored");
+    assert_eq!(crate::index::parse_report(&stored).as_ref(), Some(kept.as_ref()));
+
+    // The same delta again (an answer lost on the way): it no longer follows what the hub holds.
+    let (status, value) = post(wire::STATUS_DELTA_PATH, delta).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{value}");
+
+    // Another cluster's report cannot be changed with a's credential.
+    let (status, value) = post(
+        wire::STATUS_DELTA_PATH,
+        json!({"clusterName": "b", "base": "r-2", "id": "r-3"}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{value}");
+
+    // Deltas cannot grow a report past what a whole one may hold.
+    let many: Vec<Value> = (0..=StatusReport::MAX_OBJECTS)
+        .map(|i| json!({"apiVersion": "v1", "kind": "C", "name": format!("c{i}")}))
+        .collect();
+    let (status, value) = post(
+        wire::STATUS_DELTA_PATH,
+        json!({"base": "r-2", "id": "r-3", "changed": many}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{value}");
+    assert!(
+        value["message"]
+            .as_str()
+            .unwrap_or_default()
+            .starts_with("changed:"),
+        "{value}"
+    );
+    let (status, value) = post(
+        wire::STATUS_DELTA_PATH,
+        json!({"base": "r-2", "id": "r".repeat(StatusReport::MAX_ID_CHARS + 1)}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{value}");
+    assert!(
+        value["message"].as_str().unwrap_or_default().starts_with("id:"),
+        "{value}"
+    );
+    assert_eq!(
+        h.state
+            .index
+            .reports()
+            .get("a")
+            .and_then(|r| r.id.clone())
+            .as_deref(),
+        Some("r-2"),
+        "a refused delta changes nothing"
+    );
 }
