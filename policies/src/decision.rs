@@ -75,6 +75,26 @@ impl Filter {
     }
 }
 
+impl Filter {
+    /// The reason in a few words, without its particulars: how a summary counts clusters.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Filter::NotInFleet => "not in the fleet",
+            Filter::NotAccepted => "not accepted",
+            Filter::NotAllowed => "not in the allow-list",
+            Filter::SelectorMismatch(_) => "clusterSelector",
+            Filter::NotReady => "not Ready",
+            Filter::Cordoned => "cordoned",
+            Filter::Tainted(_) => "taint",
+            Filter::CapacityUnknown => "capacity unknown",
+            Filter::Evacuating => "evacuating",
+            Filter::OlderKubernetes { .. } => "older Kubernetes",
+            Filter::LowerOrdinals { .. } => "lower ordinals",
+            Filter::AboveThreshold { .. } => "above the bursting threshold",
+        }
+    }
+}
+
 impl fmt::Display for Filter {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -551,7 +571,113 @@ pub struct Decision {
     pub notes: Vec<Note>,
 }
 
+/// The clusters an explanation names, and what it says of the others in a line.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Named<'a> {
+    /// The clusters named, by name.
+    pub clusters: Vec<&'a ClusterDecision>,
+    /// Eligible clusters left out (each given nothing).
+    pub eligible_left_out: usize,
+    /// Clusters filtered out and left out, by [`Filter::kind`].
+    pub filtered_left_out: BTreeMap<&'static str, usize>,
+}
+
+impl fmt::Display for Named<'_> {
+    /// What is left out, as `4980 more cluster(s): 4900 eligible, given nothing; 80 filtered
+    /// out (clusterSelector 30, not Ready 50)`; nothing when nothing is.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let filtered: usize = self.filtered_left_out.values().sum();
+        if self.eligible_left_out + filtered == 0 {
+            return Ok(());
+        }
+        write!(f, "{} more cluster(s):", self.eligible_left_out + filtered)?;
+        if self.eligible_left_out > 0 {
+            write!(f, " {} eligible, given nothing", self.eligible_left_out)?;
+            if filtered > 0 {
+                f.write_str(";")?;
+            }
+        }
+        if filtered > 0 {
+            write!(f, " {filtered} filtered out (")?;
+            for (i, (kind, n)) in self.filtered_left_out.iter().enumerate() {
+                if i > 0 {
+                    f.write_str(", ")?;
+                }
+                write!(f, "{kind} {n}")?;
+            }
+            f.write_str(")")?;
+        }
+        Ok(())
+    }
+}
+
 impl Decision {
+    /// How many clusters an explanation names at least, when the fleet has them (see
+    /// [`Decision::named`]): in a fleet of thousands, a line per cluster in every placement would
+    /// make its explanation, its event and its stored row grow with the fleet.
+    pub const NAMED_CLUSTERS: usize = 20;
+
+    /// The clusters an explanation names: every cluster that holds replicas, held some before or
+    /// changed; then, up to [`Decision::NAMED_CLUSTERS`] in all, one cluster filtered out for
+    /// each reason, the eligible clusters in the order they ranked, and the others in name
+    /// order. The others are counted. A decision asks for the whole
+    /// fleet's explanation through [`Decision::clusters`].
+    pub fn named(&self) -> Named<'_> {
+        let limit = Self::NAMED_CLUSTERS;
+        let mut named = vec![false; self.clusters.len()];
+        let mut count = 0;
+        let involved = |c: &ClusterDecision| c.previous > 0 || c.replicas > 0 || !c.changes.is_empty();
+        for (i, c) in self.clusters.iter().enumerate() {
+            if involved(c) {
+                named[i] = true;
+                count += 1;
+            }
+        }
+        if self.clusters.len() > limit {
+            let mut ranked: Vec<(usize, usize)> = self
+                .clusters
+                .iter()
+                .enumerate()
+                .filter(|(i, c)| !named[*i] && c.filter.is_none())
+                .filter_map(|(i, c)| c.rank.map(|r| (r.position, i)))
+                .collect();
+            ranked.sort_unstable();
+            let mut kinds = std::collections::BTreeSet::new();
+            let one_per_reason = self.clusters.iter().enumerate().filter_map(|(i, c)| {
+                let kind = c.filter.as_ref()?.kind();
+                kinds.insert(kind).then_some(i)
+            });
+            let order: Vec<usize> = one_per_reason
+                .chain(ranked.into_iter().map(|(_, i)| i))
+                .chain(0..self.clusters.len())
+                .collect();
+            for i in order {
+                if count >= limit {
+                    break;
+                }
+                if !named[i] {
+                    named[i] = true;
+                    count += 1;
+                }
+            }
+        } else {
+            named.iter_mut().for_each(|n| *n = true);
+        }
+        let mut out = Named {
+            clusters: Vec::with_capacity(count),
+            eligible_left_out: 0,
+            filtered_left_out: BTreeMap::new(),
+        };
+        for (c, named) in self.clusters.iter().zip(named) {
+            match (named, &c.filter) {
+                (true, _) => out.clusters.push(c),
+                (false, None) => out.eligible_left_out += 1,
+                (false, Some(filter)) => *out.filtered_left_out.entry(filter.kind()).or_default() += 1,
+            }
+        }
+        out
+    }
+
     /// Replicas placed (`replicas - unplaced`).
     pub fn placed(&self) -> u32 {
         self.assignment.values().sum()
@@ -602,11 +728,17 @@ impl Decision {
 }
 
 impl fmt::Display for Decision {
-    /// A summary line, one line per cluster (by name), then the notes.
+    /// A summary line, one line per cluster named (by name; see [`Decision::named`]), a line
+    /// counting the others, then the notes.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         self.write_summary(f)?;
-        for cluster in &self.clusters {
+        let named = self.named();
+        for cluster in &named.clusters {
             write!(f, "\n  {cluster}")?;
+        }
+        let left_out = named.to_string();
+        if !left_out.is_empty() {
+            write!(f, "\n  {left_out}")?;
         }
         for note in &self.notes {
             write!(f, "\n  note: {note}")?;

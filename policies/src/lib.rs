@@ -70,7 +70,7 @@ mod fixtures;
 pub use capacity::{Capacity, CapacityModel, Node, NodeGroup, Room, Utilization};
 pub use decide::decide;
 pub use decision::{
-    Addition, Change, ClusterDecision, Decision, Filter, Idle, Note, Rank, Removal, Role, Score,
+    Addition, Change, ClusterDecision, Decision, Filter, Idle, Named, Note, Rank, Removal, Role, Score,
 };
 pub use demand::{Demand, Limit};
 pub use fleet::{Cluster, Coordinates, Fleet, REGION_LABEL, ZONE_LABEL};

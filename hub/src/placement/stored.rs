@@ -27,7 +27,8 @@ pub struct StoredDecision {
     pub unplaced: u32,
     /// What one replica asks for, so later decisions reserve room for replicas not running yet.
     pub demand: StoredDemand,
-    /// The whole explanation: a summary line, one line per cluster, then notes.
+    /// The whole explanation: a summary line, one line per cluster named ([`Decision::named`]),
+    /// a line counting the others, then notes.
     pub explanation: String,
     /// Each cluster's line of the explanation.
     pub clusters: BTreeMap<String, String>,
@@ -117,10 +118,13 @@ impl StoredDecision {
     }
 
     /// Adds `decision`'s explanation, in words: most plans decide what is stored already and are
-    /// never written, so the words are built only for those that are.
+    /// never written, so the words are built only for those that are. A line for each cluster
+    /// the explanation names ([`Decision::named`]: those with replicas and the most relevant
+    /// others), so that what a placement keeps does not grow with the fleet.
     pub fn explain(&mut self, decision: &Decision) {
         self.explanation = decision.to_string();
         self.clusters = decision
+            .named()
             .clusters
             .iter()
             .map(|c| (c.cluster.to_string(), c.to_string()))

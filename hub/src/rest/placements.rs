@@ -102,9 +102,13 @@ pub(super) struct PlacementDetail {
     /// The placement.
     #[serde(flatten)]
     summary: PlacementSummary,
-    /// Every cluster the decision considered, by name, with why it got what it got.
+    /// The clusters the decision names, by name, with why each got what it got: every cluster
+    /// that holds or held replicas, and in a fleet of more than 20 clusters up to 20 in all
+    /// (one filtered out for each reason, then the best ranked); `POST
+    /// /api/v1/placements/simulate` with the MCD's name and spec explains every cluster.
     clusters: Vec<ClusterExplanation>,
-    /// The whole explanation: a summary line, one line per cluster, then notes.
+    /// The whole explanation: a summary line, one line per cluster named, a line counting the
+    /// others by reason, then notes.
     explanation: String,
 }
 

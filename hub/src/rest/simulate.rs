@@ -105,7 +105,8 @@ pub(super) struct SimulateResponse {
     current: Option<BTreeMap<String, u32>>,
     /// Every cluster considered, by name.
     clusters: Vec<SimulatedCluster>,
-    /// The whole explanation: a summary line, one line per cluster, then notes.
+    /// The explanation in words: a summary line, one line per cluster named (at most 20 and those
+    /// with replicas), a line counting the others, then notes; `clusters` has every cluster.
     explanation: String,
 }
 

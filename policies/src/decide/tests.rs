@@ -1318,3 +1318,50 @@ fn a_statefulset_goes_only_to_clusters_whose_kubernetes_keeps_its_ordinals() {
         line(&decision, "mid")
     );
 }
+
+#[test]
+fn an_explanation_names_the_clusters_that_matter_and_counts_the_others_in_a_large_fleet() {
+    // 60 clusters: c00..c49 with growing room, ten not Ready, ten without a capacity report.
+    let fleet = fleet((0..60).map(|i| {
+        let cluster = mk_cluster(&format!("c{i:02}")).cpu(4 + i as u64);
+        match i {
+            50..=54 => cluster.not_ready(),
+            55..=59 => cluster.unknown_capacity(),
+            _ => cluster,
+        }
+    }));
+    let decision = ask(3).current(&[("c03", 1)]).on(&fleet);
+    let named = decision.named();
+    let names: Vec<&str> = named.clusters.iter().map(|c| &*c.cluster).collect();
+    assert_eq!(names.len(), Decision::NAMED_CLUSTERS, "named: {names:?}");
+    // Those holding replicas, and the one that held some, whatever their rank.
+    for held in decision.assignment.keys().map(String::as_str).chain(["c03"]) {
+        assert!(names.contains(&held), "{held} holds replicas: {names:?}");
+    }
+    // The best ranked, and one cluster for each reason others were filtered out.
+    assert!(names.contains(&"c48"), "the second best ranked: {names:?}");
+    assert!(names.contains(&"c50") && names.contains(&"c55"), "{names:?}");
+    assert!(!names.contains(&"c20"), "ranked too low to name: {names:?}");
+    assert_eq!(
+        named.eligible_left_out + named.filtered_left_out.values().sum::<usize>(),
+        60 - Decision::NAMED_CLUSTERS
+    );
+    assert_eq!(
+        named.filtered_left_out,
+        [("capacity unknown", 4), ("not Ready", 4)].into()
+    );
+    let text = decision.to_string();
+    assert_eq!(text.lines().count(), 1 + Decision::NAMED_CLUSTERS + 1, "{text}");
+    assert!(
+        text.contains(&format!(
+            "{} more cluster(s): {} eligible, given nothing; 8 filtered out (capacity unknown 4, not Ready 4)",
+            60 - Decision::NAMED_CLUSTERS,
+            named.eligible_left_out
+        )),
+        "{text}"
+    );
+    // A small fleet is named whole.
+    let small = ask(3).on(&three_sizes());
+    assert_eq!(small.named().clusters.len(), 3);
+    assert!(!small.to_string().contains("more cluster"));
+}
