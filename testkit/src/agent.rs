@@ -215,7 +215,7 @@ impl FakeAgent {
 }
 
 /// The status of `object` from a work set with all its replicas ready.
-fn all_ready(object: &serde_json::Value) -> ObjectStatus {
+pub fn all_ready(object: &serde_json::Value) -> ObjectStatus {
     let replicas = object["spec"]["replicas"].as_i64().map(|r| r as i32);
     ObjectStatus {
         api_version: object["apiVersion"].as_str().unwrap_or_default().to_owned(),

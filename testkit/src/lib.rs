@@ -25,7 +25,7 @@ mod pki;
 mod ports;
 mod wait;
 
-pub use agent::{BOOTSTRAP, FakeAgent, capacity, idle_capacity, ready_deployment};
+pub use agent::{BOOTSTRAP, FakeAgent, all_ready, capacity, idle_capacity, ready_deployment};
 pub use mcd::Mcd;
 pub use pki::TestPki;
 pub use ports::{free_loopback_port, free_loopback_ports};

@@ -31,15 +31,12 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use futures::StreamExt as _;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
-use kube::runtime::watcher;
 use nave_api::MultiClusterDeployment;
-use nave_api::conditions::{self, types};
 use nave_api::wire::WORKLOAD_LABEL;
-use nave_e2e::procs::{FleetOptions, ProcessFleet, Store, cpu_seconds, memory_mib};
+use nave_e2e::procs::{AvailableWatch, FleetOptions, ProcessFleet, Store, cpu_seconds, memory_mib};
 use nave_sim::config::{ClusterConfig, FleetConfig, NodePool};
 use nave_testkit::Mcd;
 
@@ -115,32 +112,8 @@ async fn run(clusters: usize, mcds: usize) -> anyhow::Result<String> {
 
     // When each MCD was created, and when a status first said it was Available.
     let created: Arc<Mutex<HashMap<String, Instant>>> = Arc::default();
-    let available: Arc<Mutex<HashMap<String, Instant>>> = Arc::default();
-    // How many are Available, for the wait below.
-    let (count_tx, mut count) = tokio::sync::watch::channel(0_usize);
-    let watching = {
-        let available = available.clone();
-        let api = api.clone();
-        tokio::spawn(async move {
-            let mut events = watcher(api, watcher::Config::default()).boxed();
-            while let Some(event) = events.next().await {
-                let (Ok(watcher::Event::Apply(mcd)) | Ok(watcher::Event::InitApply(mcd))) = event else {
-                    continue;
-                };
-                let is_available = mcd.status.as_ref().is_some_and(|s| {
-                    s.ready_replicas >= 1 && conditions::is_true(&s.conditions, types::AVAILABLE)
-                });
-                if is_available {
-                    let now = Instant::now();
-                    let mut available = available.lock().unwrap();
-                    available
-                        .entry(mcd.metadata.name.clone().unwrap_or_default())
-                        .or_insert(now);
-                    count_tx.send_replace(available.len());
-                }
-            }
-        })
-    };
+    let mut watching = AvailableWatch::start(api.clone());
+    let available = watching.at.clone();
 
     let agent_pids: Vec<String> = fleet
         .agents
@@ -164,14 +137,7 @@ async fn run(clusters: usize, mcds: usize) -> anyhow::Result<String> {
         created.lock().unwrap().insert(name, Instant::now());
         api.create(&PostParams::default(), &object).await?;
     }
-    let deadline = Duration::from_secs(3600);
-    if tokio::time::timeout(deadline, count.wait_for(|done| *done >= mcds))
-        .await
-        .is_err()
-    {
-        let done = *count.borrow();
-        anyhow::bail!("{done} of {mcds} Available after an hour");
-    }
+    watching.wait(mcds, Duration::from_secs(3600)).await?;
     let last = available
         .lock()
         .unwrap()
@@ -183,7 +149,7 @@ async fn run(clusters: usize, mcds: usize) -> anyhow::Result<String> {
     let hub_cpu = cpu_seconds(&hub_pid.to_string())? - hub_cpu;
     let agent_cpu = agents_cpu()? - agent_cpu;
     let sim_cpu = cpu_seconds("self")? - sim_cpu;
-    watching.abort();
+    drop(watching);
     let mut latencies: Vec<Duration> = {
         let created = created.lock().unwrap();
         available
@@ -236,22 +202,10 @@ async fn run(clusters: usize, mcds: usize) -> anyhow::Result<String> {
     .await;
 
     // The hub killed and started again: the first pass over every MCD, then the sets published.
-    let published_before = published_lines(&fleet);
-    fleet.hub(0).expect("the hub runs").kill();
-    let restarting = Instant::now();
-    fleet.start_hub(0)?;
+    let republished = fleet
+        .restart_hub_until_published(0, Duration::from_secs(1800))
+        .await?;
     let new_hub = fleet.hub(0).expect("the hub runs again").pid();
-    let republished = nave_testkit::wait_for(
-        "the restarted hub to publish",
-        Duration::from_secs(1800),
-        || async {
-            match published_lines(&fleet) {
-                n if n > published_before => Ok(restarting.elapsed()),
-                n => Err(format!("published {n} time(s) in all, as before the restart")),
-            }
-        },
-    )
-    .await;
     let restart_cpu = cpu_seconds(&new_hub.to_string())?;
     // Every agent has applied the set it now has: a hub that moved replicas on its restart
     // wrote new revisions, and their pods would be in the clusters by then.
@@ -408,14 +362,4 @@ async fn exactly_once(
 fn workload(metadata: &kube::api::ObjectMeta) -> Option<String> {
     let value = metadata.labels.as_ref()?.get(WORKLOAD_LABEL)?;
     value.strip_prefix("default.").map(str::to_owned)
-}
-
-/// How many times the hub's log says it published every workload's objects.
-fn published_lines(fleet: &ProcessFleet) -> usize {
-    fleet.hubs[0]
-        .as_ref()
-        .and_then(|hub| std::fs::read_to_string(&hub.log).ok())
-        .map_or(0, |log| {
-            log.matches("every workload's objects are published").count()
-        })
 }

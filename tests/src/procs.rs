@@ -14,7 +14,7 @@
 //!
 //! A binary that uses this calls [`child_role`] first in its `main`.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -293,6 +293,11 @@ pub struct ProcessFleet {
     /// Between the hubs and Postgres.
     pub store_proxy: Option<Proxy>,
     postgres: Option<(String, String)>,
+    /// The CA certificate (PEM) the hubs' serving certificate is signed by.
+    pub hub_ca: std::path::PathBuf,
+    /// The fleet's bootstrap token, as the agents read it.
+    pub bootstrap_token: String,
+    listens: Vec<SocketAddr>,
 }
 
 impl std::fmt::Debug for ProcessFleet {
@@ -332,7 +337,8 @@ impl ProcessFleet {
         let kubeconfig = dir.path().join("kubeconfig");
         management.write_kubeconfig(&kubeconfig)?;
         let token = dir.path().join("bootstrap-token");
-        std::fs::write(&token, uuid::Uuid::new_v4().simple().to_string())?;
+        let bootstrap_token = uuid::Uuid::new_v4().simple().to_string();
+        std::fs::write(&token, &bootstrap_token)?;
         let store_key = dir.path().join("store-key");
         std::fs::write(&store_key, uuid::Uuid::new_v4().simple().to_string())?;
         let pki = nave_testkit::TestPki::generate(dir.path(), "hub");
@@ -417,7 +423,7 @@ impl ProcessFleet {
             hub_args.push(args);
         }
         // The proxy's task goes on serving without its handle, as long as the runtime runs.
-        let hub_proxy = Proxy::start(listens).await?;
+        let hub_proxy = Proxy::start(listens.clone()).await?;
         let mut agent_args = BTreeMap::new();
         for cluster in &fleet.clusters {
             let kubeconfig = dir.path().join(format!("{}.kubeconfig", cluster.name()));
@@ -450,6 +456,9 @@ impl ProcessFleet {
             agent_args,
             store_proxy,
             postgres,
+            hub_ca: pki.ca_file.clone(),
+            bootstrap_token,
+            listens,
         };
         for i in 0..options.hubs {
             run.start_hub(i)?;
@@ -457,30 +466,71 @@ impl ProcessFleet {
         for name in run.cluster_names() {
             run.start_agent(&name)?;
         }
-        let clusters: Api<WorkloadCluster> = Api::all(run.client.clone());
         let expected = run.agent_args.len();
-        nave_testkit::wait_for(
-            "every agent to report its capacity",
-            Duration::from_secs(120),
-            || async {
-                let list = clusters
-                    .list(&ListParams::default())
-                    .await
-                    .map_err(|e| e.to_string())?;
-                let reporting = list
-                    .items
-                    .iter()
-                    .filter(|w| w.status.as_ref().is_some_and(|s| s.capacity.is_some()))
-                    .count();
-                if reporting == expected {
-                    Ok(())
-                } else {
-                    Err(format!("{reporting} of {expected} reporting"))
-                }
-            },
-        )
-        .await;
+        run.wait_reporting(expected, Duration::from_secs(120)).await;
         Ok(run)
+    }
+
+    /// Waits until `expected` WorkloadClusters show the capacity their agents reported.
+    pub async fn wait_reporting(&self, expected: usize, within: Duration) {
+        let clusters: Api<WorkloadCluster> = Api::all(self.client.clone());
+        nave_testkit::wait_for("every agent to report its capacity", within, || async {
+            let list = clusters
+                .list(&ListParams::default())
+                .await
+                .map_err(|e| e.to_string())?;
+            let reporting = list
+                .items
+                .iter()
+                .filter(|w| w.status.as_ref().is_some_and(|s| s.capacity.is_some()))
+                .count();
+            if reporting == expected {
+                Ok(())
+            } else {
+                Err(format!("{reporting} of {expected} reporting"))
+            }
+        })
+        .await;
+    }
+
+    /// How many times hub replica `i`'s log (since it last started) says it published every
+    /// workload's objects.
+    pub fn published_lines(&self, i: usize) -> usize {
+        self.hubs[i]
+            .as_ref()
+            .and_then(|hub| std::fs::read_to_string(&hub.log).ok())
+            .map_or(0, |log| {
+                log.matches("every workload's objects are published").count()
+            })
+    }
+
+    /// Kills hub replica `i` (SIGKILL), starts it again and waits until it has published every
+    /// workload's objects once more: the time that took.
+    pub async fn restart_hub_until_published(
+        &mut self,
+        i: usize,
+        within: Duration,
+    ) -> anyhow::Result<Duration> {
+        let before = self.published_lines(i);
+        if let Some(hub) = self.hub(i) {
+            hub.kill();
+        }
+        let restarting = std::time::Instant::now();
+        self.start_hub(i)?;
+        Ok(
+            nave_testkit::wait_for("the restarted hub to publish", within, || async {
+                match self.published_lines(i) {
+                    n if n > before => Ok(restarting.elapsed()),
+                    n => Err(format!("published {n} time(s) in all, as before the restart")),
+                }
+            })
+            .await,
+        )
+    }
+
+    /// The address hub replica `i` listens on (the agents reach it through a proxy).
+    pub fn hub_listen(&self, i: usize) -> SocketAddr {
+        self.listens[i]
     }
 
     /// The workload clusters' names.
@@ -644,4 +694,65 @@ pub async fn lease_holder(client: kube::Client) -> Option<usize> {
     let lease = leases.get_opt("nave-hub").await.ok().flatten()?;
     let holder = lease.spec?.holder_identity?;
     holder.strip_prefix("hub-")?.parse().ok()
+}
+
+/// When each MultiClusterDeployment of a namespace first showed `Available` with a ready
+/// replica, as a watch sees it: what the scale benchmarks wait on.
+#[derive(Debug)]
+pub struct AvailableWatch {
+    /// When each became Available, by name.
+    pub at: Arc<Mutex<HashMap<String, std::time::Instant>>>,
+    /// How many have.
+    pub count: tokio::sync::watch::Receiver<usize>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl AvailableWatch {
+    /// Starts watching `api`.
+    pub fn start(api: Api<nave_api::MultiClusterDeployment>) -> AvailableWatch {
+        use futures::StreamExt as _;
+        use kube::runtime::watcher;
+        use nave_api::conditions::{self, types};
+        let at: Arc<Mutex<HashMap<String, std::time::Instant>>> = Arc::default();
+        let (count_tx, count) = tokio::sync::watch::channel(0_usize);
+        let task = {
+            let at = at.clone();
+            tokio::spawn(async move {
+                let mut events = watcher(api, watcher::Config::default()).boxed();
+                while let Some(event) = events.next().await {
+                    let (Ok(watcher::Event::Apply(mcd)) | Ok(watcher::Event::InitApply(mcd))) = event else {
+                        continue;
+                    };
+                    let available = mcd.status.as_ref().is_some_and(|s| {
+                        s.ready_replicas >= 1 && conditions::is_true(&s.conditions, types::AVAILABLE)
+                    });
+                    if available {
+                        let now = std::time::Instant::now();
+                        let mut at = at.lock().unwrap_or_else(|e| e.into_inner());
+                        at.entry(mcd.metadata.name.clone().unwrap_or_default())
+                            .or_insert(now);
+                        count_tx.send_replace(at.len());
+                    }
+                }
+            })
+        };
+        AvailableWatch { at, count, task }
+    }
+
+    /// Waits until `n` are Available, for at most `within`.
+    pub async fn wait(&mut self, n: usize, within: Duration) -> anyhow::Result<()> {
+        if tokio::time::timeout(within, self.count.wait_for(|done| *done >= n))
+            .await
+            .is_err()
+        {
+            anyhow::bail!("{} of {n} Available after {within:?}", *self.count.borrow());
+        }
+        Ok(())
+    }
+}
+
+impl Drop for AvailableWatch {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
 }

@@ -24,13 +24,13 @@ use futures::StreamExt as _;
 use k8s_openapi::api::apps::v1::Deployment;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::watcher;
+use nave_api::MultiClusterDeployment;
 use nave_api::conditions::{self, types};
 use nave_api::wire::WORKLOAD_LABEL;
-use nave_api::{MultiClusterDeployment, WorkloadCluster};
 use nave_e2e::procs::{FleetOptions, ProcessFleet, Store};
 use nave_sim::SimFleet;
 use nave_sim::config::{ClusterConfig, FleetConfig, NodePool};
-use nave_testkit::{Mcd, wait_for};
+use nave_testkit::Mcd;
 use rand::{Rng as _, SeedableRng as _};
 
 const NAME: &str = "a_rollout_survives_leader_kills_a_paused_leader_agent_restarts_and_a_cut_store";
@@ -400,28 +400,6 @@ async fn chaos(url: &str) -> anyhow::Result<String> {
         fleet: fleet_config(),
     })
     .await?;
-    let clusters: Api<WorkloadCluster> = Api::all(run.client.clone());
-    wait_for(
-        "every agent to report its capacity",
-        Duration::from_secs(120),
-        || async {
-            let list = clusters
-                .list(&ListParams::default())
-                .await
-                .map_err(|e| e.to_string())?;
-            let reporting = list
-                .items
-                .iter()
-                .filter(|w| w.status.as_ref().is_some_and(|s| s.capacity.is_some()))
-                .count();
-            if reporting == 3 {
-                Ok(())
-            } else {
-                Err(format!("{reporting} of 3 reporting"))
-            }
-        },
-    )
-    .await;
 
     let violations = Arc::new(Mutex::new(Vec::new()));
     let available = Arc::new(Mutex::new(BTreeSet::new()));
