@@ -37,6 +37,7 @@ use crate::store::{AgentIdentity, ClusterUpsert, JoinTokenInfo, NewHeartbeat, St
 use crate::tokens::{self, Live};
 use crate::workload_clusters::{self, ClusterObjects};
 
+mod heartbeats;
 #[cfg(test)]
 mod tests;
 
@@ -66,6 +67,8 @@ pub struct AgentState {
     store_identity: Arc<tokio::sync::OnceCell<String>>,
     /// When each cluster's WorkloadCluster status was last written, and what it said.
     last_status_write: Arc<Mutex<HashMap<String, (Instant, serde_json::Value)>>>,
+    /// Records heartbeats, those that arrive together in one transaction.
+    heartbeats: heartbeats::HeartbeatWriter,
 }
 
 impl std::fmt::Debug for AgentState {
@@ -89,6 +92,7 @@ impl AgentState {
         timings: Timings,
     ) -> Self {
         AgentState {
+            heartbeats: heartbeats::HeartbeatWriter::new(store.clone()),
             store,
             index,
             signals,
@@ -520,17 +524,19 @@ async fn heartbeat(
 ) -> Result<Json<HeartbeatAnswer>, ApiError> {
     tracing::Span::current().record("cluster", identity.cluster.as_str());
     check_scope(&identity, beat.cluster_name.as_deref())?;
-    let capacity = serde_json::to_value(&beat.capacity).ok();
     let now = jiff::Timestamp::now();
+    // Serialized once: the capacity model is most of a heartbeat.
+    let payload = serde_json::to_value(&beat).unwrap_or_default();
+    let capacity = payload.get("capacity").cloned();
     let record = NewHeartbeat {
         cluster: identity.cluster.clone(),
         received_at: now,
-        payload: serde_json::to_value(&beat).unwrap_or_default(),
-        capacity,
+        payload,
+        capacity: capacity.clone(),
         agent_version: Some(beat.agent_version.clone()),
         kubernetes_version: beat.kubernetes_version.clone(),
     };
-    state.store.record_heartbeat(&record).await?;
+    state.heartbeats.record(record).await?;
     if state.index.cluster(&identity.cluster).is_none() {
         // The store knows the cluster (its credential was just checked there) and the index
         // does not: read it, or its heartbeats would never count and placement would not see it.
@@ -538,10 +544,13 @@ async fn heartbeat(
         let stored = state.store.get_cluster(&identity.cluster).await?;
         state.index.refresh_cluster(&identity.cluster, stored);
     }
-    let observed =
-        state
-            .index
-            .observe_heartbeat(&identity.cluster, now, &beat, state.timings.heartbeat_grace);
+    let observed = state.index.observe_heartbeat(
+        &identity.cluster,
+        now,
+        &beat,
+        capacity,
+        state.timings.heartbeat_grace,
+    );
     if let Some(trigger) = &state.trigger {
         trigger.wake(observed.wake, &state.index);
     }

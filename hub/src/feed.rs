@@ -133,13 +133,14 @@ impl Follower {
                 let Some(record) = newest.into_iter().next() else {
                     return Ok(());
                 };
+                let capacity = record.payload.get("capacity").cloned();
                 let Ok(beat) = serde_json::from_value::<Heartbeat>(record.payload) else {
                     return Ok(());
                 };
                 self.know(&cluster).await?;
-                let observed = self
-                    .index
-                    .observe_heartbeat(&cluster, record.received_at, &beat, self.grace);
+                let observed =
+                    self.index
+                        .observe_heartbeat(&cluster, record.received_at, &beat, capacity, self.grace);
                 self.trigger.wake(observed.wake, &self.index);
             }
             StoreChange::Status(cluster) => {

@@ -502,7 +502,8 @@ impl Index {
     }
 
     /// Applies a heartbeat the store recorded at `at` to `cluster`'s record, Pending pods and
-    /// round trips, and says what it changed for placement. A cluster not accepted neither
+    /// round trips, and says what it changed for placement. `capacity` is the heartbeat's
+    /// capacity model as the store holds it (JSON, serialized once). A cluster not accepted neither
     /// publishes a probe URL (other agents would probe whatever it names) nor feeds the fleet's
     /// network coordinates.
     pub fn observe_heartbeat(
@@ -510,10 +511,10 @@ impl Index {
         cluster: &str,
         at: jiff::Timestamp,
         beat: &Heartbeat,
+        capacity: Option<serde_json::Value>,
         grace: std::time::Duration,
     ) -> Observed {
         let before = self.cluster(cluster);
-        let capacity = serde_json::to_value(&beat.capacity).ok();
         let capacity_changed = before.as_ref().and_then(|c| c.capacity.as_ref()) != capacity.as_ref();
         let was_ready = before
             .as_ref()
@@ -1106,7 +1107,7 @@ fn changed_workloads(before: Option<&[ObjectStatus]>, after: &[ObjectStatus]) ->
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     fn deployment(name: &str, ready: i32) -> ObjectStatus {
@@ -1122,7 +1123,8 @@ mod tests {
     }
 
     /// A registered cluster that has not heartbeated.
-    fn bare_record(name: &str) -> ClusterRecord {
+    /// A registered, accepted cluster that has not heartbeated yet.
+    pub(crate) fn bare_record(name: &str) -> ClusterRecord {
         ClusterRecord {
             name: name.to_owned(),
             labels: BTreeMap::new(),
@@ -1191,9 +1193,21 @@ mod tests {
         let grace = std::time::Duration::from_secs(40);
         let t0 = jiff::Timestamp::from_second(1_800_000_000).unwrap();
         let t1 = t0 + jiff::SignedDuration::from_secs(10);
-        index.observe_heartbeat("eu-1", t1, &beat(50), grace);
+        index.observe_heartbeat(
+            "eu-1",
+            t1,
+            &beat(50),
+            serde_json::to_value(beat(50).capacity).ok(),
+            grace,
+        );
         // A retried, older heartbeat arrives last: it does not replace the newer measurement.
-        index.observe_heartbeat("eu-1", t0, &beat(90), grace);
+        index.observe_heartbeat(
+            "eu-1",
+            t0,
+            &beat(90),
+            serde_json::to_value(beat(90).capacity).ok(),
+            grace,
+        );
         let (at, usage) = index.workload_usage("eu-1", &web).expect("kept");
         assert_eq!((at, usage.used.cpu_millis), (t1, 50));
         // Measured, and none of db's pods: no pods, which is not "not measured".
@@ -1201,7 +1215,13 @@ mod tests {
         assert_eq!(db.map(|(_, u)| u.used.pods), Some(0));
 
         // A cluster the admin has not accepted reports nothing that is read.
-        index.observe_heartbeat("stranger", t1, &beat(50), grace);
+        index.observe_heartbeat(
+            "stranger",
+            t1,
+            &beat(50),
+            serde_json::to_value(beat(50).capacity).ok(),
+            grace,
+        );
         assert_eq!(index.workload_usage("stranger", &web), None);
 
         // However many workloads an agent sends, no more than a heartbeat may carry are kept.
@@ -1237,7 +1257,13 @@ mod tests {
         assert_eq!(index.workload_usage("eu-1", &web), None);
 
         // Acceptance withdrawn: what it reported before is not read either.
-        index.observe_heartbeat("eu-1", t2 + jiff::SignedDuration::from_secs(20), &beat(50), grace);
+        index.observe_heartbeat(
+            "eu-1",
+            t2 + jiff::SignedDuration::from_secs(20),
+            &beat(50),
+            serde_json::to_value(beat(50).capacity).ok(),
+            grace,
+        );
         assert!(index.workload_usage("eu-1", &web).is_some());
         index.put_cluster(ClusterRecord {
             accepted: false,

@@ -204,6 +204,7 @@ conformance!(
     revoked_and_rotated_credentials_are_not_found,
     token_of_one_cluster_never_resolves_to_another,
     heartbeats_are_recorded_and_pruned,
+    heartbeats_recorded_together_are_each_recorded_or_none_is,
     placement_put_get_and_history_newest_first_with_filters_and_pages,
     history_is_pruned_per_workload_keeping_the_newest,
     work_revision_bumps_only_on_change_and_survives_reconnect,
@@ -1011,6 +1012,63 @@ mod cases {
             let seen = store.authenticate_agent(&candidate).await.expect("lookup");
             assert_eq!(seen, None, "near miss {candidate:?}: expected None");
         }
+        store.close().await.expect("close");
+    }
+
+    pub async fn heartbeats_recorded_together_are_each_recorded_or_none_is(db: TestDb) {
+        let store = db.open().await;
+        register(&*store, &["a", "b"]).await;
+        let together = [
+            heartbeat("a", t(10), 1),
+            heartbeat("b", t(10), 2),
+            heartbeat("a", t(20), 3),
+            // Out of order: history, not the latest state.
+            heartbeat("a", t(15), 4),
+        ];
+        let ids = store.record_heartbeats(&together).await.expect("four heartbeats");
+        assert_eq!(ids.len(), 4, "an id for each heartbeat: {ids:?}");
+        assert!(ids.windows(2).all(|w| w[0] < w[1]), "ids in order: {ids:?}");
+        let a = store.list_heartbeats("a", 10).await.expect("list a");
+        let times: Vec<Timestamp> = a.iter().map(|h| h.received_at).collect();
+        assert_eq!(times, [t(20), t(15), t(10)], "a's heartbeats, newest first");
+        let cluster = store
+            .get_cluster("a")
+            .await
+            .expect("get a")
+            .expect("a registered");
+        assert_eq!(
+            (cluster.last_heartbeat_at, cluster.capacity),
+            (Some(t(20)), Some(json!({"cpu": 3}))),
+            "a's latest state from its newest heartbeat, not the last written"
+        );
+        assert_eq!(
+            store.record_heartbeats(&[]).await.expect("none"),
+            Vec::<i64>::new()
+        );
+
+        // One heartbeat of a cluster that is not registered fails them all: nothing is written.
+        let failing = [heartbeat("b", t(30), 5), heartbeat("gone", t(30), 6)];
+        let error = store
+            .record_heartbeats(&failing)
+            .await
+            .expect_err("a heartbeat of an unknown cluster");
+        assert_eq!(error.kind(), StoreErrorKind::UnknownCluster, "{error}");
+        let b = store.list_heartbeats("b", 10).await.expect("list b");
+        assert_eq!(
+            b.len(),
+            1,
+            "b's heartbeat of the failed batch was not kept: {b:?}"
+        );
+        let cluster = store
+            .get_cluster("b")
+            .await
+            .expect("get b")
+            .expect("b registered");
+        assert_eq!(
+            cluster.last_heartbeat_at,
+            Some(t(10)),
+            "b's latest state unchanged"
+        );
         store.close().await.expect("close");
     }
 

@@ -143,7 +143,17 @@ pub trait Store: Send + Sync + fmt::Debug {
 
     /// Records a heartbeat and, unless a newer one was already recorded, makes its capacity and
     /// versions the cluster's latest. Returns the heartbeat's id.
-    fn record_heartbeat<'a>(&'a self, heartbeat: &'a NewHeartbeat) -> StoreFuture<'a, i64>;
+    fn record_heartbeat<'a>(&'a self, heartbeat: &'a NewHeartbeat) -> StoreFuture<'a, i64> {
+        Box::pin(async move {
+            let ids = self.record_heartbeats(std::slice::from_ref(heartbeat)).await?;
+            Ok(ids.first().copied().unwrap_or_default())
+        })
+    }
+
+    /// Records heartbeats in one transaction, in order, each as
+    /// [`record_heartbeat`](Store::record_heartbeat) does; returns their ids in the same order.
+    /// One that cannot be written (its cluster is gone) fails them all.
+    fn record_heartbeats<'a>(&'a self, heartbeats: &'a [NewHeartbeat]) -> StoreFuture<'a, Vec<i64>>;
 
     /// A cluster's newest heartbeats, newest first, at most `limit` (clamped to [`MAX_PAGE_SIZE`]).
     fn list_heartbeats<'a>(&'a self, cluster: &'a str, limit: u32) -> StoreFuture<'a, Vec<HeartbeatRecord>>;

@@ -975,44 +975,51 @@ where
         })
     }
 
-    fn record_heartbeat<'a>(&'a self, heartbeat: &'a NewHeartbeat) -> StoreFuture<'a, i64> {
+    fn record_heartbeats<'a>(&'a self, heartbeats: &'a [NewHeartbeat]) -> StoreFuture<'a, Vec<i64>> {
         Box::pin(async move {
             const OP: StoreOp = StoreOp::RecordHeartbeat;
-            let received_at = millis(heartbeat.received_at);
+            let mut ids = Vec::with_capacity(heartbeats.len());
+            if heartbeats.is_empty() {
+                return Ok(ids);
+            }
             let mut tx = self.begin_write(OP).await?;
-            let id: i64 = sqlx::query_scalar(
-                "INSERT INTO heartbeats (cluster, received_at_ms, payload) VALUES ($1, $2, $3) RETURNING id",
-            )
-            .bind(heartbeat.cluster.as_str())
-            .bind(received_at)
-            .bind(Json(&heartbeat.payload))
-            .fetch_one(&mut *tx)
-            .await
-            .map_err(cluster_write_error(OP, &heartbeat.cluster))?;
-            // A heartbeat that arrives after a newer one (a retried request) goes into the history
-            // but does not roll the cluster's latest state back.
-            sqlx::query(
-                "UPDATE clusters SET last_heartbeat_at_ms = $2, capacity = COALESCE($3, capacity), \
-                 agent_version = COALESCE($4, agent_version), \
-                 kubernetes_version = COALESCE($5, kubernetes_version) \
-                 WHERE name = $1 AND (last_heartbeat_at_ms IS NULL OR last_heartbeat_at_ms <= $2)",
-            )
-            .bind(heartbeat.cluster.as_str())
-            .bind(received_at)
-            .bind(heartbeat.capacity.as_ref().map(Json))
-            .bind(heartbeat.agent_version.as_deref())
-            .bind(heartbeat.kubernetes_version.as_deref())
-            .execute(&mut *tx)
-            .await
-            .map_err(query_error(OP))?;
-            announce!(
-                self,
-                &mut *tx,
-                OP,
-                StoreChange::Heartbeat(heartbeat.cluster.clone())
-            );
+            for heartbeat in heartbeats {
+                let received_at = millis(heartbeat.received_at);
+                let id: i64 = sqlx::query_scalar(
+                    "INSERT INTO heartbeats (cluster, received_at_ms, payload) VALUES ($1, $2, $3) RETURNING id",
+                )
+                .bind(heartbeat.cluster.as_str())
+                .bind(received_at)
+                .bind(Json(&heartbeat.payload))
+                .fetch_one(&mut *tx)
+                .await
+                .map_err(cluster_write_error(OP, &heartbeat.cluster))?;
+                // A heartbeat that arrives after a newer one (a retried request) goes into the
+                // history but does not roll the cluster's latest state back.
+                sqlx::query(
+                    "UPDATE clusters SET last_heartbeat_at_ms = $2, capacity = COALESCE($3, capacity), \
+                     agent_version = COALESCE($4, agent_version), \
+                     kubernetes_version = COALESCE($5, kubernetes_version) \
+                     WHERE name = $1 AND (last_heartbeat_at_ms IS NULL OR last_heartbeat_at_ms <= $2)",
+                )
+                .bind(heartbeat.cluster.as_str())
+                .bind(received_at)
+                .bind(heartbeat.capacity.as_ref().map(Json))
+                .bind(heartbeat.agent_version.as_deref())
+                .bind(heartbeat.kubernetes_version.as_deref())
+                .execute(&mut *tx)
+                .await
+                .map_err(query_error(OP))?;
+                announce!(
+                    self,
+                    &mut *tx,
+                    OP,
+                    StoreChange::Heartbeat(heartbeat.cluster.clone())
+                );
+                ids.push(id);
+            }
             tx.commit().await.map_err(query_error(OP))?;
-            Ok(id)
+            Ok(ids)
         })
     }
 
