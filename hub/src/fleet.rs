@@ -14,7 +14,7 @@
 //! A reconcile reads no list over the network: the store is read at start-up (into the index)
 //! and written through; the management cluster's objects come from reflectors.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -139,12 +139,23 @@ pub struct Sources {
 /// takes a new view (policy `traffic` is planned again when it shifts).
 pub const VIEW_TTL: Duration = Duration::from_millis(250);
 
-/// The last view of the fleet (see [`Sources::view`]), and when each cluster taint without a
-/// `timeAdded` was first seen (its tolerations count from then).
+/// The last view of the fleet (see [`Sources::view`]), when each cluster taint without a
+/// `timeAdded` was first seen (its tolerations count from then), and each cluster's capacity
+/// as last read from its model.
 #[derive(Clone, Debug, Default)]
 pub struct ViewCache {
     last: Arc<Mutex<Option<CachedView>>>,
     taints_seen: Arc<Mutex<inputs::TaintsSeen>>,
+    capacities: Arc<Mutex<HashMap<String, ReadCapacity>>>,
+}
+
+/// A capacity model as stored and the capacity read from it. Comparing the model is a fraction
+/// of reading it again: a view is built several times a second while thousands of clusters
+/// heartbeat, and their capacity rarely changes.
+#[derive(Debug)]
+struct ReadCapacity {
+    model: Option<serde_json::Value>,
+    capacity: Capacity,
 }
 
 /// A view of the fleet, when it was taken and the versions of what it was taken of.
@@ -257,13 +268,27 @@ impl Sources {
         let mut fleet = Fleet::new();
         let mut taints_seen = self.cache.taints_seen.lock().unwrap_or_else(|e| e.into_inner());
         taints_seen.keep_only(&objects);
+        let mut capacities = self.cache.capacities.lock().unwrap_or_else(|e| e.into_inner());
+        let mut read = HashMap::with_capacity(names.len());
         for name in &names {
             let object = objects.get(*name).map(Arc::as_ref);
+            let record = records.get(*name).map(Arc::as_ref);
+            let model = record.and_then(|r| r.capacity.as_ref());
+            let known = capacities
+                .remove(*name)
+                .filter(|known| known.model.as_ref() == model)
+                .unwrap_or_else(|| ReadCapacity {
+                    model: model.cloned(),
+                    capacity: inputs::record_capacity(model),
+                });
             let mut cluster =
-                inputs::fleet_cluster(name, records.get(*name).map(Arc::as_ref), object, now, self.grace);
+                inputs::fleet_cluster_of(name, record, object, now, self.grace, known.capacity.clone());
             cluster.taints = inputs::cluster_taints(name, object, now, &mut taints_seen);
             fleet.insert(cluster);
+            read.insert((*name).clone(), known);
         }
+        *capacities = read;
+        drop(capacities);
         drop(taints_seen);
         let registered = records.keys().cloned().collect();
         FleetView {
@@ -292,5 +317,76 @@ impl Sources {
             previous,
             now: jiff::Timestamp::now(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use nave_api::wire;
+
+    use super::*;
+
+    fn model(cpu_millis: u64) -> serde_json::Value {
+        let node = wire::NodeCapacity {
+            name: "n1".to_owned(),
+            allocatable: wire::Resources::new(cpu_millis, 1 << 30, 110),
+            ready: true,
+            ..wire::NodeCapacity::default()
+        };
+        serde_json::to_value(wire::CapacityModel {
+            node_groups: vec![wire::NodeGroup {
+                nodes: vec![node],
+                ..wire::NodeGroup::default()
+            }],
+            ..wire::CapacityModel::default()
+        })
+        .unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_view_reads_a_cluster_s_capacity_again_only_when_its_model_changed() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = crate::store::connect(&format!("sqlite://{}", dir.path().join("hub.db").display()))
+            .await
+            .unwrap();
+        let index = Arc::new(Index::empty(store));
+        index.put_cluster(crate::index::tests::bare_record("a"));
+        let (objects, _writer) = reflector::store();
+        let sources = Sources {
+            objects,
+            objects_ready: Ready::now(),
+            index: index.clone(),
+            health: Arc::default(),
+            usage: Arc::default(),
+            grace: Duration::from_secs(40),
+            objects_version: Arc::default(),
+            cache: ViewCache::default(),
+            unplaced: Arc::default(),
+            followers: Arc::default(),
+        };
+        let capacity_in_view = || {
+            sources
+                .view()
+                .fleet
+                .get("a")
+                .expect("a in the view")
+                .capacity
+                .clone()
+        };
+        assert_eq!(capacity_in_view(), Capacity::Unknown, "no heartbeat yet");
+
+        let mut at = jiff::Timestamp::now();
+        for cpu in [1000, 1000, 4000, 4000, 1000] {
+            at += jiff::SignedDuration::from_secs(10);
+            index.heartbeat("a", at, Some(model(cpu)), None, None);
+            assert_eq!(
+                capacity_in_view(),
+                inputs::record_capacity(Some(&model(cpu))),
+                "the view after a heartbeat of {cpu}m CPU"
+            );
+        }
+        let read = sources.cache.capacities.lock().unwrap();
+        assert_eq!(read.len(), 1, "one capacity kept per cluster");
+        assert_eq!(read["a"].model, Some(model(1000)), "the model last read");
     }
 }

@@ -15,6 +15,7 @@ use nave_policies::{
     NodeSelectorOperator, NodeSelectorRequirement, NodeSelectorTerm, Origin, Policy, REGION_LABEL, Resources,
     Strategy, Taint, TaintEffect, Toleration, TolerationOperator, ZONE_LABEL,
 };
+use serde::Deserialize;
 
 use crate::store::ClusterRecord;
 
@@ -27,10 +28,27 @@ pub fn fleet_cluster(
     now: jiff::Timestamp,
     grace: Duration,
 ) -> Cluster {
-    let capacity = record
-        .and_then(|r| r.capacity.clone())
-        .and_then(|c| serde_json::from_value::<wire::CapacityModel>(c).ok())
-        .map_or(Capacity::Unknown, |m| Capacity::Known(capacity_model(&m)));
+    let capacity = record_capacity(record.and_then(|r| r.capacity.as_ref()));
+    fleet_cluster_of(name, record, object, now, grace, capacity)
+}
+
+/// The capacity a record's model (as stored) gives; `Unknown` without one or for one that cannot
+/// be read. Read in place, without copying the JSON first.
+pub fn record_capacity(model: Option<&serde_json::Value>) -> Capacity {
+    model
+        .and_then(|c| wire::CapacityModel::deserialize(c).ok())
+        .map_or(Capacity::Unknown, |m| Capacity::Known(capacity_model(&m)))
+}
+
+/// As [`fleet_cluster`], with the record's capacity already read by [`record_capacity`].
+pub fn fleet_cluster_of(
+    name: &str,
+    record: Option<&ClusterRecord>,
+    object: Option<&WorkloadCluster>,
+    now: jiff::Timestamp,
+    grace: Duration,
+    capacity: Capacity,
+) -> Cluster {
     let mut cluster = Cluster::new(name, capacity);
     let mut labels = match (object, record) {
         (Some(o), _) => o.metadata.labels.clone().unwrap_or_default(),
