@@ -13,7 +13,7 @@
 //!
 //! No API server and no pods stand behind these agents: what is measured is the hub's side of
 //! the protocol, the placement and the store. For each size `clusters x MCDs` (`NAVE_FLEET`,
-//! default `1000x10000,5000x20000`) it prints:
+//! default `1000x10000,5000x3000`) it prints:
 //!
 //! - joining: the time until every cluster is registered and has heartbeated (its
 //!   WorkloadCluster shows capacity), and the hub's CPU for it;
@@ -55,7 +55,7 @@ fn main() -> anyhow::Result<()> {
         return result;
     }
     nave_sim::install_crypto_provider();
-    let sizes = std::env::var("NAVE_FLEET").unwrap_or_else(|_| "1000x10000,5000x20000".to_owned());
+    let sizes = std::env::var("NAVE_FLEET").unwrap_or_else(|_| "1000x10000,5000x3000".to_owned());
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     println!(
         "| clusters | MCDs | joined in | hub CPU to join | idle: hub CPU | idle: hub RSS | MCDs per second | hub CPU per MCD | hub RSS | steady: hub CPU | restart: published in | restart CPU | exactly once |"
