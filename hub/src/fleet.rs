@@ -282,7 +282,7 @@ impl Sources {
                     capacity: inputs::record_capacity(model),
                 });
             let mut cluster =
-                inputs::fleet_cluster_of(name, record, object, now, self.grace, known.capacity.clone());
+                inputs::fleet_cluster(name, record, object, now, self.grace, known.capacity.clone());
             cluster.taints = inputs::cluster_taints(name, object, now, &mut taints_seen);
             fleet.insert(cluster);
             read.insert((*name).clone(), known);

@@ -1191,23 +1191,15 @@ pub(crate) mod tests {
             ..Heartbeat::default()
         };
         let grace = std::time::Duration::from_secs(40);
+        let observe = |cluster: &str, at, beat: Heartbeat| {
+            let capacity = serde_json::to_value(&beat.capacity).ok();
+            index.observe_heartbeat(cluster, at, &beat, capacity, grace)
+        };
         let t0 = jiff::Timestamp::from_second(1_800_000_000).unwrap();
         let t1 = t0 + jiff::SignedDuration::from_secs(10);
-        index.observe_heartbeat(
-            "eu-1",
-            t1,
-            &beat(50),
-            serde_json::to_value(beat(50).capacity).ok(),
-            grace,
-        );
+        observe("eu-1", t1, beat(50));
         // A retried, older heartbeat arrives last: it does not replace the newer measurement.
-        index.observe_heartbeat(
-            "eu-1",
-            t0,
-            &beat(90),
-            serde_json::to_value(beat(90).capacity).ok(),
-            grace,
-        );
+        observe("eu-1", t0, beat(90));
         let (at, usage) = index.workload_usage("eu-1", &web).expect("kept");
         assert_eq!((at, usage.used.cpu_millis), (t1, 50));
         // Measured, and none of db's pods: no pods, which is not "not measured".
@@ -1215,13 +1207,7 @@ pub(crate) mod tests {
         assert_eq!(db.map(|(_, u)| u.used.pods), Some(0));
 
         // A cluster the admin has not accepted reports nothing that is read.
-        index.observe_heartbeat(
-            "stranger",
-            t1,
-            &beat(50),
-            serde_json::to_value(beat(50).capacity).ok(),
-            grace,
-        );
+        observe("stranger", t1, beat(50));
         assert_eq!(index.workload_usage("stranger", &web), None);
 
         // However many workloads an agent sends, no more than a heartbeat may carry are kept.
@@ -1257,13 +1243,7 @@ pub(crate) mod tests {
         assert_eq!(index.workload_usage("eu-1", &web), None);
 
         // Acceptance withdrawn: what it reported before is not read either.
-        index.observe_heartbeat(
-            "eu-1",
-            t2 + jiff::SignedDuration::from_secs(20),
-            &beat(50),
-            serde_json::to_value(beat(50).capacity).ok(),
-            grace,
-        );
+        observe("eu-1", t2 + jiff::SignedDuration::from_secs(20), beat(50));
         assert!(index.workload_usage("eu-1", &web).is_some());
         index.put_cluster(ClusterRecord {
             accepted: false,

@@ -43,6 +43,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::{Registry, Unit};
+use serde::Deserialize;
 use serde_json::json;
 use tracing::warn;
 
@@ -565,7 +566,15 @@ fn cluster_registry(
         let cluster = ClusterLabels {
             cluster: record.name.clone(),
         };
-        let fleet = inputs::fleet_cluster(&record.name, Some(record), None, now, grace);
+        // Only its readiness is read: its capacity model is not.
+        let fleet = inputs::fleet_cluster(
+            &record.name,
+            Some(record),
+            None,
+            now,
+            grace,
+            nave_policies::Capacity::Unknown,
+        );
         ready.get_or_create(&cluster).set(i64::from(fleet.ready));
         if let Some(measured) = usage.get(&record.name) {
             let resource = |resource| ResourceLabels {
@@ -585,8 +594,8 @@ fn cluster_registry(
         }
         let Some(model) = record
             .capacity
-            .clone()
-            .and_then(|c| serde_json::from_value::<wire::CapacityModel>(c).ok())
+            .as_ref()
+            .and_then(|c| wire::CapacityModel::deserialize(c).ok())
         else {
             continue;
         };

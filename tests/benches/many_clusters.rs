@@ -82,10 +82,13 @@ struct Thin {
     hub: String,
     cluster: String,
     credential: String,
+    /// How often the hub asked for heartbeats when the cluster registered.
+    heartbeat_interval: Duration,
 }
 
 impl Thin {
-    /// Registers `cluster`, retrying while the hub does not answer `200`.
+    /// Registers `cluster`, retrying while the hub does not answer `200`, for at most ten
+    /// minutes (thousands register at once).
     async fn register(http: reqwest::Client, hub: String, cluster: String, token: &str) -> Thin {
         let request = RegisterRequest {
             cluster_name: cluster.clone(),
@@ -93,25 +96,27 @@ impl Thin {
             kubernetes_version: Some("v1.32.0".to_owned()),
             ..RegisterRequest::default()
         };
-        loop {
+        let what = format!("{cluster} to register");
+        let registered = nave_testkit::wait_for(&what, Duration::from_secs(600), || async {
             let answer = http
                 .post(format!("{hub}{}", wire::REGISTER_PATH))
                 .bearer_auth(token)
                 .json(&request)
                 .send()
-                .await;
-            if let Ok(answer) = answer
-                && answer.status() == 200
-                && let Ok(registered) = answer.json::<RegisterResponse>().await
-            {
-                return Thin {
-                    http,
-                    hub,
-                    cluster,
-                    credential: registered.credential,
-                };
+                .await
+                .map_err(|e| e.to_string())?;
+            match answer.status().as_u16() {
+                200 => answer.json::<RegisterResponse>().await.map_err(|e| e.to_string()),
+                status => Err(format!("answer {status}")),
             }
-            tokio::time::sleep(Duration::from_millis(500)).await;
+        })
+        .await;
+        Thin {
+            http,
+            hub,
+            cluster,
+            credential: registered.credential,
+            heartbeat_interval: Duration::from_secs(registered.heartbeat_interval_seconds.max(1)),
         }
     }
 
@@ -127,7 +132,8 @@ impl Thin {
         Some(answer.status().as_u16())
     }
 
-    /// Heartbeats every 10 s until `stop`, each a capacity of 10 idle nodes.
+    /// Heartbeats at the interval the hub asked for until `stop`, each a capacity of 10 idle
+    /// nodes.
     async fn heartbeats(self, stop: CancellationToken) {
         let beat = Heartbeat {
             cluster_name: Some(self.cluster.clone()),
@@ -136,12 +142,14 @@ impl Thin {
             capacity: idle_capacity(&self.cluster, 10, 16_000),
             ..Heartbeat::default()
         };
+        let mut every = tokio::time::interval(self.heartbeat_interval);
+        every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
-            let _ = self.post(wire::HEARTBEAT_PATH, &beat).await;
             tokio::select! {
                 () = stop.cancelled() => return,
-                () = tokio::time::sleep(Duration::from_secs(10)) => {}
+                _ = every.tick() => {}
             }
+            let _ = self.post(wire::HEARTBEAT_PATH, &beat).await;
         }
     }
 
@@ -151,6 +159,10 @@ impl Thin {
         let mut after: Option<u64> = None;
         let mut last: Option<StatusReport> = None;
         let mut reports = 0_u64;
+        // A poll that failed is tried again at most once a second: a hub that is restarting
+        // refuses at once.
+        let mut retries = tokio::time::interval(Duration::from_secs(1));
+        retries.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             let query = WorkQuery {
                 after,
@@ -171,8 +183,10 @@ impl Thin {
                 Ok(answer) if answer.status() == 200 => answer.json::<WorkSet>().await.ok(),
                 Ok(answer) if answer.status() == 204 => None,
                 _ => {
-                    tokio::time::sleep(Duration::from_secs(1)).await;
-                    continue;
+                    tokio::select! {
+                        () = stop.cancelled() => return,
+                        _ = retries.tick() => continue,
+                    }
                 }
             };
             let mut report = match &set {
@@ -334,11 +348,9 @@ async fn run(clusters: usize, mcds: usize) -> anyhow::Result<()> {
     let steady = share_over_span(hub_pid).await?;
 
     // The hub killed and started again.
-    let republished = fleet
+    let (republished, restart_cpu) = fleet
         .restart_hub_until_published(0, Duration::from_secs(1800))
         .await?;
-    let new_hub = fleet.hub(0).expect("the hub runs again").pid();
-    let restart_cpu = cpu_seconds(&new_hub.to_string())?;
     // Every agent has fetched its cluster's current set: a hub that moved replicas on its
     // restart wrote new revisions.
     let store = sqlx::SqlitePool::connect(&fleet.database_url()).await?;

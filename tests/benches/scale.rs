@@ -202,11 +202,9 @@ async fn run(clusters: usize, mcds: usize) -> anyhow::Result<String> {
     .await;
 
     // The hub killed and started again: the first pass over every MCD, then the sets published.
-    let republished = fleet
+    let (republished, restart_cpu) = fleet
         .restart_hub_until_published(0, Duration::from_secs(1800))
         .await?;
-    let new_hub = fleet.hub(0).expect("the hub runs again").pid();
-    let restart_cpu = cpu_seconds(&new_hub.to_string())?;
     // Every agent has applied the set it now has: a hub that moved replicas on its restart
     // wrote new revisions, and their pods would be in the clusters by then.
     let store = sqlx::SqlitePool::connect(&fleet.database_url()).await?;

@@ -495,7 +495,7 @@ impl ProcessFleet {
 
     /// How many times hub replica `i`'s log (since it last started) says it published every
     /// workload's objects.
-    pub fn published_lines(&self, i: usize) -> usize {
+    fn published_lines(&self, i: usize) -> usize {
         self.hubs[i]
             .as_ref()
             .and_then(|hub| std::fs::read_to_string(&hub.log).ok())
@@ -505,27 +505,27 @@ impl ProcessFleet {
     }
 
     /// Kills hub replica `i` (SIGKILL), starts it again and waits until it has published every
-    /// workload's objects once more: the time that took.
+    /// workload's objects once more: the time that took, and the new hub's CPU seconds by then.
     pub async fn restart_hub_until_published(
         &mut self,
         i: usize,
         within: Duration,
-    ) -> anyhow::Result<Duration> {
+    ) -> anyhow::Result<(Duration, f64)> {
         let before = self.published_lines(i);
         if let Some(hub) = self.hub(i) {
             hub.kill();
         }
         let restarting = std::time::Instant::now();
         self.start_hub(i)?;
-        Ok(
-            nave_testkit::wait_for("the restarted hub to publish", within, || async {
-                match self.published_lines(i) {
-                    n if n > before => Ok(restarting.elapsed()),
-                    n => Err(format!("published {n} time(s) in all, as before the restart")),
-                }
-            })
-            .await,
-        )
+        let took = nave_testkit::wait_for("the restarted hub to publish", within, || async {
+            match self.published_lines(i) {
+                n if n > before => Ok(restarting.elapsed()),
+                n => Err(format!("published {n} time(s) in all, as before the restart")),
+            }
+        })
+        .await;
+        let hub = self.hub(i).context("the restarted hub")?.pid();
+        Ok((took, cpu_seconds(&hub.to_string())?))
     }
 
     /// The address hub replica `i` listens on (the agents reach it through a proxy).
@@ -703,7 +703,7 @@ pub struct AvailableWatch {
     /// When each became Available, by name.
     pub at: Arc<Mutex<HashMap<String, std::time::Instant>>>,
     /// How many have.
-    pub count: tokio::sync::watch::Receiver<usize>,
+    count: tokio::sync::watch::Receiver<usize>,
     task: tokio::task::JoinHandle<()>,
 }
 

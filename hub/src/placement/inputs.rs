@@ -19,19 +19,6 @@ use serde::Deserialize;
 
 use crate::store::ClusterRecord;
 
-/// A placement cluster from the store's record (agent-reported capacity, last heartbeat) and the
-/// WorkloadCluster object (labels, cordon, burst-only), either of which may be missing.
-pub fn fleet_cluster(
-    name: &str,
-    record: Option<&ClusterRecord>,
-    object: Option<&WorkloadCluster>,
-    now: jiff::Timestamp,
-    grace: Duration,
-) -> Cluster {
-    let capacity = record_capacity(record.and_then(|r| r.capacity.as_ref()));
-    fleet_cluster_of(name, record, object, now, grace, capacity)
-}
-
 /// The capacity a record's model (as stored) gives; `Unknown` without one or for one that cannot
 /// be read. Read in place, without copying the JSON first.
 pub fn record_capacity(model: Option<&serde_json::Value>) -> Capacity {
@@ -40,8 +27,10 @@ pub fn record_capacity(model: Option<&serde_json::Value>) -> Capacity {
         .map_or(Capacity::Unknown, |m| Capacity::Known(capacity_model(&m)))
 }
 
-/// As [`fleet_cluster`], with the record's capacity already read by [`record_capacity`].
-pub fn fleet_cluster_of(
+/// A placement cluster from the store's record (agent-reported capacity, last heartbeat) and the
+/// WorkloadCluster object (labels, cordon, burst-only), either of which may be missing, with the
+/// record's capacity model as [`record_capacity`] reads it.
+pub fn fleet_cluster(
     name: &str,
     record: Option<&ClusterRecord>,
     object: Option<&WorkloadCluster>,
