@@ -43,21 +43,37 @@ use crate::placement::{Pending, Reports};
 use crate::render::ClusterWork;
 use crate::store::{ClusterRecord, PlacementRecord, Store, WorkStatus, WorkWrite};
 
-/// A workload's placement as stored, with its decision read.
+/// A workload's placement as stored: what the next plan of it reads. Only the decision itself
+/// is kept, not its words (the explanation, each named cluster's line): no plan reads them, the
+/// REST API reads them from the store, and they were most of what a kept placement weighed.
 #[derive(Debug)]
 pub struct KeptPlacement {
-    /// The row.
-    pub record: PlacementRecord,
-    /// Its decision.
+    /// The uid of the MCD it was made for.
+    pub uid: String,
+    /// The generation of the newest write.
+    pub generation: i64,
+    /// Its decision, without its words.
     pub decision: StoredDecision,
 }
 
 impl KeptPlacement {
-    /// The row, its decision read.
-    pub fn new(record: PlacementRecord) -> KeptPlacement {
+    /// The row, its decision read and its words left out.
+    pub fn new(record: &PlacementRecord) -> KeptPlacement {
+        KeptPlacement::of(
+            record.uid.clone(),
+            record.generation,
+            StoredDecision::from_json(&record.decision),
+        )
+    }
+
+    /// `decision`, its words left out.
+    pub fn of(uid: String, generation: i64, mut decision: StoredDecision) -> KeptPlacement {
+        decision.explanation = String::new();
+        decision.clusters = BTreeMap::new();
         KeptPlacement {
-            decision: StoredDecision::from_json(&record.decision),
-            record,
+            uid,
+            generation,
+            decision,
         }
     }
 }
@@ -229,7 +245,7 @@ impl Index {
                 .map(|p: PlacementRecord| {
                     (
                         WorkloadRef::new(&p.namespace, &p.name),
-                        Arc::new(KeptPlacement::new(p)),
+                        Arc::new(KeptPlacement::new(&p)),
                     )
                 })
                 .collect();
@@ -614,7 +630,7 @@ impl Index {
     /// forgets it.
     pub fn refresh_placement(&self, workload: &WorkloadRef, placement: Option<&PlacementRecord>) {
         self.touch_workload(workload);
-        let kept = placement.map(|p| Arc::new(KeptPlacement::new(p.clone())));
+        let kept = placement.map(|p| Arc::new(KeptPlacement::new(p)));
         let mut bookings = self.bookings.write().unwrap_or_else(|e| e.into_inner());
         match &kept {
             Some(p) => bookings.insert(workload.clone(), Booking::of_stored(&p.decision)),
@@ -872,7 +888,7 @@ impl WorkSets {
         cluster: &str,
         workload: &WorkloadRef,
     ) -> Result<Option<Value>, Error> {
-        Ok(self.load(cluster).await?.deployment(workload).cloned())
+        Ok(self.load(cluster).await?.deployment(workload))
     }
 
     /// Every object `workload` contributes to `cluster`'s set, as last rendered.
@@ -1122,7 +1138,43 @@ pub(crate) mod tests {
         }
     }
 
-    /// A registered cluster that has not heartbeated.
+    #[test]
+    fn a_kept_placement_is_the_stored_decision_without_its_words() {
+        let decision = serde_json::json!({
+            "strategy": "worst-fit",
+            "replicas": 4,
+            "assignment": {"eu-1": 3, "us-1": 1},
+            "unplaced": 0,
+            "demand": {"cpuMillis": 250, "memoryBytes": 1024},
+            "explanation": "worst-fit: 4 replica(s) asked, 4 placed on 2 cluster(s)",
+            "clusters": {"eu-1": "eu-1: given 3", "us-1": "us-1: given 1"},
+            "moving": {"held": {"ap-1": 1}, "to": {"us-1": 1}, "since": "2026-01-01T00:00:00Z"},
+        });
+        let record = PlacementRecord {
+            namespace: "shop".into(),
+            name: "web".into(),
+            uid: "uid-1".into(),
+            generation: 3,
+            decision: decision.clone(),
+            updated_at: jiff::Timestamp::UNIX_EPOCH,
+        };
+        let kept = KeptPlacement::new(&record);
+        assert!(
+            kept.decision.explanation.is_empty() && kept.decision.clusters.is_empty(),
+            "expected the words left out, kept {:?} and {:?}",
+            kept.decision.explanation,
+            kept.decision.clusters
+        );
+        let read = StoredDecision::from_json(&decision);
+        assert!(
+            kept.decision.same_but_prose(&read),
+            "expected the same decision as the row's, kept {:?}, the row {read:?}",
+            kept.decision
+        );
+        assert_eq!(kept.decision.dispatched(), read.dispatched());
+        assert_eq!((kept.uid.as_str(), kept.generation), ("uid-1", 3));
+    }
+
     /// A registered, accepted cluster that has not heartbeated yet.
     pub(crate) fn bare_record(name: &str) -> ClusterRecord {
         ClusterRecord {

@@ -604,6 +604,32 @@ pub fn merge_work(current: &[Value], workload: &WorkloadRef, objects: Vec<Value>
 /// The key of an object in a set: kind, namespace, name.
 pub type Key = (String, String, String);
 
+/// An object of a work set as the hub keeps it between writes: its JSON text. Parsed, a small
+/// Deployment weighs about twenty times its text (each JSON object a tree node of some 600
+/// bytes, however few its members), and a set's objects are read as values only when they are
+/// written, loaded or looked into.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Kept(Box<str>);
+
+impl Kept {
+    fn of(object: &Value) -> Kept {
+        Kept(object.to_string().into_boxed_str())
+    }
+
+    /// The object again. The text was written from a value, so it reads back; `Null` stands for
+    /// the impossible case instead of a panic.
+    fn value(&self) -> Value {
+        serde_json::from_str(&self.0).unwrap_or(Value::Null)
+    }
+}
+
+/// `object` as a set sends it: labelled with its `users`, the workloads that contribute it.
+fn labelled(object: &Kept, users: &BTreeSet<String>) -> Value {
+    let mut object = object.value();
+    set_contributors(&mut object, users);
+    object
+}
+
 /// One cluster's work set as the hub keeps it between writes: by object, with which workloads
 /// contribute each, so replacing one workload's objects costs those objects rather than the whole
 /// set (as [`merge_work`] does, which it equals).
@@ -611,7 +637,7 @@ pub type Key = (String, String, String);
 pub struct ClusterWork {
     /// Every object but the Namespaces (derived), its content as last rendered, and the
     /// workloads ([`WorkloadRef::label_value`]) that contribute it.
-    objects: BTreeMap<Key, (Value, BTreeSet<String>)>,
+    objects: BTreeMap<Key, (Kept, BTreeSet<String>)>,
     /// The keys each workload contributes.
     by_workload: HashMap<String, BTreeSet<Key>>,
     /// How many objects each namespace holds (the set's Namespaces are derived from it).
@@ -644,7 +670,7 @@ impl ClusterWork {
             if !key.1.is_empty() {
                 *work.namespaces.entry(key.1.clone()).or_default() += 1;
             }
-            work.objects.insert(key, (object.clone(), users));
+            work.objects.insert(key, (Kept::of(object), users));
         }
         work
     }
@@ -711,14 +737,16 @@ impl ClusterWork {
     /// last of them stops contributing it.
     pub fn replace(&mut self, workload: &WorkloadRef, objects: Vec<Value>) -> bool {
         let me = workload.label_value();
-        let new: BTreeMap<Key, Value> = objects
-            .into_iter()
+        let new: BTreeMap<Key, Kept> = objects
+            .iter()
             .filter(|o| o["kind"] != "Namespace")
-            .map(|o| (object_key(&o), o))
+            .map(|o| (object_key(o), Kept::of(o)))
             .collect();
         let before = self.by_workload.remove(&me).unwrap_or_default();
         let affected: BTreeSet<Key> = before.iter().chain(new.keys()).cloned().collect();
-        let was: Vec<Option<Value>> = affected.iter().map(|k| self.rendered(k)).collect();
+        // An object is sent as its content labelled with its contributors (see `rendered`).
+        let was: Vec<Option<(Kept, BTreeSet<String>)>> =
+            affected.iter().map(|k| self.objects.get(k).cloned()).collect();
         for key in before.iter().filter(|k| !new.contains_key(*k)) {
             if let Some((_, users)) = self.objects.get_mut(key) {
                 users.remove(&me);
@@ -736,7 +764,7 @@ impl ClusterWork {
             let entry = self
                 .objects
                 .entry(key)
-                .or_insert_with(|| (Value::Null, BTreeSet::new()));
+                .or_insert_with(|| (Kept(Box::from("null")), BTreeSet::new()));
             entry.0 = object;
             entry.1.insert(me.clone());
         }
@@ -745,7 +773,14 @@ impl ClusterWork {
         }
         let mut changed = false;
         for (key, was) in affected.into_iter().zip(was) {
-            if self.rendered(&key) != was {
+            let now = self.objects.get(&key);
+            // The same content and contributors send the same object; other content may too
+            // (a shared object's content as another contributor rendered it).
+            let differs = match (now, &was) {
+                (Some(now), Some(was)) => now != was && labelled(&now.0, &now.1) != labelled(&was.0, &was.1),
+                (now, was) => now.is_some() != was.is_some(),
+            };
+            if differs {
                 self.unwritten.insert(key);
                 changed = true;
             }
@@ -810,24 +845,22 @@ impl ClusterWork {
             .get(&workload.label_value())
             .into_iter()
             .flatten()
-            .filter_map(|key| self.objects.get(key).map(|(object, _)| object.clone()))
+            .filter_map(|key| self.objects.get(key).map(|(object, _)| object.value()))
             .collect()
     }
 
     /// The Deployment (or StatefulSet) `workload` contributes to the set, as last rendered.
-    pub fn deployment(&self, workload: &WorkloadRef) -> Option<&Value> {
+    pub fn deployment(&self, workload: &WorkloadRef) -> Option<Value> {
         ["Deployment", "StatefulSet"].into_iter().find_map(|kind| {
             let key = (kind.to_owned(), workload.namespace.clone(), workload.name.clone());
-            self.objects.get(&key).map(|(object, _)| object)
+            self.objects.get(&key).map(|(object, _)| object.value())
         })
     }
 
     /// The object of `key` as it is sent: labelled with its contributors.
     fn rendered(&self, key: &Key) -> Option<Value> {
         let (object, users) = self.objects.get(key)?;
-        let mut object = object.clone();
-        set_contributors(&mut object, users);
-        Some(object)
+        Some(labelled(object, users))
     }
 
     /// The set as it is stored and sent: every object labelled with its contributors, and the

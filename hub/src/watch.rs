@@ -126,7 +126,8 @@ pub fn start(
         watcher::watcher(
             Api::<WorkloadCluster>::all(client.clone()),
             watcher::Config::default(),
-        ),
+        )
+        .modify(crate::controller::forget_unread),
     )
     .default_backoff();
     let service_events = reflector::reflector(
@@ -134,7 +135,8 @@ pub fn start(
         watcher::watcher(
             Api::<MultiClusterService>::all(client),
             watcher::Config::default(),
-        ),
+        )
+        .modify(crate::controller::forget_unread),
     )
     .default_backoff();
     let run = async move {

@@ -234,14 +234,10 @@ async fn apply(mcd: Arc<MultiClusterDeployment>, ctx: &Context) -> Result<Action
 
     // Gather: everything is in memory, this workload's stored placement included.
     ctx.watched.ready().await?;
-    let kept = ctx
-        .sources
-        .index
-        .placement(&workload)
-        .filter(|p| p.record.uid == uid);
+    let kept = ctx.sources.index.placement(&workload).filter(|p| p.uid == uid);
     let previous = kept.as_ref().map(|p| Previous {
         decision: p.decision.clone(),
-        generation: p.record.generation,
+        generation: p.generation,
     });
     // Gather, plan and book under the planning lock, so that workloads reconciled at once do not
     // read the ledger before each other's bookings and are not given the same room. All three
@@ -306,7 +302,7 @@ async fn apply(mcd: Arc<MultiClusterDeployment>, ctx: &Context) -> Result<Action
     // then the status.
     let unchanged = kept
         .as_ref()
-        .is_some_and(|p| p.record.generation == generation && p.decision.same_but_prose(&planned.stored));
+        .is_some_and(|p| p.generation == generation && p.decision.same_but_prose(&planned.stored));
     let written = if unchanged {
         crate::store::PlacementWrite {
             changed: false,
@@ -325,20 +321,13 @@ async fn apply(mcd: Arc<MultiClusterDeployment>, ctx: &Context) -> Result<Action
         };
         match ctx.store.put_placement(&update).await {
             Ok(written) => {
-                let record = crate::store::PlacementRecord {
-                    namespace: update.namespace,
-                    name: update.name,
-                    uid: update.uid,
-                    generation: update.generation,
-                    decision: update.decision,
-                    updated_at: update.at,
-                };
                 ctx.sources.index.keep_placement(
                     &workload,
-                    Some(Arc::new(crate::index::KeptPlacement {
-                        record,
-                        decision: planned.stored.clone(),
-                    })),
+                    Some(Arc::new(crate::index::KeptPlacement::of(
+                        update.uid,
+                        update.generation,
+                        planned.stored.clone(),
+                    ))),
                 );
                 written
             }
@@ -779,7 +768,7 @@ fn unheard_for_layout(mcd: &MultiClusterDeployment, ctx: &Context) -> Vec<String
         .sources
         .index
         .placement(&workload)
-        .is_some_and(|p| p.record.uid == uid && !p.decision.ordinals.is_empty());
+        .is_some_and(|p| p.uid == uid && !p.decision.ordinals.is_empty());
     if laid_out {
         return Vec::new();
     }
