@@ -149,13 +149,23 @@ pub struct ViewCache {
     capacities: Arc<Mutex<HashMap<String, ReadCapacity>>>,
 }
 
-/// A capacity model as stored and the capacity read from it. Comparing the model is a fraction
-/// of reading it again: a view is built several times a second while thousands of clusters
-/// heartbeat, and their capacity rarely changes.
+/// A capacity model as stored and the capacity read from it. A view is built several times a
+/// second while thousands of clusters heartbeat, and their capacity rarely changes: the model is
+/// read again only when it is another one, which its address nearly always tells (a heartbeat
+/// carrying the same model keeps the one held), its content otherwise.
 #[derive(Debug)]
 struct ReadCapacity {
-    model: Option<serde_json::Value>,
+    model: Option<Arc<serde_json::Value>>,
     capacity: Capacity,
+}
+
+impl ReadCapacity {
+    fn reads(&self, model: Option<&Arc<serde_json::Value>>) -> bool {
+        match (&self.model, model) {
+            (Some(read), Some(model)) => Arc::ptr_eq(read, model) || read == model,
+            (read, model) => read.is_none() && model.is_none(),
+        }
+    }
 }
 
 /// A view of the fleet, when it was taken and the versions of what it was taken of.
@@ -276,10 +286,10 @@ impl Sources {
             let model = record.and_then(|r| r.capacity.as_ref());
             let known = capacities
                 .remove(*name)
-                .filter(|known| known.model.as_ref() == model)
+                .filter(|known| known.reads(model))
                 .unwrap_or_else(|| ReadCapacity {
                     model: model.cloned(),
-                    capacity: inputs::record_capacity(model),
+                    capacity: inputs::record_capacity(model.map(Arc::as_ref)),
                 });
             let mut cluster =
                 inputs::fleet_cluster(name, record, object, now, self.grace, known.capacity.clone());
@@ -385,8 +395,34 @@ mod tests {
                 "the view after a heartbeat of {cpu}m CPU"
             );
         }
+        let held = || {
+            index
+                .cluster("a")
+                .and_then(|r| r.capacity.clone())
+                .expect("a's capacity")
+        };
+        let before = held();
+        index.heartbeat(
+            "a",
+            at + jiff::SignedDuration::from_secs(10),
+            Some(model(1000)),
+            None,
+            None,
+        );
+        assert!(
+            Arc::ptr_eq(&before, &held()),
+            "expected a heartbeat carrying the same model to keep the one held, saw another"
+        );
         let read = sources.cache.capacities.lock().unwrap();
         assert_eq!(read.len(), 1, "one capacity kept per cluster");
-        assert_eq!(read["a"].model, Some(model(1000)), "the model last read");
+        assert_eq!(
+            read["a"].model.as_deref(),
+            Some(&model(1000)),
+            "the model last read"
+        );
+        assert!(
+            read["a"].model.as_ref().is_some_and(|m| Arc::ptr_eq(m, &before)),
+            "expected the view to share the model the index holds, not a copy"
+        );
     }
 }

@@ -382,8 +382,10 @@ impl Index {
         record.last_heartbeat_at = Some(at);
         let mut changed = first;
         let counts = capacity.is_some();
-        if capacity.is_some() && capacity != record.capacity {
-            record.capacity = capacity;
+        if let Some(capacity) = capacity
+            && record.capacity.as_deref() != Some(&capacity)
+        {
+            record.capacity = Some(Arc::new(capacity));
             changed = true;
         }
         if agent_version.is_some() && agent_version != record.agent_version {
@@ -531,7 +533,7 @@ impl Index {
         grace: std::time::Duration,
     ) -> Observed {
         let before = self.cluster(cluster);
-        let capacity_changed = before.as_ref().and_then(|c| c.capacity.as_ref()) != capacity.as_ref();
+        let capacity_changed = before.as_ref().and_then(|c| c.capacity.as_deref()) != capacity.as_ref();
         let was_ready = before
             .as_ref()
             .and_then(|c| c.last_heartbeat_at)

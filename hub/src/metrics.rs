@@ -594,7 +594,7 @@ fn cluster_registry(
         }
         let Some(model) = record
             .capacity
-            .as_ref()
+            .as_deref()
             .and_then(|c| wire::CapacityModel::deserialize(c).ok())
         else {
             continue;

@@ -1037,8 +1037,8 @@ mod cases {
             .expect("get a")
             .expect("a registered");
         assert_eq!(
-            (cluster.last_heartbeat_at, cluster.capacity),
-            (Some(t(20)), Some(json!({"cpu": 3}))),
+            (cluster.last_heartbeat_at, cluster.capacity.as_deref()),
+            (Some(t(20)), Some(&json!({"cpu": 3}))),
             "a's latest state from its newest heartbeat, not the last written"
         );
         assert_eq!(
@@ -1112,8 +1112,8 @@ mod cases {
             .expect("a registered");
         assert_eq!(cluster.last_heartbeat_at, Some(t(40)));
         assert_eq!(
-            cluster.capacity,
-            Some(json!({"cpu": 104})),
+            cluster.capacity.as_deref(),
+            Some(&json!({"cpu": 104})),
             "capacity from the newest heartbeat"
         );
         assert_eq!(
@@ -1140,10 +1140,10 @@ mod cases {
         assert_eq!(
             (
                 cluster.last_heartbeat_at,
-                cluster.capacity,
+                cluster.capacity.as_deref(),
                 cluster.agent_version.as_deref()
             ),
-            (Some(t(50)), Some(json!({"cpu": 105})), Some("0.2.0"))
+            (Some(t(50)), Some(&json!({"cpu": 105})), Some("0.2.0"))
         );
 
         // a: 0, 5, 10, 20, 30, 40, 50; b: 0, 10, 20. Keep the newest 2 of each, or from t(30) on.

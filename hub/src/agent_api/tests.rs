@@ -200,7 +200,7 @@ async fn a_new_cluster_from_the_fleet_token_waits_for_acceptance_and_selects_not
         None,
         jiff::Timestamp::now(),
         Duration::from_secs(30),
-        crate::placement::inputs::record_capacity(record.capacity.as_ref()),
+        crate::placement::inputs::record_capacity(record.capacity.as_deref()),
     );
     assert!(cluster.unaccepted, "placement sees it as not accepted");
     // It may report (so an admin sees what it claims) but gets no work, no peers to probe, and

@@ -24,11 +24,13 @@ fn record(name: &str, age: Option<Duration>, capacity: Option<CapacityTotals>) -
         kubernetes_version: None,
         last_heartbeat_at: age.map(|a| now() - jiff::SignedDuration::try_from(a).unwrap()),
         capacity: capacity.map(|totals| {
-            serde_json::to_value(CapacityModel {
-                node_groups: Vec::new(),
-                totals,
-            })
-            .unwrap()
+            std::sync::Arc::new(
+                serde_json::to_value(CapacityModel {
+                    node_groups: Vec::new(),
+                    totals,
+                })
+                .unwrap(),
+            )
         }),
         cordoned: false,
         burst_only: false,

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use axum::extract::State;
 use nave_api::WorkloadCluster;
 use nave_api::wire::{self, LatencySample};
-use serde::Serialize;
+use serde::{Deserialize as _, Serialize};
 use tracing::instrument;
 use utoipa::ToSchema;
 
@@ -193,7 +193,7 @@ fn percent(part: u64, whole: u64) -> Option<f64> {
 }
 
 fn capacity(record: Option<&ClusterRecord>) -> Option<wire::CapacityModel> {
-    serde_json::from_value(record?.capacity.clone()?).ok()
+    wire::CapacityModel::deserialize(record?.capacity.as_deref()?).ok()
 }
 
 fn assigned(placements: &[PlacementRecord], cluster: &str) -> AssignedView {

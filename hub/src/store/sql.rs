@@ -1508,7 +1508,7 @@ impl ClusterRow {
             agent_version: self.agent_version,
             kubernetes_version: self.kubernetes_version,
             last_heartbeat_at: opt_timestamp(op, "last_heartbeat_at", self.last_heartbeat_at_ms)?,
-            capacity: self.capacity.map(|c| c.0),
+            capacity: self.capacity.map(|c| std::sync::Arc::new(c.0)),
             cordoned: self.cordoned,
             burst_only: self.burst_only,
             accepted: self.accepted,

@@ -80,8 +80,10 @@ pub struct ClusterRecord {
     pub kubernetes_version: Option<String>,
     /// When the newest heartbeat was received; `None` before the first one.
     pub last_heartbeat_at: Option<Timestamp>,
-    /// The capacity model from the newest heartbeat that carried one.
-    pub capacity: Option<Value>,
+    /// The capacity model from the newest heartbeat that carried one. Shared: a heartbeat that
+    /// carries the same model keeps this one, so whoever holds it can tell a changed model by
+    /// its address alone (see [`std::sync::Arc::ptr_eq`]).
+    pub capacity: Option<std::sync::Arc<Value>>,
     /// Cordoned, as last seen.
     pub cordoned: bool,
     /// Burst-only, as last seen.
