@@ -29,21 +29,6 @@ pub mod removal;
 
 pub use self::context::Context;
 
-/// The last-applied annotation `kubectl apply` writes: the whole object again, as JSON.
-const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
-
-/// Drops from an object the hub keeps in a reflector what no part of the hub reads: its
-/// `managedFields` (each writer's field set, several times the size of a small MCD's spec) and
-/// `kubectl apply`'s copy of the object in its last-applied annotation. The hub writes its
-/// objects with patches only, so what it keeps is never written back.
-pub(crate) fn forget_unread<K: kube::Resource>(object: &mut K) {
-    let meta = object.meta_mut();
-    meta.managed_fields = None;
-    if let Some(annotations) = meta.annotations.as_mut() {
-        annotations.remove(LAST_APPLIED);
-    }
-}
-
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -99,7 +84,7 @@ pub async fn run(ctx: Arc<Context>, triggered: Triggered, shutdown: Cancellation
     let (reader, writer) = kube::runtime::reflector::store();
     let changes = watcher(mcds, watcher::Config::default())
         .default_backoff()
-        .modify(forget_unread)
+        .modify(crate::watch::forget_unread)
         .reflect(writer)
         .applied_objects()
         .predicate_filter(what_a_plan_reads, Default::default());
@@ -275,7 +260,7 @@ where
     // Its own status writes are not a reason to reconcile (see `what_a_plan_reads`).
     let changes = watcher(api, watcher::Config::default())
         .default_backoff()
-        .modify(forget_unread)
+        .modify(crate::watch::forget_unread)
         .reflect(writer)
         .applied_objects()
         .predicate_filter(
@@ -510,51 +495,4 @@ fn referring<K: kube::Resource>(
         })
         .map(|mcd| ObjectRef::from_obj(mcd.as_ref()))
         .collect()
-}
-
-#[cfg(test)]
-mod tests {
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry;
-    use nave_api::MultiClusterDeploymentSpec;
-
-    use super::*;
-
-    #[test]
-    fn what_the_hub_keeps_of_an_object_leaves_out_managed_fields_and_the_last_applied_copy() {
-        let spec: MultiClusterDeploymentSpec = serde_json::from_value(serde_json::json!({
-            "replicas": 2,
-            "template": {"spec": {
-                "selector": {"matchLabels": {"app": "web"}},
-                "template": {
-                    "metadata": {"labels": {"app": "web"}},
-                    "spec": {"containers": [{"name": "web", "image": "nginx:1.27"}]}
-                }
-            }},
-        }))
-        .expect("a spec");
-        let mut mcd = MultiClusterDeployment::new("web", spec);
-        mcd.metadata.annotations = Some(
-            [
-                (
-                    LAST_APPLIED.to_owned(),
-                    r#"{"kind":"MultiClusterDeployment"}"#.to_owned(),
-                ),
-                ("team".to_owned(), "shop".to_owned()),
-            ]
-            .into(),
-        );
-        mcd.metadata.managed_fields = Some(vec![ManagedFieldsEntry {
-            manager: Some("kubectl".into()),
-            ..ManagedFieldsEntry::default()
-        }]);
-        let before = mcd.clone();
-        forget_unread(&mut mcd);
-        assert_eq!(mcd.metadata.managed_fields, None, "expected no managedFields");
-        assert_eq!(
-            mcd.metadata.annotations,
-            Some([("team".to_owned(), "shop".to_owned())].into()),
-            "expected the other annotations kept and the last-applied one gone"
-        );
-        assert_eq!(mcd.spec, before.spec, "expected the spec untouched");
-    }
 }

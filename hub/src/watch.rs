@@ -100,6 +100,21 @@ impl Watched {
     }
 }
 
+/// The last-applied annotation `kubectl apply` writes: the whole object again, as JSON.
+pub(crate) const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
+/// Drops from an object the hub keeps in a reflector what no part of the hub reads: its
+/// `managedFields` (each writer's field set, several times the size of a small MCD's spec) and
+/// `kubectl apply`'s copy of the object in its last-applied annotation. The hub writes its
+/// objects with patches only, so what it keeps is never written back.
+pub(crate) fn forget_unread<K: kube::Resource>(object: &mut K) {
+    let meta = object.meta_mut();
+    meta.managed_fields = None;
+    if let Some(annotations) = meta.annotations.as_mut() {
+        annotations.remove(LAST_APPLIED);
+    }
+}
+
 /// Starts both reflectors; the returned future runs them until `shutdown` and asks `trigger` for
 /// the reconciles their changes need.
 pub fn start(
@@ -127,7 +142,7 @@ pub fn start(
             Api::<WorkloadCluster>::all(client.clone()),
             watcher::Config::default(),
         )
-        .modify(crate::controller::forget_unread),
+        .modify(forget_unread),
     )
     .default_backoff();
     let service_events = reflector::reflector(
@@ -136,7 +151,7 @@ pub fn start(
             Api::<MultiClusterService>::all(client),
             watcher::Config::default(),
         )
-        .modify(crate::controller::forget_unread),
+        .modify(forget_unread),
     )
     .default_backoff();
     let run = async move {
@@ -233,8 +248,8 @@ impl ClusterEdits {
 
 #[cfg(test)]
 mod tests {
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-    use nave_api::WorkloadClusterSpec;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, Time};
+    use nave_api::{MultiClusterDeployment, MultiClusterDeploymentSpec, WorkloadClusterSpec};
 
     use super::*;
 
@@ -302,5 +317,44 @@ mod tests {
             !edits.changed(&Event::Delete(wcl("ap-1", 1, "a"))),
             "one never seen"
         );
+    }
+
+    #[test]
+    fn what_the_hub_keeps_of_an_object_leaves_out_managed_fields_and_the_last_applied_copy() {
+        let spec: MultiClusterDeploymentSpec = serde_json::from_value(serde_json::json!({
+            "replicas": 2,
+            "template": {"spec": {
+                "selector": {"matchLabels": {"app": "web"}},
+                "template": {
+                    "metadata": {"labels": {"app": "web"}},
+                    "spec": {"containers": [{"name": "web", "image": "nginx:1.27"}]}
+                }
+            }},
+        }))
+        .expect("a spec");
+        let mut mcd = MultiClusterDeployment::new("web", spec);
+        mcd.metadata.annotations = Some(
+            [
+                (
+                    LAST_APPLIED.to_owned(),
+                    r#"{"kind":"MultiClusterDeployment"}"#.to_owned(),
+                ),
+                ("team".to_owned(), "shop".to_owned()),
+            ]
+            .into(),
+        );
+        mcd.metadata.managed_fields = Some(vec![ManagedFieldsEntry {
+            manager: Some("kubectl".into()),
+            ..ManagedFieldsEntry::default()
+        }]);
+        let before = mcd.clone();
+        forget_unread(&mut mcd);
+        assert_eq!(mcd.metadata.managed_fields, None, "expected no managedFields");
+        assert_eq!(
+            mcd.metadata.annotations,
+            Some([("team".to_owned(), "shop".to_owned())].into()),
+            "expected the other annotations kept and the last-applied one gone"
+        );
+        assert_eq!(mcd.spec, before.spec, "expected the spec untouched");
     }
 }
