@@ -1142,16 +1142,7 @@ pub(crate) mod tests {
 
     #[test]
     fn a_kept_placement_is_the_stored_decision_without_its_words() {
-        let decision = serde_json::json!({
-            "strategy": "worst-fit",
-            "replicas": 4,
-            "assignment": {"eu-1": 3, "us-1": 1},
-            "unplaced": 0,
-            "demand": {"cpuMillis": 250, "memoryBytes": 1024},
-            "explanation": "worst-fit: 4 replica(s) asked, 4 placed on 2 cluster(s)",
-            "clusters": {"eu-1": "eu-1: given 3", "us-1": "us-1: given 1"},
-            "moving": {"held": {"ap-1": 1}, "to": {"us-1": 1}, "since": "2026-01-01T00:00:00Z"},
-        });
+        let decision = crate::placement::stored::tests::full_row();
         let record = PlacementRecord {
             namespace: "shop".into(),
             name: "web".into(),

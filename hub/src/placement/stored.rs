@@ -197,13 +197,13 @@ impl StoredDecision {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use serde_json::json;
 
     use super::*;
 
     /// A row as earlier hubs wrote it, with every member set.
-    fn full_row() -> Value {
+    pub(crate) fn full_row() -> Value {
         json!({
             "strategy": "worst-fit",
             "replicas": 4,
