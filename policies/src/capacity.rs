@@ -88,9 +88,9 @@ pub struct Room {
     /// What runs out first, or why no node is eligible.
     pub limit: Limit,
     /// Nodes whose labels and taints admit the pod.
-    pub nodes_eligible: usize,
+    pub nodes_eligible: u32,
     /// All nodes of the cluster.
-    pub nodes_total: usize,
+    pub nodes_total: u32,
 }
 
 impl fmt::Display for Room {
@@ -208,11 +208,14 @@ impl CapacityModel {
         let free = self.free_after(reservations);
         let fitter = demand.fitter();
         count_room(
-            |&free| fitter.fit_in(free),
-            self.groups
-                .iter()
-                .zip(&free)
-                .map(|(g, free)| (demand.node_match(&g.labels, &g.taints), free.as_slice())),
+            |free: &[Resources]| Tally::of(free, |&free| fitter.fit_in(free)),
+            self.groups.iter().zip(&free).map(|(g, free)| {
+                (
+                    demand.node_match(&g.labels, &g.taints),
+                    free.len(),
+                    free.as_slice(),
+                )
+            }),
         )
     }
 
@@ -280,57 +283,89 @@ impl CapacityModel {
     }
 }
 
-/// Room for a demand over node groups, each given as how the pod matches the group and its
-/// nodes, with `fit` saying how many replicas fit on a node and what bounds them.
-pub(crate) fn count_room<'a, N: 'a>(
-    fit: impl Fn(&N) -> (u64, Bound),
-    groups: impl Iterator<Item = (NodeMatch<'a>, &'a [N])>,
+/// What the eligible nodes of one node group hold for a demand.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Tally {
+    /// Replicas that fit, summed over the nodes.
+    pub(crate) replicas: u64,
+    /// Nodes where CPU runs out first.
+    pub(crate) cpu_bound: usize,
+    /// Nodes where memory runs out first.
+    pub(crate) memory_bound: usize,
+}
+
+impl Tally {
+    /// The tally of `nodes`, with `fit` saying how many replicas fit on a node and what bounds
+    /// them.
+    #[inline]
+    pub(crate) fn of<N>(nodes: &[N], fit: impl Fn(&N) -> (u64, Bound)) -> Tally {
+        let mut tally = Tally::default();
+        for node in nodes {
+            let (fit, bound) = fit(node);
+            tally.replicas = tally.replicas.saturating_add(fit);
+            // Counted apart rather than in an array indexed by the bound: each node's count
+            // would wait on the previous node's store to the same place.
+            tally.cpu_bound += usize::from(bound == Bound::Cpu);
+            tally.memory_bound += usize::from(bound == Bound::Memory);
+        }
+        tally
+    }
+}
+
+/// Room for a demand over node groups, each given as how the pod matches the group, its number
+/// of nodes and the group itself, with `tally` counting a group the pod may use.
+#[inline]
+pub(crate) fn count_room<'a, G>(
+    tally: impl Fn(G) -> Tally,
+    groups: impl Iterator<Item = (NodeMatch<'a>, usize, G)>,
 ) -> Room {
     let mut replicas = 0u64;
-    let mut bound_counts = [0usize; 3];
+    let (mut cpu_bound, mut memory_bound) = (0usize, 0usize);
     let mut nodes_eligible = 0;
     let mut nodes_total = 0;
     let mut selected_any = false;
     let mut first_taint: Option<&Taint> = None;
-    for (matched, free) in groups {
-        nodes_total += free.len();
+    for (matched, nodes, group) in groups {
+        nodes_total += nodes;
         match matched {
             NodeMatch::Selector => continue,
             NodeMatch::Taint(taint) => {
-                selected_any |= !free.is_empty();
-                if first_taint.is_none() && !free.is_empty() {
+                selected_any |= nodes > 0;
+                if first_taint.is_none() && nodes > 0 {
                     first_taint = Some(taint);
                 }
                 continue;
             }
             NodeMatch::Yes => {}
         }
-        nodes_eligible += free.len();
-        for node in free {
-            let (fit, bound) = fit(node);
-            replicas = replicas.saturating_add(fit);
-            bound_counts[bound as usize] += 1;
-        }
+        nodes_eligible += nodes;
+        let counted = tally(group);
+        replicas = replicas.saturating_add(counted.replicas);
+        cpu_bound += counted.cpu_bound;
+        memory_bound += counted.memory_bound;
     }
     let limit = if nodes_eligible > 0 {
         // The resource that bounds the most nodes; on a tie the earlier of cpu, memory, pods.
-        let most = bound_counts.iter().copied().max().unwrap_or(0);
-        match bound_counts.iter().position(|&c| c == most) {
-            Some(0) => Limit::Cpu,
-            Some(1) => Limit::Memory,
-            _ => Limit::Pods,
+        let pods_bound = nodes_eligible - cpu_bound - memory_bound;
+        if cpu_bound >= memory_bound && cpu_bound >= pods_bound {
+            Limit::Cpu
+        } else if memory_bound >= pods_bound {
+            Limit::Memory
+        } else {
+            Limit::Pods
         }
     } else if nodes_total == 0 {
         Limit::NoNodes
     } else if let (true, Some(taint)) = (selected_any, first_taint) {
-        Limit::Taint(taint.clone())
+        Limit::Taint(Box::new(taint.clone()))
     } else {
         Limit::NoMatchingNode
     };
     Room {
         replicas,
         limit,
-        nodes_eligible,
-        nodes_total,
+        // Counts of nodes fit 32 bits; a room is moved once per cluster in every decision.
+        nodes_eligible: u32::try_from(nodes_eligible).unwrap_or(u32::MAX),
+        nodes_total: u32::try_from(nodes_total).unwrap_or(u32::MAX),
     }
 }

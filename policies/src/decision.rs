@@ -2,9 +2,9 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::sync::Arc;
 
 use crate::capacity::{Room, Utilization};
+use crate::name::ClusterName;
 use crate::policy::Strategy;
 use crate::proximity::Proximity;
 
@@ -33,8 +33,9 @@ pub enum Filter {
     NotReady,
     /// Cordoned (`unschedulable`).
     Cordoned,
-    /// A taint the workload does not tolerate, or tolerates only for a while.
-    Tainted(crate::TaintVerdict),
+    /// A taint the workload does not tolerate, or tolerates only for a while (boxed: it is rare,
+    /// and a filter is moved once per cluster in every decision).
+    Tainted(Box<crate::TaintVerdict>),
     /// No capacity report yet.
     CapacityUnknown,
     /// Replicas are being evacuated from it in this decision.
@@ -328,9 +329,8 @@ impl fmt::Display for Idle {
 /// Everything decided about one cluster, and why.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ClusterDecision {
-    /// Cluster name, shared with the fleet (a decision names every cluster of the fleet, and a
-    /// copy of each name was a tenth of a decision's cost at 1,000 clusters).
-    pub cluster: Arc<str>,
+    /// Cluster name.
+    pub cluster: ClusterName,
     /// Regular or burst.
     pub role: Role,
     /// Why it takes no new replicas, if it does not.

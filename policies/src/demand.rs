@@ -109,24 +109,6 @@ impl Fitter {
     }
 }
 
-impl Fitter {
-    /// The same as [`Fitter::fit_in`] for a node whose free CPU and memory are also given as
-    /// doubles (converted once, when the fleet was laid out).
-    #[inline]
-    pub(crate) fn fit_in_with(&self, free: Resources, cpu: f64, memory: f64) -> (u64, Bound) {
-        let mut best = (free.pods, Bound::Pods);
-        let memory = self.memory.quotient_with(free.memory_bytes, memory);
-        if memory <= best.0 {
-            best = (memory, Bound::Memory);
-        }
-        let cpu = self.cpu.quotient_with(free.cpu_millis, cpu);
-        if cpu <= best.0 {
-            best = (cpu, Bound::Cpu);
-        }
-        best
-    }
-}
-
 /// A divisor with its reciprocal.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Divisor {
@@ -164,37 +146,116 @@ impl Divisor {
             estimate
         }
     }
+}
 
-    /// [`Divisor::quotient`] of `n`, given also as the double `n_f64`, with one multiplication
-    /// of doubles and at most one of integers.
-    ///
-    /// Below 2^32 the estimate `n_f64 * (1 / value)` is within 2^-19 of the exact quotient, so
-    /// its whole part is the answer unless the estimate is within 10^-5 of a whole number; then
-    /// the answer is that whole number or the one below, and one multiplication says which.
+/// Amounts below this are counted in doubles ([`Fitter::doubles`]); 2^50 bytes is a pebibyte.
+pub(crate) const WHOLE_IN_DOUBLES: u64 = 1 << 50;
+
+/// How many replicas fit in a node, counted in doubles holding whole numbers below
+/// [`WHOLE_IN_DOUBLES`]: no conversion between integers and doubles and no branch per node, so a
+/// decision streams through the fleet's nodes several at a time.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Doubles {
+    cpu: WholeDivisor,
+    memory: WholeDivisor,
+}
+
+impl Fitter {
+    /// This fitter in doubles, when both requests are below [`WHOLE_IN_DOUBLES`].
+    pub(crate) fn doubles(&self) -> Option<Doubles> {
+        Some(Doubles {
+            cpu: WholeDivisor::new(self.cpu.value)?,
+            memory: WholeDivisor::new(self.memory.value)?,
+        })
+    }
+}
+
+impl Doubles {
+    /// The same as [`Fitter::fit_in`] for nodes whose free amounts are whole numbers below
+    /// [`WHOLE_IN_DOUBLES`], given as doubles, and whose pods sum to less than 2^52 (so the sum
+    /// of what fits, never more than the pods, is exact): the replicas that fit and the nodes
+    /// bound by CPU and by memory.
     #[inline]
-    pub(crate) fn quotient_with(self, n: u64, n_f64: f64) -> u64 {
-        if self.value == 0 {
-            return u64::MAX;
-        }
-        let estimate = n_f64 * self.reciprocal;
-        if estimate >= 4_294_967_296.0 {
-            return self.quotient(n);
-        }
-        // Through i64, which converts in one instruction each way; the estimate is below 2^32.
-        let whole = estimate as i64;
-        let fraction = estimate - whole as f64;
-        let whole = whole as u64;
-        let candidate = if fraction <= 1e-5 {
-            whole
-        } else if fraction >= 1.0 - 1e-5 {
-            whole + 1
-        } else {
-            return whole;
+    pub(crate) fn tally(&self, cpu: &[f64], memory: &[f64], pods: &[f64]) -> (u64, usize, usize) {
+        // Four independent sums, so no node waits for the previous node's addition.
+        let mut replicas = [0.0f64; 4];
+        let mut cpu_bound = [0u64; 4];
+        let mut memory_bound = [0u64; 4];
+        let n = cpu.len().min(memory.len()).min(pods.len());
+        let (cpu, memory, pods) = (&cpu[..n], &memory[..n], &pods[..n]);
+        let mut node = |lane: usize, c: f64, m: f64, p: f64| {
+            let by_cpu_q = self.cpu.quotient(c);
+            let by_memory_q = self.memory.quotient(m);
+            // Ties name CPU before memory before pods.
+            let by_cpu = by_cpu_q <= by_memory_q.min(p);
+            let by_memory = !by_cpu && by_memory_q <= p;
+            let fit = if by_cpu {
+                by_cpu_q
+            } else if by_memory {
+                by_memory_q
+            } else {
+                p
+            };
+            replicas[lane] += fit;
+            cpu_bound[lane] += u64::from(by_cpu);
+            memory_bound[lane] += u64::from(by_memory);
         };
-        match candidate.checked_mul(self.value) {
-            Some(product) if product <= n => candidate,
-            _ => candidate - 1,
+        let whole = n - n % 4;
+        for i in (0..whole).step_by(4) {
+            for lane in 0..4 {
+                node(lane, cpu[i + lane], memory[i + lane], pods[i + lane]);
+            }
         }
+        for i in whole..n {
+            node(0, cpu[i], memory[i], pods[i]);
+        }
+        let replicas: f64 = replicas.iter().sum();
+        (
+            replicas as u64,
+            cpu_bound.iter().sum::<u64>() as usize,
+            memory_bound.iter().sum::<u64>() as usize,
+        )
+    }
+}
+
+/// A request as a double, with its reciprocal.
+#[derive(Debug, Clone, Copy)]
+struct WholeDivisor {
+    value: f64,
+    reciprocal: f64,
+    /// A zero request does not limit.
+    limits: bool,
+}
+
+/// 2^52: adding and then taking it away rounds a double in [0, 2^52) to the nearest whole number.
+const ROUNDING: f64 = 4_503_599_627_370_496.0;
+
+impl WholeDivisor {
+    fn new(value: u64) -> Option<Self> {
+        (value < WHOLE_IN_DOUBLES).then(|| WholeDivisor {
+            value: value as f64,
+            reciprocal: if value == 0 { 0.0 } else { 1.0 / value as f64 },
+            limits: value > 0,
+        })
+    }
+
+    /// `n / value` rounded down, exactly, for a whole `n` below [`WHOLE_IN_DOUBLES`]; infinite
+    /// when the request is zero.
+    ///
+    /// The estimate `n * (1 / value)` is within a quarter of the exact quotient x (two roundings
+    /// of 2^-53 each, x below 2^50), so the whole number nearest to it is floor(x) or the one
+    /// above; that one is too many exactly when its product with the request, exact in doubles
+    /// (below 2^51), exceeds `n`.
+    #[inline(always)]
+    fn quotient(self, n: f64) -> f64 {
+        let estimate = n * self.reciprocal;
+        let nearest = (estimate + ROUNDING) - ROUNDING;
+        let quotient = if nearest * self.value > n {
+            nearest - 1.0
+        } else {
+            nearest
+        };
+        if self.limits { quotient } else { f64::INFINITY }
     }
 }
 
@@ -220,8 +281,9 @@ pub enum Limit {
     /// No node satisfies the `nodeSelector` and required node affinity.
     NoMatchingNode,
     /// Nodes match the selector, but every one carries a blocking taint the pod does not
-    /// tolerate; this is the first such taint seen.
-    Taint(Taint),
+    /// tolerate; this is the first such taint seen. (Boxed: it is rare, and a room is moved
+    /// once per cluster in every decision.)
+    Taint(Box<Taint>),
 }
 
 impl std::fmt::Display for Limit {

@@ -56,6 +56,7 @@ mod demand;
 mod divide;
 mod fleet;
 mod ledger;
+mod name;
 pub mod network;
 mod policy;
 mod proximity;
@@ -75,6 +76,7 @@ pub use decision::{
 pub use demand::{Demand, Limit};
 pub use fleet::{Cluster, Coordinates, Fleet, REGION_LABEL, ZONE_LABEL};
 pub use ledger::{Ledger, Reservation};
+pub use name::ClusterName;
 pub use network::NetworkCoordinate;
 pub use policy::{Bursting, Policy, Request, Strategy};
 pub use proximity::{Origin, Proximity, Topology};

@@ -1,9 +1,10 @@
 //! Room per cluster: per-node minimum over resources, selectors, taints, reservations.
 
 use super::*;
-use crate::demand::Bound;
+use crate::demand::{Bound, WHOLE_IN_DOUBLES};
 use crate::fixtures::*;
 use crate::{Capacity, Demand, NodeSelector, NodeSelectorOperator, NodeSelectorTerm, TaintEffect};
+use proptest::strategy::Strategy as _;
 
 fn model(cluster: ClusterBuilder) -> CapacityModel {
     match cluster.build().capacity {
@@ -116,7 +117,7 @@ fn blocking_taints_exclude_nodes_and_prefer_no_schedule_does_not() {
     assert_eq!(got.replicas, 0, "seen {got:?}");
     assert_eq!(
         got.limit,
-        Limit::Taint(Taint::new("gpu", "", TaintEffect::NoExecute))
+        Limit::Taint(Box::new(Taint::new("gpu", "", TaintEffect::NoExecute)))
     );
     let soft = mk_cluster("c").node_taint(Taint::new("gpu", "", TaintEffect::PreferNoSchedule));
     assert_eq!(room(soft, &Demand::new(1000, GIB)).replicas, 8);
@@ -315,16 +316,54 @@ fn quotients_at_the_edges_are_exact() {
 
 proptest::proptest! {
     #[test]
-    fn a_quotient_from_a_double_is_exact(
-        n in proptest::prop_oneof![0u64..1_000_000, 0u64..(1 << 40), proptest::num::u64::ANY],
-        d in proptest::prop_oneof![1u64..5_000, 1u64..(1 << 34), proptest::num::u64::ANY],
-        multiple in 0u64..100_000,
-        exact in proptest::bool::ANY,
+    fn a_count_in_doubles_is_the_exact_count(
+        requests in (
+            proptest::prop_oneof![proptest::strategy::Just(0u64), 1u64..5_000, 1u64..WHOLE_IN_DOUBLES],
+            proptest::prop_oneof![
+                proptest::strategy::Just(0u64),
+                (1u64..64).prop_map(|g| g << 30),
+                1u64..WHOLE_IN_DOUBLES
+            ],
+        ),
+        amounts in (
+            proptest::prop_oneof![0u64..1_000_000, 0u64..WHOLE_IN_DOUBLES],
+            proptest::prop_oneof![0u64..(1 << 40), 0u64..WHOLE_IN_DOUBLES],
+            proptest::prop_oneof![0u64..250, 0u64..WHOLE_IN_DOUBLES],
+        ),
+        multiples in (0u64..100_000, 0u64..100_000),
+        exact in 0u8..3,
     ) {
-        // Exact multiples are the case the estimate is least sure of, and the common one.
-        let n = if exact { d.saturating_mul(multiple) } else { n };
-        let divisor = crate::demand::Divisor::new(d);
-        proptest::prop_assert_eq!(divisor.quotient_with(n, n as f64), n / d, "{} / {}", n, d);
-        proptest::prop_assert_eq!(divisor.quotient_with(n.saturating_sub(1), n.saturating_sub(1) as f64), n.saturating_sub(1) / d);
+        let (cpu_request, memory_request) = requests;
+        let (mut cpu, mut memory, pods) = amounts;
+        // Exact multiples, and one below them, are the cases the estimate is least sure of; the
+        // first is also the common one (64Gi free, 1Gi asked).
+        if exact > 0 {
+            let below = u64::from(exact == 2);
+            let near = |request: u64, multiple: u64| {
+                request.saturating_mul(multiple).saturating_sub(below).min(WHOLE_IN_DOUBLES - 1)
+            };
+            cpu = near(cpu_request, multiples.0);
+            memory = near(memory_request, multiples.1);
+        }
+        let fitter = Demand::new(cpu_request, memory_request).fitter();
+        let doubles = fitter.doubles().expect("requests below 2^50 are counted in doubles");
+        let (fit, bound) = fitter.fit_in(Resources::new(cpu, memory, pods));
+        let tally = doubles.tally(&[cpu as f64], &[memory as f64], &[pods as f64]);
+        let bounds = (usize::from(bound == Bound::Cpu), usize::from(bound == Bound::Memory));
+        proptest::prop_assert_eq!(
+            tally,
+            (fit, bounds.0, bounds.1),
+            "cpu {} / {}, memory {} / {}, pods {}",
+            cpu, cpu_request, memory, memory_request, pods
+        );
     }
+}
+
+#[test]
+fn requests_from_a_pebibyte_are_not_counted_in_doubles() {
+    // Amounts at or above the bound are counted exactly too: the layout's property test sends
+    // any u64 through both ways.
+    assert!(Demand::new(1, WHOLE_IN_DOUBLES - 1).fitter().doubles().is_some());
+    assert!(Demand::new(1, WHOLE_IN_DOUBLES).fitter().doubles().is_none());
+    assert!(Demand::new(WHOLE_IN_DOUBLES, 1).fitter().doubles().is_none());
 }

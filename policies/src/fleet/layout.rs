@@ -4,16 +4,18 @@
 //! themselves, each node is behind three pointers (the cluster, its capacity model, the group's
 //! node list) and each group's labels and taints are matched against the pod again, although
 //! most groups of a fleet share a handful of node kinds. Here every node's free room is in one
-//! array in cluster order, and every distinct (labels, taints) of a node group is kept once, so
-//! a decision matches the pod against each kind once and then streams through the array.
+//! array per resource in cluster order, as doubles (whole numbers, counted exactly without a
+//! conversion or a branch per node), and every distinct (labels, taints) of a node group is
+//! kept once, so a decision matches the pod against each kind once and then streams through
+//! the arrays.
 
 use std::collections::HashMap;
 use std::ops::Range;
-use std::sync::Arc;
 
-use crate::capacity::{Capacity, Room, count_room};
-use crate::demand::{Demand, Fitter, NodeMatch};
+use crate::capacity::{Capacity, Room, Tally, count_room};
+use crate::demand::{Demand, Doubles, Fitter, NodeMatch, WHOLE_IN_DOUBLES};
 use crate::fleet::Cluster;
+use crate::name::ClusterName;
 use crate::resources::Resources;
 use crate::selector::Labels;
 use crate::taints::Taint;
@@ -21,16 +23,29 @@ use crate::taints::Taint;
 /// Free room of every node, grouped by cluster and node group.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Layout {
-    /// Names of the clusters in name order, shared with the decisions that name them.
-    names: Vec<Arc<str>>,
+    /// Names of the clusters in name order.
+    names: Vec<ClusterName>,
     /// Per cluster, in name order: its groups in `groups`, or `None` when its capacity is unknown.
     clusters: Vec<Option<Range<usize>>>,
-    /// Per node group: its kind in `kinds` and its nodes in `free`.
-    groups: Vec<(usize, Range<usize>)>,
+    /// Per node group: its kind in `kinds`, its nodes, and whether they can be counted in doubles.
+    groups: Vec<Group>,
     /// Free room (allocatable - requested) of every node.
-    free: Vec<Free>,
+    free: Vec<Resources>,
+    /// The same as doubles, one array per resource, so a decision streams through each.
+    cpu: Vec<f64>,
+    memory: Vec<f64>,
+    pods: Vec<f64>,
     /// Each distinct (labels, taints) of the fleet's node groups.
     kinds: Vec<(Labels, Vec<Taint>)>,
+}
+
+#[derive(Debug, Clone)]
+struct Group {
+    kind: usize,
+    nodes: Range<usize>,
+    /// Every amount is a whole number below [`WHOLE_IN_DOUBLES`] and the pods sum to less than
+    /// 2^52, so [`Doubles::tally`] counts the group exactly.
+    in_doubles: bool,
 }
 
 impl Layout {
@@ -39,7 +54,7 @@ impl Layout {
         let mut layout = Layout::default();
         let mut kinds: HashMap<(&Labels, &[Taint]), usize> = HashMap::new();
         for cluster in clusters {
-            layout.names.push(cluster.name.as_str().into());
+            layout.names.push(ClusterName::of_fleet(&cluster.name));
             let Capacity::Known(model) = &cluster.capacity else {
                 layout.clusters.push(None);
                 continue;
@@ -54,8 +69,24 @@ impl Layout {
                         next
                     });
                 let start = layout.free.len();
-                layout.free.extend(group.nodes.iter().map(|n| Free::of(n.free())));
-                layout.groups.push((kind, start..(layout.free.len())));
+                let mut pods = 0u64;
+                let mut in_doubles = true;
+                for node in &group.nodes {
+                    let free = node.free();
+                    in_doubles &= free.cpu_millis < WHOLE_IN_DOUBLES
+                        && free.memory_bytes < WHOLE_IN_DOUBLES
+                        && free.pods < WHOLE_IN_DOUBLES;
+                    pods = pods.saturating_add(free.pods);
+                    layout.free.push(free);
+                    layout.cpu.push(free.cpu_millis as f64);
+                    layout.memory.push(free.memory_bytes as f64);
+                    layout.pods.push(free.pods as f64);
+                }
+                layout.groups.push(Group {
+                    kind,
+                    nodes: start..layout.free.len(),
+                    in_doubles: in_doubles && pods < 1 << 52,
+                });
             }
             layout.clusters.push(Some(first..(layout.groups.len())));
         }
@@ -64,6 +95,7 @@ impl Layout {
 
     /// Room for `demand` in the `index`-th cluster in name order, with nothing reserved; the same
     /// as [`CapacityModel::room`](crate::CapacityModel::room) with no reservations.
+    #[inline]
     pub(crate) fn room<'a>(
         &'a self,
         index: usize,
@@ -71,49 +103,67 @@ impl Layout {
         prepared: &mut Prepared<'a>,
     ) -> Option<Room> {
         let groups = self.clusters.get(index)?.clone()?;
-        let fitter = prepared.fitter;
+        let (fitter, doubles) = (&prepared.fitter, &prepared.doubles);
         let matches = &mut prepared.matches;
-        let groups = self.groups[groups].iter().map(|(kind, nodes)| {
-            let matched = *matches[*kind].get_or_insert_with(|| {
-                let (labels, taints) = &self.kinds[*kind];
-                demand.node_match(labels, taints)
-            });
-            (matched, &self.free[nodes.clone()])
+        let mut groups = self.groups[groups]
+            .iter()
+            .map(|group| {
+                let matched = *matches[group.kind].get_or_insert_with(|| {
+                    let (labels, taints) = &self.kinds[group.kind];
+                    demand.node_match(labels, taints)
+                });
+                let in_doubles = doubles.is_some() && group.in_doubles;
+                (matched, group.nodes.clone(), in_doubles)
+            })
+            .peekable();
+        // A cluster's groups that the pod may use and that are counted in doubles are counted
+        // as one run of nodes (a cluster's nodes are laid out one after the other).
+        let runs = std::iter::from_fn(move || {
+            let (matched, mut nodes, in_doubles) = groups.next()?;
+            if matched == NodeMatch::Yes && in_doubles {
+                while let Some((NodeMatch::Yes, next, true)) = groups.peek()
+                    && next.start == nodes.end
+                {
+                    nodes.end = next.end;
+                    groups.next();
+                }
+            }
+            Some((matched, nodes.len(), (nodes, in_doubles)))
         });
         Some(count_room(
-            |n: &Free| fitter.fit_in_with(n.exact, n.cpu, n.memory),
-            groups,
+            |(nodes, in_doubles): (Range<usize>, bool)| match doubles {
+                // Matched by reference: a copy of the prepared demand per run, read back at
+                // once, waited for its own stores.
+                Some(doubles) if in_doubles => {
+                    let (replicas, cpu_bound, memory_bound) = doubles.tally(
+                        &self.cpu[nodes.clone()],
+                        &self.memory[nodes.clone()],
+                        &self.pods[nodes],
+                    );
+                    Tally {
+                        replicas,
+                        cpu_bound,
+                        memory_bound,
+                    }
+                }
+                _ => Tally::of(&self.free[nodes], |&free| fitter.fit_in(free)),
+            },
+            runs,
         ))
     }
 
     /// The name of the `index`-th cluster in name order.
-    pub(crate) fn name(&self, index: usize) -> Arc<str> {
+    pub(crate) fn name(&self, index: usize) -> ClusterName {
         self.names[index].clone()
     }
 
     /// What one decision works out once for the whole fleet.
     pub(crate) fn prepare(&self, demand: &Demand) -> Prepared<'_> {
+        let fitter = demand.fitter();
         Prepared {
-            fitter: demand.fitter(),
+            fitter,
+            doubles: fitter.doubles(),
             matches: vec![None; self.kinds.len()],
-        }
-    }
-}
-
-/// A node's free room, with CPU and memory also as doubles for [`Fitter::fit_in_with`].
-#[derive(Debug, Clone, Copy)]
-struct Free {
-    exact: Resources,
-    cpu: f64,
-    memory: f64,
-}
-
-impl Free {
-    fn of(exact: Resources) -> Self {
-        Free {
-            exact,
-            cpu: exact.cpu_millis as f64,
-            memory: exact.memory_bytes as f64,
         }
     }
 }
@@ -123,6 +173,7 @@ impl Free {
 #[derive(Debug)]
 pub(crate) struct Prepared<'a> {
     fitter: Fitter,
+    doubles: Option<Doubles>,
     matches: Vec<Option<NodeMatch<'a>>>,
 }
 
