@@ -339,7 +339,7 @@ impl Index {
         self.clusters_changed();
     }
 
-    /// Forgets a removed cluster's record and Pending pods.
+    /// Forgets a removed cluster's record, Pending pods and round trips.
     pub fn forget_cluster(&self, cluster: &str) {
         self.touch_cluster(cluster);
         self.clusters
@@ -356,6 +356,7 @@ impl Index {
             .write()
             .unwrap_or_else(|e| e.into_inner())
             .remove(cluster);
+        self.network.forget(cluster);
     }
 
     /// Applies a heartbeat the store recorded to `cluster`'s record, as the store does: a

@@ -155,6 +155,9 @@ mod tests {
         assert_eq!(a, "eu-1");
         assert_eq!(format!("{a} {a:?}"), "eu-1 \"eu-1\"");
         let (before, after) = (ClusterName::from("eu-0"), ClusterName::of_fleet("eu-2"));
-        assert!(before < a && a < after, "names order as their text: {before} < {a} < {after}");
+        assert!(
+            before < a && a < after,
+            "names order as their text: {before} < {a} < {after}"
+        );
     }
 }

@@ -6,7 +6,9 @@
 //! is simulated in this process by two tasks speaking the agent protocol to it, as the agent does:
 //!
 //! - it registers with the fleet's bootstrap token, then heartbeats at the interval the hub gives
-//!   (10 s), each heartbeat carrying a capacity of 10 nodes (16 CPU, 64 GiB, 110 pods each);
+//!   (10 s), each heartbeat carrying a capacity of 10 nodes (16 CPU, 16 GiB, 110 pods each) and
+//!   a probe URL (so the hub answers each with peers to probe, as it answers agents; nothing
+//!   probes them);
 //! - it long-polls its work set (`wait` 30 s, as the agent), and reports every Deployment of each
 //!   new set with all its replicas ready at once, as changes since its last report the hub took
 //!   (whole when the hub refuses them), and again, unchanged, whenever a long-poll ends empty.
@@ -133,13 +135,15 @@ impl Thin {
     }
 
     /// Heartbeats at the interval the hub asked for until `stop`, each a capacity of 10 idle
-    /// nodes.
+    /// nodes and a probe URL.
     async fn heartbeats(self, stop: CancellationToken) {
         let beat = Heartbeat {
             cluster_name: Some(self.cluster.clone()),
             agent_version: "0.1.0".to_owned(),
             kubernetes_version: Some("v1.32.0".to_owned()),
             capacity: idle_capacity(&self.cluster, 10, 16_000),
+            // As an agent sends it: the hub then names peers to probe in every answer.
+            probe_url: Some(format!("http://{}.probe.invalid:8081/probe", self.cluster)),
             ..Heartbeat::default()
         };
         let mut every = tokio::time::interval(self.heartbeat_interval);

@@ -97,6 +97,47 @@ fn a_large_fleet_is_probed_in_turns_covering_every_peer() {
         2 * max
     );
     assert!(!seen.contains("c00"), "never itself: {seen:?}");
+    let third = network.answer("c00", GRACE);
+    let names: Vec<_> = third.peers.iter().map(|p| p.cluster.as_str()).collect();
+    assert_eq!(
+        names.first(),
+        Some(&"c01"),
+        "the window wraps around to the first name after the last: {names:?}"
+    );
+    assert!(names.is_sorted(), "an answer names its peers in order: {names:?}");
+}
+
+#[test]
+fn a_removed_cluster_is_no_longer_a_peer_nor_in_the_fit() {
+    let network = Network::default();
+    network.put("a", Some("http://a/probe"), &[sample("b", 5.0)]);
+    network.put("b", Some("http://b/probe"), &[sample("a", 5.0)]);
+    network.put("c", Some("http://c/probe"), &[sample("a", 8.0)]);
+    let fitted = network.coordinates();
+    assert!(
+        fitted.contains_key("b"),
+        "b is fitted while it is in the fleet: {fitted:?}"
+    );
+    let generation = network.generation();
+    network.forget("b");
+    let peers: Vec<_> = network
+        .answer("a", GRACE)
+        .peers
+        .into_iter()
+        .map(|p| p.cluster)
+        .collect();
+    assert_eq!(peers, ["c"], "a removed cluster is not offered as a peer");
+    let measured = network.measured();
+    assert!(
+        !measured.contains_key("b") && !measured["a"].contains_key("b"),
+        "neither its round trips nor those to it are kept: {measured:?}"
+    );
+    assert_ne!(network.generation(), generation, "the fit is out of date");
+    let fitted = network.coordinates();
+    assert!(
+        !fitted.contains_key("b"),
+        "a removed cluster is not fitted: {fitted:?}"
+    );
 }
 
 #[test]
