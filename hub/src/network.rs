@@ -69,6 +69,14 @@ struct State {
     previous: BTreeMap<String, NetworkCoordinate>,
 }
 
+impl State {
+    /// A measurement moved or went: the fit is out of date, and a fit made meanwhile is not kept.
+    fn invalidate_fit(&mut self) {
+        self.fitted = None;
+        self.generation = self.generation.wrapping_add(1);
+    }
+}
+
 impl Network {
     /// Grows whenever a cluster's round trips changed by more than noise (a peer measured for
     /// the first time or no longer, a link much slower or faster): a fleet view that shows the
@@ -117,8 +125,7 @@ impl Network {
         let none = BTreeMap::new();
         let moved = moved(state.fitted_from.get(cluster).unwrap_or(&none), &measured);
         if moved {
-            state.fitted = None;
-            state.generation = state.generation.wrapping_add(1);
+            state.invalidate_fit();
         }
         state.measured.insert(cluster.to_owned(), measured);
     }
@@ -202,8 +209,7 @@ impl Network {
             measured_by_others |= peers.remove(cluster).is_some();
         }
         if measured || measured_by_others {
-            state.fitted = None;
-            state.generation = state.generation.wrapping_add(1);
+            state.invalidate_fit();
         }
     }
 

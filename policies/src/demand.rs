@@ -1,5 +1,6 @@
 //! What one replica of a workload needs from a node.
 
+use crate::capacity::Tally;
 use crate::resources::Resources;
 use crate::selector::{Labels, NodeSelector};
 use crate::taints::{Taint, Toleration, blocking_taint};
@@ -173,10 +174,9 @@ impl Fitter {
 impl Doubles {
     /// The same as [`Fitter::fit_in`] for nodes whose free amounts are whole numbers below
     /// [`WHOLE_IN_DOUBLES`], given as doubles, and whose pods sum to less than 2^52 (so the sum
-    /// of what fits, never more than the pods, is exact): the replicas that fit and the nodes
-    /// bound by CPU and by memory.
+    /// of what fits, never more than the pods, is exact).
     #[inline]
-    pub(crate) fn tally(&self, cpu: &[f64], memory: &[f64], pods: &[f64]) -> (u64, usize, usize) {
+    pub(crate) fn tally(&self, cpu: &[f64], memory: &[f64], pods: &[f64]) -> Tally {
         // Four independent sums, so no node waits for the previous node's addition.
         let mut replicas = [0.0f64; 4];
         let mut cpu_bound = [0u64; 4];
@@ -210,11 +210,11 @@ impl Doubles {
             node(0, cpu[i], memory[i], pods[i]);
         }
         let replicas: f64 = replicas.iter().sum();
-        (
-            replicas as u64,
-            cpu_bound.iter().sum::<u64>() as usize,
-            memory_bound.iter().sum::<u64>() as usize,
-        )
+        Tally {
+            replicas: replicas as u64,
+            cpu_bound: cpu_bound.iter().sum::<u64>() as usize,
+            memory_bound: memory_bound.iter().sum::<u64>() as usize,
+        }
     }
 }
 
@@ -223,8 +223,6 @@ impl Doubles {
 struct WholeDivisor {
     value: f64,
     reciprocal: f64,
-    /// A zero request does not limit.
-    limits: bool,
 }
 
 /// 2^52: adding and then taking it away rounds a double in [0, 2^52) to the nearest whole number.
@@ -235,7 +233,6 @@ impl WholeDivisor {
         (value < WHOLE_IN_DOUBLES).then(|| WholeDivisor {
             value: value as f64,
             reciprocal: if value == 0 { 0.0 } else { 1.0 / value as f64 },
-            limits: value > 0,
         })
     }
 
@@ -255,7 +252,8 @@ impl WholeDivisor {
         } else {
             nearest
         };
-        if self.limits { quotient } else { f64::INFINITY }
+        // A zero request does not limit.
+        if self.value > 0.0 { quotient } else { f64::INFINITY }
     }
 }
 

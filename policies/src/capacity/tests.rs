@@ -349,10 +349,14 @@ proptest::proptest! {
         let doubles = fitter.doubles().expect("requests below 2^50 are counted in doubles");
         let (fit, bound) = fitter.fit_in(Resources::new(cpu, memory, pods));
         let tally = doubles.tally(&[cpu as f64], &[memory as f64], &[pods as f64]);
-        let bounds = (usize::from(bound == Bound::Cpu), usize::from(bound == Bound::Memory));
+        let exact = Tally {
+            replicas: fit,
+            cpu_bound: usize::from(bound == Bound::Cpu),
+            memory_bound: usize::from(bound == Bound::Memory),
+        };
         proptest::prop_assert_eq!(
             tally,
-            (fit, bounds.0, bounds.1),
+            exact,
             "cpu {} / {}, memory {} / {}, pods {}",
             cpu, cpu_request, memory, memory_request, pods
         );

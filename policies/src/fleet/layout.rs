@@ -134,18 +134,11 @@ impl Layout {
             |(nodes, in_doubles): (Range<usize>, bool)| match doubles {
                 // Matched by reference: a copy of the prepared demand per run, read back at
                 // once, waited for its own stores.
-                Some(doubles) if in_doubles => {
-                    let (replicas, cpu_bound, memory_bound) = doubles.tally(
-                        &self.cpu[nodes.clone()],
-                        &self.memory[nodes.clone()],
-                        &self.pods[nodes],
-                    );
-                    Tally {
-                        replicas,
-                        cpu_bound,
-                        memory_bound,
-                    }
-                }
+                Some(doubles) if in_doubles => doubles.tally(
+                    &self.cpu[nodes.clone()],
+                    &self.memory[nodes.clone()],
+                    &self.pods[nodes],
+                ),
                 _ => Tally::of(&self.free[nodes], |&free| fitter.fit_in(free)),
             },
             runs,
