@@ -41,7 +41,7 @@
 //! lost the hub.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde::Serialize;
@@ -324,17 +324,17 @@ impl HealthSnapshot {
 /// The fleet's health, shared between the health loop (writer) and the controllers (readers).
 #[derive(Debug, Default)]
 pub struct FleetHealth {
-    current: Mutex<HealthSnapshot>,
+    current: Mutex<Arc<HealthSnapshot>>,
 }
 
 impl FleetHealth {
-    /// The last check's view.
-    pub fn snapshot(&self) -> HealthSnapshot {
+    /// The last check's view, shared: every plan reads it, and it names each Ready cluster.
+    pub fn snapshot(&self) -> Arc<HealthSnapshot> {
         self.current.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
     pub(crate) fn publish(&self, snapshot: HealthSnapshot) {
-        *self.current.lock().unwrap_or_else(|e| e.into_inner()) = snapshot;
+        *self.current.lock().unwrap_or_else(|e| e.into_inner()) = Arc::new(snapshot);
     }
 }
 

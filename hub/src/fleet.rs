@@ -196,7 +196,7 @@ pub struct Gathered {
     /// The clusters' Pending pods.
     pub pending: Pending,
     /// The fleet's health.
-    pub health: HealthSnapshot,
+    pub health: Arc<HealthSnapshot>,
     /// The workload's stored placement, when there is one of this incarnation.
     pub previous: Option<Previous>,
     /// When it was gathered: what the plan's clocks (timeouts, cooldowns) read, and the time

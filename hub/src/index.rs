@@ -219,7 +219,10 @@ impl Index {
             if let Some(record) = newest.first() {
                 self.network.load(&cluster.name, &record.payload);
                 if let Ok(beat) = serde_json::from_value::<Heartbeat>(record.payload.clone()) {
-                    pending.insert(cluster.name.clone(), Arc::new(kept_pending(&beat)));
+                    let pods = kept_pending(&beat);
+                    if !pods.is_empty() {
+                        pending.insert(cluster.name.clone(), Arc::new(pods));
+                    }
                     // A new leader reads the usage at once rather than a heartbeat later; a
                     // newer report kept meanwhile is not replaced.
                     if cluster.accepted {
@@ -663,13 +666,20 @@ impl Index {
         };
     }
 
-    /// Keeps `cluster`'s Pending pods from its latest heartbeat.
+    /// Keeps `cluster`'s Pending pods from its latest heartbeat. Only clusters with Pending pods
+    /// are held: every plan looks through them all for its own.
     pub fn put_pending(&self, cluster: &str, pods: Vec<PendingPod>) {
         self.touch_cluster(cluster);
-        self.pending
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(cluster.to_owned(), Arc::new(pods));
+        let mut pending = self.pending.write().unwrap_or_else(|e| e.into_inner());
+        if pods.is_empty() {
+            // Looked up first: a removal copies the path to the key even when it is absent,
+            // and nearly every heartbeat says no Pending pods.
+            if pending.contains_key(cluster) {
+                pending.remove(cluster);
+            }
+        } else {
+            pending.insert(cluster.to_owned(), Arc::new(pods));
+        }
     }
 
     /// Every cluster's Pending pods, from their latest heartbeats.
@@ -1034,19 +1044,47 @@ type ReadAll = (
 
 /// Replaces `map` with `read`, except for the keys in `touched`, which keep what `map` holds
 /// (or stay absent when it holds nothing).
-fn merge<K: Ord + Clone, V: Clone>(
-    map: &RwLock<BTreeMap<K, V>>,
-    mut read: BTreeMap<K, V>,
-    touched: &BTreeSet<K>,
-) {
+fn merge<K: Ord + Clone, V: Clone, M: Keyed<K, V>>(map: &RwLock<M>, mut read: M, touched: &BTreeSet<K>) {
     let mut map = map.write().unwrap_or_else(|e| e.into_inner());
     for key in touched {
         match map.get(key) {
-            Some(value) => read.insert(key.clone(), value.clone()),
-            None => read.remove(key),
-        };
+            Some(value) => read.put(key.clone(), value.clone()),
+            None => read.take(key),
+        }
     }
     *map = read;
+}
+
+/// The maps [`merge`] merges: the standard one and the persistent one of reports and Pending
+/// pods (see [`Reports`]).
+trait Keyed<K, V> {
+    fn get(&self, key: &K) -> Option<&V>;
+    fn put(&mut self, key: K, value: V);
+    fn take(&mut self, key: &K);
+}
+
+impl<K: Ord, V> Keyed<K, V> for BTreeMap<K, V> {
+    fn get(&self, key: &K) -> Option<&V> {
+        BTreeMap::get(self, key)
+    }
+    fn put(&mut self, key: K, value: V) {
+        self.insert(key, value);
+    }
+    fn take(&mut self, key: &K) {
+        self.remove(key);
+    }
+}
+
+impl<K: Ord + Clone, V: Clone> Keyed<K, V> for imbl::OrdMap<K, V> {
+    fn get(&self, key: &K) -> Option<&V> {
+        imbl::OrdMap::get(self, key)
+    }
+    fn put(&mut self, key: K, value: V) {
+        self.insert(key, value);
+    }
+    fn take(&mut self, key: &K) {
+        self.remove(key);
+    }
 }
 
 /// What [`Index::reload`] reads again.
@@ -1619,6 +1657,59 @@ pub(crate) mod tests {
             *map.read().unwrap(),
             BTreeMap::from([("a", 10), ("b", 2), ("c", 30), ("d", 4)]),
             "untouched keys as read, touched keys as written (or gone)"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_plan_s_copy_of_reports_and_pending_pods_stays_as_it_was_taken() {
+        let (_dir, store) = scratch_store().await;
+        let index = Index::empty(store);
+        let stuck = |name: &str| PendingPod {
+            name: name.to_owned(),
+            ..PendingPod::default()
+        };
+        index.put_pending("a", vec![stuck("p1")]);
+        index.keep_report(
+            "a",
+            StatusReport {
+                objects: vec![deployment("web", 1)],
+                ..StatusReport::default()
+            },
+        );
+        let (reports, pending) = (index.reports(), index.pending());
+
+        index.keep_report(
+            "a",
+            StatusReport {
+                objects: vec![deployment("web", 2)],
+                ..StatusReport::default()
+            },
+        );
+        index.keep_report("b", StatusReport::default());
+        index.put_pending("a", vec![stuck("p1"), stuck("p2")]);
+        index.put_pending("b", vec![stuck("q1")]);
+        assert_eq!(
+            (reports["a"].objects.clone(), reports.len()),
+            (vec![deployment("web", 1)], 1),
+            "the copy taken before keeps a's first report and no b"
+        );
+        assert_eq!(
+            (pending["a"].len(), pending.len()),
+            (1, 1),
+            "the copy taken before keeps a's one Pending pod and no b: {pending:?}"
+        );
+        assert_eq!(
+            index.reports()["a"].objects,
+            [deployment("web", 2)],
+            "the index has the new one"
+        );
+
+        index.put_pending("a", Vec::new());
+        index.forget_cluster("b");
+        assert!(
+            index.pending().is_empty(),
+            "a cluster without Pending pods, and a removed one, are not held: {:?}",
+            index.pending()
         );
     }
 

@@ -718,7 +718,8 @@ mod tests {
             ("eu".to_owned(), report(None, 2, 2)),
             ("us".to_owned(), report(Some(2), 1, 3)),
         ]
-        .into();
+        .into_iter()
+        .collect();
         let found = adopt(&reports, &workload, &[]);
         assert_eq!(found.starts, map(&[("eu", 0), ("us", 2)]));
         assert_eq!(found.counts, map(&[("eu", 2), ("us", 1)]));
@@ -791,7 +792,8 @@ mod tests {
                 ..StatusReport::default()
             }),
         )]
-        .into();
+        .into_iter()
+        .collect();
         reported_beyond(&mut previous, &reports, &workload);
         assert_eq!(
             (previous.releasing["eu"].from, previous.releasing["eu"].to),

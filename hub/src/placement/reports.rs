@@ -1,15 +1,20 @@
 //! What the agents report, as plans read it: their latest status reports and Pending pods.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use nave_api::wire::{ApplyError, ObjectStatus, PendingPod, StatusReport, WorkloadRef};
 
 /// The agents' latest status reports, by cluster.
-pub type Reports = BTreeMap<String, Arc<StatusReport>>;
+///
+/// A persistent map: every plan takes its own copy, so a copy shares the map's nodes instead of
+/// allocating one entry per cluster (a plan over 5,000 clusters copied and dropped 5,000 names
+/// for reports and as many for Pending pods), and the index's next write copies only the path
+/// to the entry it changes.
+pub type Reports = imbl::OrdMap<String, Arc<StatusReport>>;
 
-/// Each cluster's Pending pods, from its latest heartbeat.
-pub type Pending = BTreeMap<String, Arc<Vec<PendingPod>>>;
+/// The Pending pods of each cluster that has some, from its latest heartbeat; persistent, as
+/// [`Reports`].
+pub type Pending = imbl::OrdMap<String, Arc<Vec<PendingPod>>>;
 
 /// What the agents refused or failed to apply of the workload's objects, as
 /// `cluster: Kind namespace/name: message`, by cluster.

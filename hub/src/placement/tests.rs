@@ -56,7 +56,7 @@ fn stuck_pods(cluster: &str, count: u32, since: i64) -> Pending {
             since: Some(Time(at(since))),
         })
         .collect();
-    [(cluster.to_owned(), Arc::new(pods))].into()
+    [(cluster.to_owned(), Arc::new(pods))].into_iter().collect()
 }
 
 struct World {

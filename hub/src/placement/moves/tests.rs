@@ -41,7 +41,7 @@ fn a_clusters_pods_are_stuck_once_the_oldest_passed_the_timeout_and_the_next_exp
         pending(&web(), 280, "fresh"),
         pending(&other, 0, "not web"),
     ];
-    let by_cluster: BTreeMap<String, Arc<Vec<PendingPod>>> = [("eu-1".to_owned(), Arc::new(pods))].into();
+    let by_cluster: crate::placement::Pending = [("eu-1".to_owned(), Arc::new(pods))].into_iter().collect();
     let (early, next) = stuck(&by_cluster, &web(), 5 * MINUTE, at(250));
     assert!(early.is_empty(), "the oldest has waited 250 s of 300: {early:?}");
     assert_eq!(
