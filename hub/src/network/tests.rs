@@ -15,6 +15,16 @@ fn sample(peer: &str, rtt_millis: f64) -> LatencySample {
 
 const GRACE: Duration = Duration::from_secs(40);
 
+/// The names of the peers `cluster`'s heartbeat is answered with, in the answer's order.
+fn peers_of(network: &Network, cluster: &str) -> Vec<String> {
+    network
+        .answer(cluster, GRACE)
+        .peers
+        .into_iter()
+        .map(|p| p.cluster)
+        .collect()
+}
+
 #[test]
 fn samples_that_cannot_be_round_trips_are_left_out_and_the_hub_is_not_a_peer() {
     let network = Network::default();
@@ -58,19 +68,18 @@ fn peers_are_the_others_with_a_probe_url_that_beat_recently() {
         "d",
         &json!({"probeUrl": "http://d/probe", "latencySamples": [{"peer": "a", "rttMillis": 4.0}]}),
     );
-    let names = |answer: HeartbeatAnswer| answer.peers.into_iter().map(|p| p.cluster).collect::<Vec<_>>();
-    assert_eq!(names(network.answer("a", GRACE)), ["b"]);
-    assert_eq!(names(network.answer("c", GRACE)), ["a", "b"]);
+    assert_eq!(peers_of(&network, "a"), ["b"]);
+    assert_eq!(peers_of(&network, "c"), ["a", "b"]);
     assert_eq!(
         network.measured()["d"]["a"],
         Duration::from_millis(4),
         "loaded samples count"
     );
     network.put("d", Some("http://d/probe"), &[]);
-    assert_eq!(names(network.answer("a", GRACE)), ["b", "d"]);
+    assert_eq!(peers_of(&network, "a"), ["b", "d"]);
     // A cluster that stops giving a URL is no longer probed.
     network.put("b", None, &[]);
-    assert_eq!(names(network.answer("a", GRACE)), ["d"]);
+    assert_eq!(peers_of(&network, "a"), ["d"]);
 }
 
 #[test]
@@ -97,11 +106,10 @@ fn a_large_fleet_is_probed_in_turns_covering_every_peer() {
         2 * max
     );
     assert!(!seen.contains("c00"), "never itself: {seen:?}");
-    let third = network.answer("c00", GRACE);
-    let names: Vec<_> = third.peers.iter().map(|p| p.cluster.as_str()).collect();
+    let names = peers_of(&network, "c00");
     assert_eq!(
-        names.first(),
-        Some(&"c01"),
+        names.first().map(String::as_str),
+        Some("c01"),
         "the window wraps around to the first name after the last: {names:?}"
     );
     assert!(names.is_sorted(), "an answer names its peers in order: {names:?}");
@@ -120,13 +128,11 @@ fn a_removed_cluster_is_no_longer_a_peer_nor_in_the_fit() {
     );
     let generation = network.generation();
     network.forget("b");
-    let peers: Vec<_> = network
-        .answer("a", GRACE)
-        .peers
-        .into_iter()
-        .map(|p| p.cluster)
-        .collect();
-    assert_eq!(peers, ["c"], "a removed cluster is not offered as a peer");
+    assert_eq!(
+        peers_of(&network, "a"),
+        ["c"],
+        "a removed cluster is not offered as a peer"
+    );
     let measured = network.measured();
     assert!(
         !measured.contains_key("b") && !measured["a"].contains_key("b"),
@@ -198,13 +204,7 @@ fn probe_urls_must_be_http_urls_with_a_host() {
     ] {
         network.put(cluster, Some(url), &[]);
     }
-    let names: Vec<String> = network
-        .answer("x", GRACE)
-        .peers
-        .into_iter()
-        .map(|p| p.cluster)
-        .collect();
-    assert_eq!(names, ["a", "d"]);
+    assert_eq!(peers_of(&network, "x"), ["a", "d"]);
 }
 
 #[test]
