@@ -22,7 +22,8 @@
 //! - idle: the hub's CPU over 60 s with every agent heartbeating and long-polling, as a share of
 //!   one core, and its resident memory;
 //! - burst: every one-replica MCD created at once, until each is `Available`: MCDs per second and
-//!   the hub's CPU per MCD; then the hub's resident memory;
+//!   the hub's CPU per MCD, how many plans it made per MCD and their mean time (its scheduling
+//!   histogram); then the hub's resident memory;
 //! - steady: the hub's CPU over 60 s with the MCDs placed (heartbeats, periodic reports);
 //! - restart: the hub killed (SIGKILL) and started again, the time until it has reconciled every
 //!   MCD and published the work sets, and its CPU for that.
@@ -60,9 +61,9 @@ fn main() -> anyhow::Result<()> {
     let sizes = std::env::var("NAVE_FLEET").unwrap_or_else(|_| "1000x10000,5000x3000".to_owned());
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     println!(
-        "| clusters | MCDs | joined in | hub CPU to join | idle: hub CPU | idle: hub RSS | MCDs per second | hub CPU per MCD | hub RSS | steady: hub CPU | restart: published in | restart CPU | exactly once |"
+        "| clusters | MCDs | joined in | hub CPU to join | idle: hub CPU | idle: hub RSS | MCDs per second | hub CPU per MCD | plans per MCD | time per plan | hub RSS | steady: hub CPU | restart: published in | restart CPU | exactly once |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     for size in sizes.split(',').filter(|s| !s.is_empty()) {
         let (clusters, mcds) = size
             .split_once('x')
@@ -250,6 +251,18 @@ async fn share_over_span(hub: u32) -> anyhow::Result<f64> {
     Ok((cpu_seconds(&hub.to_string())? - before) / SPAN.as_secs_f64())
 }
 
+/// How many plans the hub has made, and their time in seconds in all (its scheduling histogram).
+async fn plans(fleet: &ProcessFleet) -> anyhow::Result<(f64, f64)> {
+    let count = fleet
+        .hub_metric(0, "nave_scheduling_duration_seconds_count")
+        .await;
+    let sum = fleet.hub_metric(0, "nave_scheduling_duration_seconds_sum").await;
+    Ok((
+        count.map_err(anyhow::Error::msg)?,
+        sum.map_err(anyhow::Error::msg)?,
+    ))
+}
+
 /// Every MCD in exactly one cluster's set with one replica: the count of those that are, up to
 /// five that are not, and the cluster of each.
 fn exactly_once(sent: &Sent, mcds: usize) -> (usize, Vec<String>, HashMap<String, String>) {
@@ -332,6 +345,7 @@ async fn run(clusters: usize, mcds: usize) -> anyhow::Result<()> {
     let api: Api<MultiClusterDeployment> = Api::namespaced(fleet.client.clone(), "default");
     let mut watching = AvailableWatch::start(api.clone());
     let cpu_before = cpu_seconds(&hub_pid.to_string())?;
+    let plans_before = plans(&fleet).await?;
     let start = Instant::now();
     for i in 0..mcds {
         let object = Mcd::new(&format!("w{i:06}"))
@@ -345,6 +359,8 @@ async fn run(clusters: usize, mcds: usize) -> anyhow::Result<()> {
     watching.wait(mcds, Duration::from_secs(3600)).await?;
     let took = start.elapsed();
     let burst_cpu = cpu_seconds(&hub_pid.to_string())? - cpu_before;
+    let plans_after = plans(&fleet).await?;
+    let planned = plans_after.0 - plans_before.0;
     drop(watching);
     let burst_rss = memory_mib(hub_pid).0;
     let (placed, wrong, before) = exactly_once(&sent, mcds);
@@ -390,13 +406,15 @@ async fn run(clusters: usize, mcds: usize) -> anyhow::Result<()> {
         .count();
     stop.cancel();
     println!(
-        "| {clusters} | {mcds} | {:.1} s | {:.1} s | {:.1} % of a core | {:.0} MiB | {:.1} | {:.2} ms | {:.0} MiB | {:.1} % of a core | {:.1} s | {:.1} s | {placed} of {mcds}; after the restart {after}, {moved} moved |",
+        "| {clusters} | {mcds} | {:.1} s | {:.1} s | {:.1} % of a core | {:.0} MiB | {:.1} | {:.2} ms | {:.2} | {:.2} ms | {:.0} MiB | {:.1} % of a core | {:.1} s | {:.1} s | {placed} of {mcds}; after the restart {after}, {moved} moved |",
         joined.as_secs_f64(),
         join_cpu,
         idle * 100.0,
         idle_rss,
         mcds as f64 / took.as_secs_f64(),
         burst_cpu * 1000.0 / mcds as f64,
+        planned / mcds as f64,
+        (plans_after.1 - plans_before.1) * 1000.0 / planned.max(1.0),
         burst_rss,
         steady * 100.0,
         republished.as_secs_f64(),

@@ -588,20 +588,7 @@ impl Env {
     /// e.g. `nave_unplaced_replicas` or `nave_mcd_failing{namespace="a",name="b",cluster="c"}`),
     /// or why there is none.
     pub async fn hub_metric(&self, series: &str) -> Result<f64, String> {
-        let text = reqwest::get(format!("{}/metrics", self.hub_metrics_url))
-            .await
-            .map_err(|e| e.to_string())?
-            .text()
-            .await
-            .map_err(|e| e.to_string())?;
-        let value = text
-            .lines()
-            .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
-            .ok_or_else(|| format!("no {series} in the hub's metrics"))?;
-        value
-            .trim()
-            .parse()
-            .map_err(|e| format!("{series} {value:?}: {e}"))
+        series_value(&self.hub_metrics_url, series).await
     }
 
     /// Sets the requests per second arriving at workload cluster `cluster`'s simulated ingress
@@ -903,4 +890,23 @@ pub fn image_of(deployment: &Deployment) -> String {
 /// need them (kubectl in the benchmark).
 pub fn kubeconfig_path(env: &Env) -> PathBuf {
     env.dir().join("kubeconfig")
+}
+
+/// The value of series `series` (its name and labels as `/metrics` writes them) in what
+/// `{metrics_url}/metrics` answers, or why there is none.
+pub async fn series_value(metrics_url: &str, series: &str) -> Result<f64, String> {
+    let text = reqwest::get(format!("{metrics_url}/metrics"))
+        .await
+        .map_err(|e| e.to_string())?
+        .text()
+        .await
+        .map_err(|e| e.to_string())?;
+    let value = text
+        .lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
+        .ok_or_else(|| format!("no {series} in {metrics_url}/metrics"))?;
+    value
+        .trim()
+        .parse()
+        .map_err(|e| format!("{series} {value:?}: {e}"))
 }

@@ -533,6 +533,16 @@ impl ProcessFleet {
         self.listens[i]
     }
 
+    /// The value of hub replica `i`'s series `series` (see [`crate::series_value`]).
+    pub async fn hub_metric(&self, i: usize, series: &str) -> Result<f64, String> {
+        let listen = self.hub_args[i]
+            .iter()
+            .skip_while(|a| *a != "--metrics-listen")
+            .nth(1)
+            .ok_or("the hub replica was started without --metrics-listen")?;
+        crate::series_value(&format!("http://{listen}"), series).await
+    }
+
     /// The workload clusters' names.
     pub fn cluster_names(&self) -> Vec<String> {
         self.agent_args.keys().cloned().collect()
