@@ -8,6 +8,7 @@
 //!                                            ├─ Heartbeat(c) ─► newest heartbeat ─► index ─► wake (if leading)
 //!                                            ├─ Status(c) ───► report ───────────► index ─► reconcile its workloads
 //!                                            ├─ Cluster(c) ──► record (or gone) ─► index ─► pass over all; wake c's polls
+//!                                            ├─ Credentials(c) ─► (the store forgot c's credentials it kept)
 //!                                            ├─ Work(c, r) ──────────────────────────────► wake c's long-polls
 //!                                            ├─ Placement ───► placement ────────► index bookings (simulations)
 //!                                            ├─ Leadership ──► term, published ──► complete work sets or not
@@ -181,7 +182,8 @@ impl Follower {
                     .refresh_placement(&WorkloadRef::new(&namespace, &name), placement.as_ref());
             }
             StoreChange::Leadership => self.leadership().await?,
-            StoreChange::Ping => {}
+            // The store forgot the credentials it kept of the cluster as the feed passed it on.
+            StoreChange::Credentials(_) | StoreChange::Ping => {}
         }
         Ok(())
     }

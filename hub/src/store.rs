@@ -24,6 +24,7 @@
 //! a database round trip.
 
 mod contract;
+mod credentials;
 pub mod postgres;
 pub mod retention;
 pub mod sealed;

@@ -213,6 +213,7 @@ conformance!(
     sets_stored_whole_by_an_older_hub_are_kept_by_object_after_the_upgrade,
     concurrent_put_work_yields_distinct_increasing_revisions,
     concurrent_rotations_leave_exactly_one_valid_credential,
+    a_credential_taken_before_is_refused_at_once_after_revoke_rotate_or_removal,
     migrations_are_idempotent,
     connect_url_picks_the_backend,
     identity_is_created_with_the_store_and_kept,
@@ -973,6 +974,127 @@ mod cases {
             .expect_err("rotating for an unregistered cluster");
         assert_eq!(error.kind(), StoreErrorKind::UnknownCluster, "error: {error:?}");
         store.close().await.expect("close");
+    }
+
+    /// A store keeps the credentials it found valid for a while (agents present theirs at every
+    /// request); a revocation must not wait for that, on the handle that made it or on another
+    /// replica's, which hears of it on its change feed.
+    pub async fn a_credential_taken_before_is_refused_at_once_after_revoke_rotate_or_removal(db: TestDb) {
+        let store = db.open().await;
+        let replica = db.open_following().await;
+        // Each handle follows its feed as a hub replica does; SQLite announces nothing (one
+        // hub per file), so there only the handle that revokes is checked.
+        let mut following = Vec::new();
+        for handle in [&store, &replica] {
+            match handle.changes().await.expect("listening") {
+                Some(feed) => following.push(tokio::spawn(futures::StreamExt::for_each(feed, |_| async {}))),
+                None => assert_eq!(db.backend(), Backend::Sqlite, "only SQLite announces nothing"),
+            }
+        }
+        let replicas = !following.is_empty();
+        register(&*store, &["eu-1", "eu-2", "eu-3"]).await;
+        let one = store.issue_credential("eu-1").await.expect("issue");
+        let two = store.issue_credential("eu-2").await.expect("issue");
+        let three = store.issue_credential("eu-3").await.expect("issue");
+        let handles: Vec<(&str, &Arc<dyn Store>)> = if replicas {
+            vec![
+                ("the handle that writes", &store),
+                ("another replica's", &replica),
+            ]
+        } else {
+            vec![("the handle that writes", &store)]
+        };
+        // Taken (and so kept) by every handle first.
+        for (label, handle) in &handles {
+            for credential in [&one, &two, &three] {
+                let seen = handle
+                    .authenticate_agent(credential.token.expose())
+                    .await
+                    .expect("lookup");
+                assert_eq!(
+                    seen.map(|i| i.credential_id),
+                    Some(credential.id),
+                    "{label}: a credential just issued"
+                );
+            }
+        }
+        let refused_everywhere = |what: &'static str, token: String| {
+            let handles = handles.clone();
+            async move {
+                for (label, handle) in handles {
+                    nave_testkit::wait_for(
+                        &format!("{label} to refuse {what}"),
+                        Duration::from_secs(10),
+                        || async {
+                            match handle.authenticate_agent(&token).await {
+                                Ok(None) => Ok(()),
+                                Ok(Some(identity)) => Err(format!("still taken, as {identity:?}")),
+                                Err(error) => Err(error.to_string()),
+                            }
+                        },
+                    )
+                    .await;
+                }
+            }
+        };
+        // The handle that writes refuses at once: no waiting there.
+        assert!(store.revoke_credential(one.id).await.expect("revoke"));
+        assert_eq!(
+            store
+                .authenticate_agent(one.token.expose())
+                .await
+                .expect("lookup"),
+            None
+        );
+        refused_everywhere("a revoked credential", one.token.expose().to_owned()).await;
+
+        let rotated = store.rotate_credential("eu-2").await.expect("rotate");
+        assert_eq!(
+            store
+                .authenticate_agent(two.token.expose())
+                .await
+                .expect("lookup"),
+            None
+        );
+        refused_everywhere("a credential rotated away", two.token.expose().to_owned()).await;
+        for (label, handle) in &handles {
+            let seen = handle
+                .authenticate_agent(rotated.token.expose())
+                .await
+                .expect("lookup");
+            assert_eq!(
+                seen.map(|i| i.credential_id),
+                Some(rotated.id),
+                "{label}: the rotated credential"
+            );
+        }
+
+        assert!(store.delete_cluster("eu-3").await.expect("delete"));
+        assert_eq!(
+            store
+                .authenticate_agent(three.token.expose())
+                .await
+                .expect("lookup"),
+            None
+        );
+        refused_everywhere(
+            "the credential of a removed cluster",
+            three.token.expose().to_owned(),
+        )
+        .await;
+
+        // And the other way: what the replica revokes, the first handle refuses.
+        if replicas {
+            assert!(replica.revoke_credential(rotated.id).await.expect("revoke"));
+            refused_everywhere(
+                "a credential the other replica revoked",
+                rotated.token.expose().to_owned(),
+            )
+            .await;
+        }
+        for task in following {
+            task.abort();
+        }
     }
 
     pub async fn token_of_one_cluster_never_resolves_to_another(db: TestDb) {

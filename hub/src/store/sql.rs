@@ -24,12 +24,14 @@
 
 use std::collections::BTreeMap;
 
+use futures::StreamExt as _;
 use jiff::Timestamp;
 use serde_json::Value;
 use sqlx::types::Json;
 use sqlx::{Database, Encode, Executor, FromRow, IntoArguments, Pool, Transaction, Type};
 
 use super::contract::*;
+use super::credentials::CredentialCache;
 use super::types::*;
 
 /// What differs between the backends' SQL. Implemented for [`sqlx::Sqlite`] and
@@ -83,6 +85,8 @@ pub struct SqlStore<DB: Database> {
     channel: std::sync::Arc<str>,
     /// This process's mark on its announcements, so it skips its own.
     origin: std::sync::Arc<str>,
+    /// Valid agent credentials read lately (see [`super::credentials`]).
+    credentials: std::sync::Arc<CredentialCache>,
 }
 
 /// The term a store handle claimed, and the signal that another term was claimed since (a new
@@ -116,6 +120,7 @@ impl<DB: Database> Clone for SqlStore<DB> {
             fence: self.fence.clone(),
             channel: self.channel.clone(),
             origin: self.origin.clone(),
+            credentials: self.credentials.clone(),
         }
     }
 }
@@ -281,6 +286,7 @@ where
             .map(|b| format!("{b:02x}"))
             .collect::<String>()
             .into(),
+        credentials: Default::default(),
     })
 }
 
@@ -609,7 +615,15 @@ where
     }
 
     fn changes(&self) -> StoreFuture<'_, Option<ChangeFeed>> {
-        Box::pin(async move { DB::listen(&self.pool, &self.channel, &self.origin).await })
+        Box::pin(async move {
+            let feed = DB::listen(&self.pool, &self.channel, &self.origin).await?;
+            // Listening anew: what other replicas revoked before may not have been heard.
+            self.credentials.forget_all();
+            Ok(feed.map(|feed| {
+                let credentials = self.credentials.clone();
+                Box::pin(feed.inspect(move |event| credentials.follow(event))) as ChangeFeed
+            }))
+        })
     }
 
     fn ping(&self) -> StoreFuture<'_, ()> {
@@ -709,62 +723,102 @@ where
         Box::pin(async move {
             const OP: StoreOp = StoreOp::RotateCredential;
             let now = Timestamp::now();
-            let mut tx = self.begin_write(OP).await?;
-            if DB::ROW_LOCKS {
-                // Rotations of one cluster queue on its row. Otherwise each one's UPDATE sees
-                // only committed credentials, misses the new one of a rotation still in flight,
-                // and both new credentials stay valid.
-                sqlx::query("SELECT name FROM clusters WHERE name = $1 FOR UPDATE")
-                    .bind(cluster)
-                    .execute(&mut *tx)
-                    .await
-                    .map_err(query_error(OP))?;
+            let rotated = async {
+                let mut tx = self.begin_write(OP).await?;
+                if DB::ROW_LOCKS {
+                    // Rotations of one cluster queue on its row. Otherwise each one's UPDATE sees
+                    // only committed credentials, misses the new one of a rotation still in
+                    // flight, and both new credentials stay valid.
+                    sqlx::query("SELECT name FROM clusters WHERE name = $1 FOR UPDATE")
+                        .bind(cluster)
+                        .execute(&mut *tx)
+                        .await
+                        .map_err(query_error(OP))?;
+                }
+                let issued = insert_credential(&mut tx, OP, cluster, now).await?;
+                sqlx::query(
+                    "UPDATE agent_credentials SET revoked_at_ms = $1 \
+                     WHERE cluster = $2 AND revoked_at_ms IS NULL AND id <> $3",
+                )
+                .bind(millis(now))
+                .bind(cluster)
+                .bind(issued.id)
+                .execute(&mut *tx)
+                .await
+                .map_err(query_error(OP))?;
+                announce!(self, &mut *tx, OP, StoreChange::Credentials(cluster.to_owned()));
+                tx.commit().await.map_err(query_error(OP))?;
+                Ok(issued)
             }
-            let issued = insert_credential(&mut tx, OP, cluster, now).await?;
-            sqlx::query(
-                "UPDATE agent_credentials SET revoked_at_ms = $1 \
-                 WHERE cluster = $2 AND revoked_at_ms IS NULL AND id <> $3",
-            )
-            .bind(millis(now))
-            .bind(cluster)
-            .bind(issued.id)
-            .execute(&mut *tx)
-            .await
-            .map_err(query_error(OP))?;
-            tx.commit().await.map_err(query_error(OP))?;
-            Ok(issued)
+            .await;
+            // Whatever the outcome (a commit whose answer was lost may have landed).
+            self.credentials.forget_cluster(cluster);
+            rotated
         })
     }
 
     fn revoke_credential(&self, id: i64) -> StoreFuture<'_, bool> {
         Box::pin(async move {
             const OP: StoreOp = StoreOp::RevokeCredential;
-            let done = sqlx::query(
-                "UPDATE agent_credentials SET revoked_at_ms = $1 WHERE id = $2 AND revoked_at_ms IS NULL",
-            )
-            .bind(millis(Timestamp::now()))
-            .bind(id)
-            .execute(&self.pool)
-            .await
-            .map_err(query_error(OP))?;
-            Ok(DB::rows_affected(&done) == 1)
+            let mut cluster = None;
+            let revoked = async {
+                let mut tx = self.begin_write(OP).await?;
+                let of: Option<(String,)> = sqlx::query_as(
+                    "SELECT cluster FROM agent_credentials WHERE id = $1 AND revoked_at_ms IS NULL",
+                )
+                .bind(id)
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(query_error(OP))?;
+                let Some((of,)) = of else {
+                    return Ok(false);
+                };
+                cluster = Some(of.clone());
+                let done = sqlx::query(
+                    "UPDATE agent_credentials SET revoked_at_ms = $1 WHERE id = $2 AND revoked_at_ms IS NULL",
+                )
+                .bind(millis(Timestamp::now()))
+                .bind(id)
+                .execute(&mut *tx)
+                .await
+                .map_err(query_error(OP))?;
+                announce!(self, &mut *tx, OP, StoreChange::Credentials(of));
+                tx.commit().await.map_err(query_error(OP))?;
+                Ok(DB::rows_affected(&done) == 1)
+            }
+            .await;
+            match &cluster {
+                Some(cluster) => self.credentials.forget_cluster(cluster),
+                None if revoked.is_err() => self.credentials.forget_all(),
+                None => {}
+            }
+            revoked
         })
     }
 
     fn authenticate_agent<'a>(&'a self, token: &'a str) -> StoreFuture<'a, Option<AgentIdentity>> {
         Box::pin(async move {
             const OP: StoreOp = StoreOp::AuthenticateAgent;
+            let digest = token_hash(token);
+            if let Some(identity) = self.credentials.get(&digest) {
+                return Ok(Some(identity));
+            }
+            let read_under = self.credentials.generation();
             let row: Option<(i64, String)> = sqlx::query_as(
                 "SELECT id, cluster FROM agent_credentials WHERE token_sha256 = $1 AND revoked_at_ms IS NULL",
             )
-            .bind(token_hash(token))
+            .bind(&digest)
             .fetch_optional(&self.pool)
             .await
             .map_err(query_error(OP))?;
-            Ok(row.map(|(credential_id, cluster)| AgentIdentity {
+            let identity = row.map(|(credential_id, cluster)| AgentIdentity {
                 credential_id,
                 cluster,
-            }))
+            });
+            if let Some(identity) = &identity {
+                self.credentials.keep(digest, identity.clone(), read_under);
+            }
+            Ok(identity)
         })
     }
 
@@ -860,7 +914,10 @@ where
                 .map_err(query_error(OP))?;
             }
             announce!(self, &mut *tx, OP, StoreChange::Cluster(cluster.to_owned()));
-            tx.commit().await.map_err(query_error(OP))?;
+            let committed = tx.commit().await.map_err(query_error(OP));
+            // Its credentials went with it (whatever the outcome: an answer lost may hide a commit).
+            self.credentials.forget_cluster(cluster);
+            committed?;
             Ok(removed)
         })
     }

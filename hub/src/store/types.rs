@@ -484,6 +484,8 @@ pub enum Claim {
 pub enum StoreChange {
     /// A cluster was registered, accepted or withdrawn, confirmed a prune, or removed.
     Cluster(String),
+    /// A cluster's credentials were revoked or rotated: a replica takes none it kept of them.
+    Credentials(String),
     /// A cluster's heartbeat was recorded.
     Heartbeat(String),
     /// A cluster's agent reported status.
