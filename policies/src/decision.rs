@@ -641,16 +641,21 @@ impl Decision {
                 .filter(|(i, c)| !named[*i] && c.filter.is_none())
                 .filter_map(|(i, c)| c.rank.map(|r| (r.position, i)))
                 .collect();
+            // At most `limit` are named: only the best `limit` ranks need sorting (a fleet of
+            // thousands has thousands of eligible clusters).
+            if ranked.len() > limit {
+                ranked.select_nth_unstable(limit);
+                ranked.truncate(limit);
+            }
             ranked.sort_unstable();
             let mut kinds = std::collections::BTreeSet::new();
             let one_per_reason = self.clusters.iter().enumerate().filter_map(|(i, c)| {
                 let kind = c.filter.as_ref()?.kind();
                 kinds.insert(kind).then_some(i)
             });
-            let order: Vec<usize> = one_per_reason
+            let order = one_per_reason
                 .chain(ranked.into_iter().map(|(_, i)| i))
-                .chain(0..self.clusters.len())
-                .collect();
+                .chain(0..self.clusters.len());
             for i in order {
                 if count >= limit {
                     break;

@@ -177,7 +177,8 @@ pub fn status_of(
     status.selector = Some(format!("{WORKLOAD_LABEL}={}", workload.label_value()));
     let placed = status.replicas;
     let wanted = mcd.spec.replicas;
-    let summary = decision.to_string().lines().next().unwrap_or_default().to_owned();
+    // The summary alone: the whole explanation would pick the clusters to name out of the fleet.
+    let summary = decision.summary().lines().next().unwrap_or_default().to_owned();
 
     // Policy `everywhere` asks nothing of a fleet where no cluster is eligible: that is not
     // "every replica placed" for a user who asked for replicas.
