@@ -193,6 +193,9 @@ pub struct Gathered {
     pub view: Arc<FleetView>,
     /// The agents' latest reports.
     pub reports: Reports,
+    /// Those of them that list apply errors (taken after `reports`: it holds every cluster
+    /// whose report there lists some, unless a newer report without any came meanwhile).
+    pub erring: Reports,
     /// The clusters' Pending pods.
     pub pending: Pending,
     /// The fleet's health.
@@ -322,6 +325,7 @@ impl Sources {
         Gathered {
             view,
             reports,
+            erring: self.index.erring(),
             pending: self.index.pending(),
             health: self.health.snapshot(),
             previous,

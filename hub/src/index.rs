@@ -103,6 +103,9 @@ pub struct Index {
     /// The registered clusters' records, as the store holds them.
     clusters: RwLock<BTreeMap<String, Arc<ClusterRecord>>>,
     reports: RwLock<Reports>,
+    /// The latest reports that list apply errors (few): a status reads these instead of walking
+    /// every cluster's report. Written under `reports`' lock, with it.
+    erring: RwLock<Reports>,
     /// Each cluster's report as it stood when its latest heartbeat's capacity arrived: the
     /// replicas it reports ready are those that capacity counts (see [`Index::with_ledger`]).
     counted: RwLock<Reports>,
@@ -179,6 +182,14 @@ impl Index {
             let (clusters, reports, pending, bookings) = read?;
             merge(&self.clusters, clusters, &touched.clusters);
             merge(&self.reports, reports, &touched.clusters);
+            {
+                let reports = self.reports.read().unwrap_or_else(|e| e.into_inner());
+                *self.erring.write().unwrap_or_else(|e| e.into_inner()) = reports
+                    .iter()
+                    .filter(|(_, report)| !report.apply_errors.is_empty())
+                    .map(|(cluster, report)| (cluster.clone(), report.clone()))
+                    .collect();
+            }
             merge(&self.pending, pending, &touched.clusters);
             if let Some((bookings, kept)) = bookings {
                 merge(&self.bookings, bookings, &touched.workloads);
@@ -284,6 +295,7 @@ impl Index {
         Index {
             clusters: RwLock::default(),
             reports: RwLock::default(),
+            erring: RwLock::default(),
             counted: RwLock::default(),
             pending: RwLock::default(),
             usage: RwLock::default(),
@@ -440,6 +452,11 @@ impl Index {
         self.reports.read().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
+    /// The latest reports that list apply errors, by cluster (a subset of [`Index::reports`]).
+    pub fn erring(&self) -> Reports {
+        self.erring.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
     /// Stores `cluster`'s report and returns the workloads whose objects' status it changed (so
     /// that only those are reconciled), or `None` when nothing changed at all.
     pub async fn put_report(
@@ -513,10 +530,17 @@ impl Index {
                 changed.extend(error.workload.clone());
             }
         }
-        self.reports
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(cluster.to_owned(), Arc::new(report));
+        {
+            let mut reports = self.reports.write().unwrap_or_else(|e| e.into_inner());
+            let mut erring = self.erring.write().unwrap_or_else(|e| e.into_inner());
+            let report = Arc::new(report);
+            if !report.apply_errors.is_empty() {
+                erring.insert(cluster.to_owned(), report.clone());
+            } else if erring.contains_key(cluster) {
+                erring.remove(cluster);
+            }
+            reports.insert(cluster.to_owned(), report);
+        }
         for workload in &changed {
             self.reserve(workload);
         }
@@ -1657,6 +1681,44 @@ pub(crate) mod tests {
             *map.read().unwrap(),
             BTreeMap::from([("a", 10), ("b", 2), ("c", 30), ("d", 4)]),
             "untouched keys as read, touched keys as written (or gone)"
+        );
+    }
+
+    #[tokio::test]
+    async fn the_reports_listing_apply_errors_are_kept_apart_as_reports_come_and_a_reload_reads_them() {
+        let (_dir, store) = scratch_store().await;
+        let index = Index::empty(store);
+        let refused = nave_api::wire::ApplyError {
+            kind: "Deployment".to_owned(),
+            namespace: Some("shop".to_owned()),
+            name: "web".to_owned(),
+            message: "exceeded quota".to_owned(),
+            ..nave_api::wire::ApplyError::default()
+        };
+        let failing = StatusReport {
+            apply_errors: vec![refused],
+            ..StatusReport::default()
+        };
+        let erring = |index: &Index| index.erring().keys().cloned().collect::<Vec<_>>();
+        index.keep_report("a", failing.clone());
+        index.keep_report("b", StatusReport::default());
+        index.keep_report("c", failing.clone());
+        assert_eq!(
+            erring(&index),
+            ["a", "c"],
+            "the clusters whose reports list apply errors"
+        );
+        assert_eq!(index.erring()["a"], index.reports()["a"], "the same report");
+        index.keep_report("a", StatusReport::default());
+        index.keep_report("b", failing);
+        assert_eq!(erring(&index), ["b", "c"], "a's errors went, b's came");
+        // The store holds none of these reports: a reload reads none, and none lists errors.
+        index.reload(Reload::Everything).await.unwrap();
+        assert!(index.reports().is_empty(), "{:?}", index.reports());
+        assert_eq!(
+            erring(&index),
+            Vec::<String>::new(),
+            "after a reload that read no report"
         );
     }
 

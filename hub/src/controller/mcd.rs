@@ -498,7 +498,10 @@ async fn apply(mcd: Arc<MultiClusterDeployment>, ctx: &Context) -> Result<Action
         &mcd,
         decision,
         &gathered.view.fleet,
-        &gathered.reports,
+        status::Seen {
+            all: &gathered.reports,
+            erring: &gathered.erring,
+        },
         &hash,
         &missing,
         &planned.stored,

@@ -54,12 +54,32 @@ fn updated_ready_of(deployment: &ObjectStatus, hash: &str) -> i32 {
         .clamp(0, updated)
 }
 
+/// The agents' latest reports a status reads: all of them, and those that list apply errors
+/// (few), which it reads for those instead of walking every cluster's report.
+#[derive(Clone, Copy, Debug)]
+pub struct Seen<'a> {
+    /// Every cluster's latest report.
+    pub all: &'a Reports,
+    /// Those that list apply errors, or more of them (every report, say).
+    pub erring: &'a Reports,
+}
+
+impl<'a> Seen<'a> {
+    /// Every report, read for apply errors too.
+    pub fn whole(reports: &'a Reports) -> Self {
+        Seen {
+            all: reports,
+            erring: reports,
+        }
+    }
+}
+
 /// The status of an MCD: per cluster from the decision and the reports, totals as sums.
 pub fn status_of(
     mcd: &MultiClusterDeployment,
     decision: &Decision,
     fleet: &Fleet,
-    reports: &Reports,
+    reports: Seen<'_>,
     template_hash: &str,
     missing_dependencies: &[String],
     stored: &StoredDecision,
@@ -76,7 +96,7 @@ pub fn status_of(
     // finished before it is.
     let held = moving.map(|m| &m.held);
     let still_running = mcd.status.iter().flat_map(|s| &s.clusters).filter(|c| {
-        deployment_of(reports.get(&c.name).map(Arc::as_ref), workload)
+        deployment_of(reports.all.get(&c.name).map(Arc::as_ref), workload)
             .map(deployment_counts)
             .is_some_and(|(ready, available, _)| ready > 0 || available > 0)
     });
@@ -102,7 +122,7 @@ pub fn status_of(
     for name in names {
         let desired = decision.assignment.get(name).copied().unwrap_or(0);
         // One lookup in the report for the counts and what fails.
-        let object = deployment_of(reports.get(name).map(Arc::as_ref), workload);
+        let object = deployment_of(reports.all.get(name).map(Arc::as_ref), workload);
         let (ready, available, pending) = object.map_or((0, 0, 0), deployment_counts);
         let burst = decision.cluster(name).is_some_and(|c| c.role == Role::Burst);
         let kept = held.and_then(|h| h.get(name)).copied().unwrap_or(0);
@@ -232,7 +252,7 @@ pub fn status_of(
             generation,
         )
     };
-    let apply_errors = crate::placement::reports::apply_errors(reports, workload);
+    let apply_errors = crate::placement::reports::apply_errors(reports.erring, workload);
     let not_ready: Vec<(&str, i32)> = clusters
         .iter()
         .filter(|c| fleet.get(&c.name).is_some_and(|f| !f.ready))

@@ -54,7 +54,7 @@ impl Case {
             &self.mcd,
             &decision,
             &self.fleet,
-            &self.reports,
+            Seen::whole(&self.reports),
             &crate::render::template_hash(&self.mcd),
             &self.missing,
             &StoredDecision {
@@ -166,7 +166,7 @@ fn pending_pods_missing_dependencies_and_silent_clusters_degrade_the_workload() 
         &silent.mcd,
         &decision,
         &silent.fleet,
-        &silent.reports,
+        Seen::whole(&silent.reports),
         &crate::render::template_hash(&silent.mcd),
         &[],
         &StoredDecision::default(),
