@@ -1004,19 +1004,23 @@ mod cases {
         } else {
             vec![("the handle that writes", &store)]
         };
-        // Taken (and so kept) by every handle first.
-        for (label, handle) in &handles {
-            for credential in [&one, &two, &three] {
-                let seen = handle
-                    .authenticate_agent(credential.token.expose())
-                    .await
-                    .expect("lookup");
-                assert_eq!(
-                    seen.map(|i| i.credential_id),
-                    Some(credential.id),
-                    "{label}: a credential just issued"
-                );
+        let taken_everywhere = |what: &'static str, token: String, id: i64| {
+            let handles = handles.clone();
+            async move {
+                for (label, handle) in handles {
+                    let seen = handle.authenticate_agent(&token).await.expect("lookup");
+                    assert_eq!(seen.map(|i| i.credential_id), Some(id), "{label}: {what}");
+                }
             }
+        };
+        // Taken (and so kept) by every handle first.
+        for credential in [&one, &two, &three] {
+            taken_everywhere(
+                "a credential just issued",
+                credential.token.expose().to_owned(),
+                credential.id,
+            )
+            .await;
         }
         let refused_everywhere = |what: &'static str, token: String| {
             let handles = handles.clone();
@@ -1057,17 +1061,12 @@ mod cases {
             None
         );
         refused_everywhere("a credential rotated away", two.token.expose().to_owned()).await;
-        for (label, handle) in &handles {
-            let seen = handle
-                .authenticate_agent(rotated.token.expose())
-                .await
-                .expect("lookup");
-            assert_eq!(
-                seen.map(|i| i.credential_id),
-                Some(rotated.id),
-                "{label}: the rotated credential"
-            );
-        }
+        taken_everywhere(
+            "the rotated credential",
+            rotated.token.expose().to_owned(),
+            rotated.id,
+        )
+        .await;
 
         assert!(store.delete_cluster("eu-3").await.expect("delete"));
         assert_eq!(
