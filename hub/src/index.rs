@@ -354,7 +354,7 @@ impl Index {
         self.clusters_changed();
     }
 
-    /// Forgets a removed cluster's record, Pending pods and round trips.
+    /// Forgets a removed cluster's record, Pending pods, usage, round trips and latest report.
     pub fn forget_cluster(&self, cluster: &str) {
         self.touch_cluster(cluster);
         self.clusters
@@ -371,6 +371,17 @@ impl Index {
             .write()
             .unwrap_or_else(|e| e.into_inner())
             .remove(cluster);
+        {
+            // Its status went from the store with it (a reload would not read it either).
+            let mut reports = self.reports.write().unwrap_or_else(|e| e.into_inner());
+            let mut erring = self.erring.write().unwrap_or_else(|e| e.into_inner());
+            if reports.contains_key(cluster) {
+                reports.remove(cluster);
+            }
+            if erring.contains_key(cluster) {
+                erring.remove(cluster);
+            }
+        }
         self.network.forget(cluster);
     }
 
@@ -1712,6 +1723,8 @@ pub(crate) mod tests {
         index.keep_report("a", StatusReport::default());
         index.keep_report("b", failing);
         assert_eq!(erring(&index), ["b", "c"], "a's errors went, b's came");
+        index.forget_cluster("c");
+        assert_eq!(erring(&index), ["b"], "a removed cluster's errors went with it");
         // The store holds none of these reports: a reload reads none, and none lists errors.
         index.reload(Reload::Everything).await.unwrap();
         assert!(index.reports().is_empty(), "{:?}", index.reports());
@@ -1772,6 +1785,10 @@ pub(crate) mod tests {
             index.pending().is_empty(),
             "a cluster without Pending pods, and a removed one, are not held: {:?}",
             index.pending()
+        );
+        assert!(
+            !index.reports().contains_key("b"),
+            "a removed cluster's report is not held"
         );
     }
 
