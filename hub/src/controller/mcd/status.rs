@@ -64,6 +64,7 @@ pub struct Seen<'a> {
     pub erring: &'a Reports,
 }
 
+#[cfg(test)]
 impl<'a> Seen<'a> {
     /// Every report, read for apply errors too.
     pub fn whole(reports: &'a Reports) -> Self {
