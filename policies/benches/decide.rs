@@ -74,14 +74,39 @@ fn request(strategy: Strategy) -> Request {
     )
 }
 
+/// Room given away and not yet reported, as a burst of one-replica workloads leaves it (the
+/// replicas of the last second or so): one replica of a workload of its own reserved in every
+/// fiftieth cluster.
+fn busy_ledger(clusters: usize) -> Ledger {
+    let mut ledger = Ledger::new();
+    for c in (0..clusters).step_by(50) {
+        ledger.reserve(
+            &format!("cluster-{c:05}"),
+            &format!("burst/w-{c}"),
+            &Demand::new(10, 16 << 20),
+            1,
+        );
+    }
+    ledger
+}
+
 fn bench_decide<M: Measurement>(c: &mut Criterion<M>, name: &str) {
     let mut group = c.benchmark_group(name);
-    let ledger = Ledger::new();
+    let empty = Ledger::new();
     for (clusters, nodes) in [(10, 10), (100, 10), (1_000, 10), (5_000, 10), (100, 1_000)] {
         let fleet = fleet(clusters, nodes);
         for strategy in [Strategy::WorstFit, Strategy::Spread] {
             let request = request(strategy.clone());
             let id = BenchmarkId::new(strategy.name(), format!("{clusters}x{nodes}"));
+            group.bench_with_input(id, &request, |b, request| {
+                b.iter(|| decide(black_box(&fleet), &empty, black_box(request)))
+            });
+        }
+        // The hub decides while earlier decisions' replicas are still on their way.
+        if nodes == 10 && clusters >= 1_000 {
+            let ledger = busy_ledger(clusters);
+            let request = request(Strategy::WorstFit);
+            let id = BenchmarkId::new("worst-fit, busy ledger", format!("{clusters}x{nodes}"));
             group.bench_with_input(id, &request, |b, request| {
                 b.iter(|| decide(black_box(&fleet), &ledger, black_box(request)))
             });

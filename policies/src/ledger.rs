@@ -102,6 +102,12 @@ impl Ledger {
         self.by_cluster.get(cluster).map(Vec::as_slice).unwrap_or(&[])
     }
 
+    /// Reservations per cluster, in the clusters' name order (a decision walks them beside the
+    /// fleet instead of searching them once per cluster).
+    pub(crate) fn by_cluster(&self) -> impl Iterator<Item = (&str, &[Reservation])> {
+        self.by_cluster.iter().map(|(c, r)| (c.as_str(), r.as_slice()))
+    }
+
     /// Total replicas reserved in `cluster`, across workloads.
     pub fn reserved_replicas(&self, cluster: &str) -> u64 {
         self.reservations(cluster)

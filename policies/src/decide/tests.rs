@@ -999,6 +999,29 @@ fn ledger_keeps_two_decisions_in_a_row_from_sharing_room() {
 }
 
 #[test]
+fn each_cluster_counts_its_own_reservations_and_no_others() {
+    // Reserved: 2 cores in "b", 3 in "d", and room in clusters the fleet does not have, before,
+    // between and after its names.
+    let fleet = fleet(["b", "c", "d", "f"].map(|name| mk_cluster(name).cpu(8)));
+    let demand = ask(1).0.demand;
+    let mut ledger = Ledger::new();
+    for (cluster, cores) in [("a", 1), ("b", 2), ("bb", 4), ("d", 3), ("e", 5), ("z", 6)] {
+        ledger.reserve(cluster, "default/earlier", &demand, cores);
+    }
+    let decision = decide(&fleet, &ledger, &ask(1).0);
+    let room: Vec<(&str, u64)> = decision
+        .clusters
+        .iter()
+        .map(|c| (&*c.cluster, c.room.as_ref().map_or(0, |r| r.replicas)))
+        .collect();
+    assert_eq!(
+        room,
+        [("b", 6), ("c", 8), ("d", 5), ("f", 8)],
+        "each cluster's room less its own reservations; seen\n{decision}"
+    );
+}
+
+#[test]
 fn tolerations_open_tainted_nodes() {
     let fleet = fleet([
         mk_cluster("spot").node_taint(Taint::new("spot", "true", TaintEffect::NoSchedule)),
