@@ -310,7 +310,7 @@ impl Index {
             network: Network::default(),
             work: tokio::sync::Mutex::new(WorkSets {
                 store,
-                sets: HashMap::new(),
+                sets: BTreeMap::new(),
                 holders: HashMap::new(),
                 dirty: BTreeSet::new(),
                 changed: Arc::default(),
@@ -888,7 +888,8 @@ pub enum DeltaRefused {
 #[derive(Debug)]
 pub struct WorkSets {
     store: Arc<dyn Store>,
-    sets: HashMap<String, ClusterWork>,
+    /// By cluster, in name order: [`WorkSets::holding`] walks them beside the fleet's names.
+    sets: BTreeMap<String, ClusterWork>,
     /// For each workload ([`WorkloadRef::label_value`]), the clusters whose sets hold objects
     /// it contributes, over the sets read so far.
     holders: HashMap<String, BTreeSet<String>>,
@@ -962,12 +963,23 @@ impl WorkSets {
         clusters: &[String],
         workload: &WorkloadRef,
     ) -> Result<BTreeSet<String>, Error> {
-        for cluster in clusters {
-            if !self.sets.contains_key(cluster) {
-                self.load(cluster).await?;
-            }
+        // Both sorted (the index keeps clusters by name): the sets read so far are walked beside
+        // `clusters` instead of searched once per cluster, which every reconcile did for each of
+        // thousands of clusters.
+        let unread: Vec<String> = {
+            let mut read = self.sets.keys().peekable();
+            clusters
+                .iter()
+                .filter(|cluster| {
+                    while read.next_if(|r| r < cluster).is_some() {}
+                    read.peek() != Some(cluster)
+                })
+                .cloned()
+                .collect()
+        };
+        for cluster in &unread {
+            self.load(cluster).await?;
         }
-        // `clusters` is sorted (the index keeps clusters by name).
         let held = self.holders.get(&workload.label_value());
         Ok(held
             .into_iter()
@@ -1270,6 +1282,17 @@ pub(crate) mod tests {
         (dir, store)
     }
 
+    /// Registers `name` in `store`, with every other field at its default.
+    async fn register(store: &dyn Store, name: &str) -> ClusterRecord {
+        store
+            .upsert_cluster(&crate::store::ClusterUpsert {
+                name: name.to_owned(),
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+    }
+
     /// The ledger as it was computed before it was kept incrementally: every booking, every
     /// report as of its cluster's latest capacity (the latest report before any).
     fn ledger_from_scratch(index: &Index) -> Ledger {
@@ -1505,13 +1528,7 @@ pub(crate) mod tests {
     async fn a_cluster_registered_during_two_reloads_stays_known() {
         let (_dir, store) = scratch_store().await;
         for n in 0..20 {
-            store
-                .upsert_cluster(&crate::store::ClusterUpsert {
-                    name: format!("old-{n}"),
-                    ..Default::default()
-                })
-                .await
-                .unwrap();
+            register(&*store, &format!("old-{n}")).await;
         }
         let index = Arc::new(Index::empty(store.clone()));
         let mut lost = Vec::new();
@@ -1528,13 +1545,7 @@ pub(crate) mod tests {
                     index.reload(Reload::Observations).await
                 })
             };
-            let record = store
-                .upsert_cluster(&crate::store::ClusterUpsert {
-                    name: name.clone(),
-                    ..Default::default()
-                })
-                .await
-                .unwrap();
+            let record = register(&*store, &name).await;
             index.put_cluster(record);
             everything.await.unwrap().unwrap();
             observations.await.unwrap().unwrap();
@@ -1603,13 +1614,7 @@ pub(crate) mod tests {
         let (_dir, store) = scratch_store().await;
         store.claim_term(None, "test").await.unwrap();
         for cluster in ["a", "b", "c"] {
-            store
-                .upsert_cluster(&crate::store::ClusterUpsert {
-                    name: cluster.to_owned(),
-                    ..Default::default()
-                })
-                .await
-                .unwrap();
+            register(&*store, cluster).await;
         }
         let object = |workload: &str, name: &str| {
             serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
@@ -1679,6 +1684,38 @@ pub(crate) mod tests {
         assert!(
             work.holding(&clusters[..1], &web).await.unwrap().is_empty(),
             "only the clusters asked"
+        );
+    }
+
+    #[tokio::test]
+    async fn the_sets_not_read_yet_are_read_between_and_around_those_read() {
+        let (_dir, store) = scratch_store().await;
+        store.claim_term(None, "test").await.unwrap();
+        let web = WorkloadRef::new("shop", "web");
+        let mut held = ClusterWork::default();
+        held.replace(
+            &web,
+            vec![serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"namespace": "shop", "name": "web-config",
+                    "labels": {nave_api::wire::WORKLOAD_LABEL: "shop.web"}}})],
+        );
+        for cluster in ["a", "b", "c", "d", "e"] {
+            register(&*store, cluster).await;
+            if cluster != "c" {
+                store.put_work(cluster, &held.to_objects()).await.unwrap();
+            }
+        }
+        let index = Index::empty(store);
+        let mut work = index.work().await;
+        // Read first: b and d, between and around the others.
+        for cluster in ["b", "d"] {
+            work.get(cluster).await.unwrap();
+        }
+        let clusters: Vec<String> = ["a", "b", "c", "d", "e"].map(str::to_owned).into();
+        assert_eq!(
+            work.holding(&clusters, &web).await.unwrap(),
+            BTreeSet::from(["a", "b", "d", "e"].map(str::to_owned)),
+            "every set holding web's objects, read before or not"
         );
     }
 
