@@ -1,9 +1,18 @@
-//! The hub's name towards the management cluster, and its timings.
+//! The hub's name towards the management cluster, its allocator's settings, and its timings.
 
 use std::time::Duration;
 
 /// Field manager and event reporter name of the hub.
 pub const HUB_NAME: &str = nave_api::HUB_FIELD_MANAGER;
+
+/// The allocator's settings for the hub, as environment (mimalloc reads it when the process
+/// starts); the Helm chart and the test fleet set them. Freed memory stays with the process for a
+/// second before it goes back to the system, instead of 10 ms: every placement over a fleet of
+/// thousands of clusters builds tables of about 2 MiB and drops them, and with the default the
+/// next one found that memory given back and faulted it in again, page by page (at 5,000
+/// clusters 15-20 % of the hub's CPU per MCD; BENCHMARKS.md, "Walks in name order, and memory
+/// kept a second").
+pub const ALLOCATOR_ENV: [(&str, &str); 1] = [("MIMALLOC_PURGE_DELAY", "1000")];
 
 /// Timings of the hub.
 #[derive(Clone, Debug)]

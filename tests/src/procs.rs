@@ -556,7 +556,7 @@ impl ProcessFleet {
             self.dir.path(),
             &format!("hub-{i}.log"),
             "info,kube=warn,sqlx=warn",
-            &[],
+            &nave_hub::settings::ALLOCATOR_ENV,
         )?;
         self.hubs[i] = Some(proc);
         Ok(())

@@ -43,6 +43,11 @@ const NS: &str = "nave-system";
 /// allocator's settings (`nave_agent::ALLOCATOR_ENV`).
 const AGENT_OTHER_ENV: [&str; 3] = ["RUST_LOG", "MIMALLOC_PURGE_DELAY", "MIMALLOC_ARENA_EAGER_COMMIT"];
 
+/// Environment of the hub's container that its flags do not read: the log filter, the pod's name
+/// and namespace (for the Lease and Events), and the allocator's settings
+/// (`nave_hub::settings::ALLOCATOR_ENV`).
+const HUB_OTHER_ENV: [&str; 4] = ["RUST_LOG", "POD_NAME", "POD_NAMESPACE", "MIMALLOC_PURGE_DELAY"];
+
 /// The least the agent chart needs to render.
 const AGENT_REQUIRED: &[&str] = &[
     "hubUrl=https://nave-hub.example.com",
@@ -552,6 +557,25 @@ fn secret_text(rendered: &Rendered, name: &str, key: &str) -> String {
 }
 
 /// The field path of the container's environment variable `name`, when the downward API sets it.
+/// That the chart sets `binary`'s allocator as the test fleet starts it: each of `settings` in the
+/// container's environment, as a plain value.
+fn check_allocator(container: &Container, binary: &str, settings: &[(&str, &str)]) {
+    let env: BTreeMap<String, Option<String>> = container
+        .env
+        .clone()
+        .unwrap_or_default()
+        .into_iter()
+        .map(|e| (e.name, e.value))
+        .collect();
+    for (name, value) in settings {
+        assert_eq!(
+            env.get(*name),
+            Some(&Some((*value).to_owned())),
+            "the chart sets the {binary}'s allocator as the test fleet does: {name}={value}"
+        );
+    }
+}
+
 fn downward_field(container: &Container, name: &str) -> Option<String> {
     container
         .env
@@ -616,8 +640,9 @@ fn the_hub_chart_renders_a_coherent_install_with_sqlite_by_default() {
         nave_hub::cli::Cli::command(),
         Some("run"),
         &container,
-        &["RUST_LOG", "POD_NAME", "POD_NAMESPACE"],
+        &HUB_OTHER_ENV,
     );
+    check_allocator(&container, "hub", &nave_hub::settings::ALLOCATOR_ENV);
     let spec = deployment.spec.clone();
     assert_eq!(spec.replicas, Some(1), "one hub on a SQLite file");
     assert_eq!(
@@ -773,7 +798,7 @@ fn the_hub_chart_points_the_hub_at_prometheus_with_a_traffic_query_when_asked() 
             nave_hub::cli::Cli::command(),
             Some("run"),
             &container,
-            &["RUST_LOG", "POD_NAME", "POD_NAMESPACE"],
+            &HUB_OTHER_ENV,
         )
     };
     let default = hub_args(&[]);
@@ -850,7 +875,7 @@ fn the_hub_chart_registers_the_drop_in_webhook_with_the_ca_the_hub_serves() {
         nave_hub::cli::Cli::command(),
         Some("run"),
         &container,
-        &["RUST_LOG", "POD_NAME", "POD_NAMESPACE"],
+        &HUB_OTHER_ENV,
     );
     assert!(args.get_flag("drop_in"), "the hub runs with --drop-in");
     let webhook = &on.of_kind("MutatingWebhookConfiguration")[0]["webhooks"][0];
@@ -960,7 +985,7 @@ fn the_hub_chart_takes_postgres_and_every_secret_from_existing_secrets() {
         nave_hub::cli::Cli::command(),
         Some("run"),
         &container,
-        &["RUST_LOG", "POD_NAME", "POD_NAMESPACE"],
+        &HUB_OTHER_ENV,
     );
     let database = container
         .env
@@ -1106,7 +1131,7 @@ fn the_hub_chart_keeps_given_secrets_in_secrets_of_its_own() {
         nave_hub::cli::Cli::command(),
         Some("run"),
         &container,
-        &["RUST_LOG", "POD_NAME", "POD_NAMESPACE"],
+        &HUB_OTHER_ENV,
     );
     let database = container
         .env
@@ -1161,7 +1186,7 @@ fn the_hub_chart_passes_the_kinds_multicluster_resources_may_send() {
         nave_hub::cli::Cli::command(),
         Some("run"),
         &container,
-        &["RUST_LOG", "POD_NAME", "POD_NAMESPACE"],
+        &HUB_OTHER_ENV,
     );
     let many = |id: &str| -> Vec<String> {
         args.get_many::<String>(id)
@@ -1370,20 +1395,7 @@ fn the_agent_chart_renders_a_coherent_install() {
     );
     let (deployment, container) = check_coherent(&rendered, &External::default(), AGENT_PROBES);
     let args = parse_args(nave_agent::Args::command(), None, &container, &AGENT_OTHER_ENV);
-    let env: BTreeMap<String, Option<String>> = container
-        .env
-        .clone()
-        .unwrap_or_default()
-        .into_iter()
-        .map(|e| (e.name, e.value))
-        .collect();
-    for (name, value) in nave_agent::ALLOCATOR_ENV {
-        assert_eq!(
-            env.get(name),
-            Some(&Some(value.to_owned())),
-            "the chart sets the agent's allocator as the test fleet does: {name}={value}"
-        );
-    }
+    check_allocator(&container, "agent", &nave_agent::ALLOCATOR_ENV);
     assert_eq!(
         string_arg(&args, "hub_url").as_deref(),
         Some("https://nave-hub.example.com")
@@ -2069,7 +2081,7 @@ async fn the_charts_grant_exactly_what_the_hub_and_the_agents_use() {
         nave_hub::cli::Cli::command(),
         Some("run"),
         &container,
-        &["RUST_LOG", "POD_NAME", "POD_NAMESPACE"],
+        &HUB_OTHER_ENV,
     );
     let lease = string_arg(&args, "leader_election_lease").expect("the chart names the Lease");
     let agent_rules = cluster_role_rules(&render(&helm, "nave-agent", AGENT_REQUIRED));
